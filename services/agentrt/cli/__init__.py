@@ -1,0 +1,1 @@
+"""The `agentrt` command: serve, up, run."""

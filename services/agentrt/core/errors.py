@@ -1,0 +1,120 @@
+"""Stable error reasons and the domain error every layer raises (seed 004 §2.10).
+
+A `MeshError` carries a gRPC-independent status name and a stable reason; the mesh's
+error interceptor turns it into a gRPC status with a google.rpc.ErrorInfo detail (and a
+RetryInfo for rate limits). The reason set is open: clients that meet an unknown reason
+fall back to the status code. Domain code raises these; it never imports grpc.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+ERROR_DOMAIN = "agentrt.dev"
+
+
+class Status(enum.StrEnum):
+    """The gRPC status names domain code may raise (mapped one to one by the mesh)."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    INTERNAL = "INTERNAL"
+    CANCELLED = "CANCELLED"
+
+
+class Reason(enum.StrEnum):
+    """Stable ErrorInfo reasons. Add freely; never rename or reuse one."""
+
+    # Bad input (INVALID_ARGUMENT)
+    MISSING_FIELD = "MISSING_FIELD"
+    INVALID_ID = "INVALID_ID"
+    INVALID_JSON = "INVALID_JSON"
+    INVALID_UTF8 = "INVALID_UTF8"
+    INVALID_VALUE = "INVALID_VALUE"
+    INVALID_AGENT = "INVALID_AGENT"
+    INVALID_ENTRY = "INVALID_ENTRY"
+    REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    UNKNOWN_PROVIDER = "UNKNOWN_PROVIDER"
+    UNSUPPORTED_CAPABILITY = "UNSUPPORTED_CAPABILITY"
+    PATH_OUTSIDE_WORKSPACE = "PATH_OUTSIDE_WORKSPACE"
+    # Unknown ids (NOT_FOUND)
+    SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
+    ENTRY_NOT_FOUND = "ENTRY_NOT_FOUND"
+    RUN_NOT_FOUND = "RUN_NOT_FOUND"
+    AGENT_NOT_FOUND = "AGENT_NOT_FOUND"
+    TASK_NOT_FOUND = "TASK_NOT_FOUND"
+    SANDBOX_NOT_FOUND = "SANDBOX_NOT_FOUND"
+    # State (ALREADY_EXISTS / FAILED_PRECONDITION / ABORTED)
+    SESSION_EXISTS = "SESSION_EXISTS"
+    STALE_GENERATION = "STALE_GENERATION"
+    SEQ_MISMATCH = "SEQ_MISMATCH"
+    RUN_NOT_SUSPENDED = "RUN_NOT_SUSPENDED"
+    RUN_FINISHED = "RUN_FINISHED"
+    TOKEN_COUNTING_UNSUPPORTED = "TOKEN_COUNTING_UNSUPPORTED"
+    SANDBOX_UNAVAILABLE = "SANDBOX_UNAVAILABLE"
+    NOT_IMPLEMENTED_YET = "NOT_IMPLEMENTED_YET"
+    # Providers and dependencies
+    RATE_LIMITED = "RATE_LIMITED"
+    PROVIDER_UNAVAILABLE = "PROVIDER_UNAVAILABLE"
+    PROVIDER_AUTHENTICATION = "PROVIDER_AUTHENTICATION"
+    CONTEXT_OVERFLOW = "CONTEXT_OVERFLOW"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    REFUSAL = "REFUSAL"
+    DEPENDENCY_UNAVAILABLE = "DEPENDENCY_UNAVAILABLE"
+    # Auth
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    # Anything else
+    INTERNAL = "INTERNAL"
+
+
+@dataclass
+class MeshError(Exception):
+    """A domain error with a status, a stable reason and a user-safe message.
+
+    Attributes:
+        status: the gRPC status name it maps to.
+        reason: the stable ErrorInfo reason.
+        message: user-safe text.
+        metadata: extra ErrorInfo metadata (string to string), e.g. {"field": "run_id"}.
+        retry_after_seconds: set for RESOURCE_EXHAUSTED / UNAVAILABLE; becomes RetryInfo.
+    """
+
+    status: Status
+    reason: Reason | str
+    message: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    retry_after_seconds: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+
+def invalid(reason: Reason | str, message: str, **metadata: str) -> MeshError:
+    """Build an INVALID_ARGUMENT error."""
+    return MeshError(Status.INVALID_ARGUMENT, reason, message, dict(metadata))
+
+
+def not_found(reason: Reason | str, message: str, **metadata: str) -> MeshError:
+    """Build a NOT_FOUND error."""
+    return MeshError(Status.NOT_FOUND, reason, message, dict(metadata))
+
+
+def precondition(reason: Reason | str, message: str, **metadata: str) -> MeshError:
+    """Build a FAILED_PRECONDITION error."""
+    return MeshError(Status.FAILED_PRECONDITION, reason, message, dict(metadata))
+
+
+def missing(field_name: str) -> MeshError:
+    """Build the INVALID_ARGUMENT/MISSING_FIELD error for a required field left empty."""
+    return invalid(Reason.MISSING_FIELD, f"{field_name} is required", field=field_name)

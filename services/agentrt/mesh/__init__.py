@@ -1,0 +1,5 @@
+"""What every service shares: server bootstrap, interceptors, errors to status, the
+database engine factory, peer channels and the configuration base.
+
+Nothing here knows a service's semantics.
+"""

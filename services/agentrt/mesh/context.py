@@ -1,0 +1,36 @@
+"""Per-call context the interceptor sets: the caller's tenant.
+
+Servicers read `current_tenant()`; domain code takes the tenant as an argument. Every id
+a service stores is scoped by tenant, and another tenant's id answers NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+
+DEFAULT_TENANT = "default"
+TENANT_HEADER = "x-agentrt-tenant"
+_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("agentrt_tenant", default=DEFAULT_TENANT)
+
+
+def current_tenant() -> str:
+    """Return the tenant of the call being served ("default" when none was sent)."""
+    return _tenant.get()
+
+
+def set_tenant(tenant: str) -> contextvars.Token[str]:
+    """Set the tenant for the current task; returns the token to reset it."""
+    return _tenant.set(tenant)
+
+
+def valid_tenant(tenant: str) -> bool:
+    """Return True for 1..64 chars of letters, digits, ``_ . -`` starting alphanumeric."""
+    return bool(_TENANT_RE.match(tenant))
+
+
+def reset_tenant(token: contextvars.Token[str]) -> None:
+    """Restore the tenant that was current before `set_tenant` returned token."""
+    _tenant.reset(token)

@@ -1,0 +1,162 @@
+"""The server interceptor every service installs: auth, tenant, size bound, errors.
+
+For each RPC (health and reflection excepted, so probes need no token) it:
+- checks the bearer token when the service has one (UNAUTHENTICATED otherwise);
+- reads the tenant from `x-agentrt-tenant` (INVALID_ARGUMENT/INVALID_ID when malformed);
+- turns a request that could not be parsed (e.g. a string field that is not UTF-8) into
+  INVALID_ARGUMENT/INVALID_UTF8 instead of gRPC's INTERNAL;
+- refuses a request larger than the configured bound (INVALID_ARGUMENT/REQUEST_TOO_LARGE);
+- maps a raised MeshError to its status + ErrorInfo, and any other exception to
+  INTERNAL/INTERNAL (logged with its stack), so a server never dies of a request.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from agentrt.core.errors import MeshError, Reason, Status, invalid
+from agentrt.mesh.context import DEFAULT_TENANT, TENANT_HEADER, reset_tenant, set_tenant, valid_tenant
+from agentrt.mesh.status import to_grpc_status
+
+log = logging.getLogger("agentrt.mesh")
+
+_OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+class _Unparsable:
+    """Stands in for a request whose bytes did not parse."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except (DecodeError, UnicodeDecodeError, ValueError) as exc:
+            return _Unparsable(exc)
+
+    return parse
+
+
+class MeshInterceptor(grpc.aio.ServerInterceptor):
+    """Auth, tenant, request bound and error mapping for every RPC of a service."""
+
+    def __init__(self, *, auth_token: str = "", max_request_bytes: int = 16 * 1024 * 1024) -> None:
+        """Create the interceptor.
+
+        Args:
+            auth_token: the bearer token callers must send; "" disables auth.
+            max_request_bytes: largest request accepted, in bytes.
+        """
+        self._token = auth_token.encode()
+        self._max = max_request_bytes
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        """Wrap the handler of one call (see the module docstring)."""
+        handler = await continuation(details)
+        method = details.method or ""
+        if handler is None or method.startswith(_OPEN_PREFIXES):
+            return handler
+        metadata = {k: v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
+        failure = self._check_metadata(metadata)
+        tenant = metadata.get(TENANT_HEADER, DEFAULT_TENANT)
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary(handler.unary_unary, tenant, failure, method),
+                request_deserializer=_lenient(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(handler.unary_stream, tenant, failure, method),
+                request_deserializer=_lenient(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+    def _check_metadata(self, metadata: dict[str, str]) -> MeshError | None:
+        if self._token:
+            sent = metadata.get("authorization", "")
+            expected = b"Bearer " + self._token
+            if not hmac.compare_digest(sent.encode(), expected):
+                return MeshError(Status.UNAUTHENTICATED, Reason.UNAUTHENTICATED, "missing or wrong bearer token")
+        tenant = metadata.get(TENANT_HEADER, DEFAULT_TENANT)
+        if not valid_tenant(tenant):
+            return invalid(Reason.INVALID_ID, f"malformed tenant in {TENANT_HEADER}", field=TENANT_HEADER)
+        return None
+
+    def _precheck(self, request: Any, failure: MeshError | None) -> MeshError | None:
+        if failure is not None:
+            return failure
+        if isinstance(request, _Unparsable):
+            return invalid(Reason.INVALID_UTF8, f"request could not be parsed: {request.error}")
+        size = request.ByteSize()
+        if size > self._max:
+            return invalid(
+                Reason.REQUEST_TOO_LARGE,
+                f"request is {size} bytes; the limit is {self._max} bytes",
+                limit_bytes=str(self._max),
+            )
+        return None
+
+    def _wrap_unary(
+        self, behavior: Callable[..., Awaitable[Any]], tenant: str, failure: MeshError | None, method: str
+    ) -> Callable[..., Awaitable[Any]]:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            problem = self._precheck(request, failure)
+            if problem is not None:
+                await context.abort_with_status(to_grpc_status(problem))
+            token = set_tenant(tenant)
+            try:
+                return await behavior(request, context)
+            except MeshError as err:
+                await context.abort_with_status(to_grpc_status(err))
+            except grpc.aio.AbortError:
+                raise
+            except Exception:  # noqa: BLE001 - a server never dies of a request
+                log.exception("unhandled error in %s", method)
+                await context.abort_with_status(
+                    to_grpc_status(MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error"))
+                )
+            finally:
+                reset_tenant(token)
+
+        return call
+
+    def _wrap_stream(
+        self, behavior: Callable[..., AsyncIterator[Any]], tenant: str, failure: MeshError | None, method: str
+    ) -> Callable[..., AsyncIterator[Any]]:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            problem = self._precheck(request, failure)
+            if problem is not None:
+                await context.abort_with_status(to_grpc_status(problem))
+            set_tenant(tenant)
+            try:
+                async for item in behavior(request, context):
+                    yield item
+            except MeshError as err:
+                await context.abort_with_status(to_grpc_status(err))
+            except grpc.aio.AbortError:
+                raise
+            except Exception:  # noqa: BLE001 - a server never dies of a request
+                log.exception("unhandled error in %s", method)
+                await context.abort_with_status(
+                    to_grpc_status(MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error"))
+                )
+
+        return call

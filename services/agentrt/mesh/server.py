@@ -1,0 +1,135 @@
+"""Server bootstrap shared by every service: grpc.aio, health, reflection, drain.
+
+Lifecycle of a `MeshServer`:
+1. `start()` binds the port (SO_REUSEPORT off, so a taken port is refused with
+   `PortInUseError`), starts serving with health NOT_SERVING, runs the service's `ready`
+   hook (open the database, create tables, connect peers), then marks every service
+   SERVING.
+2. `stop()` marks health NOT_SERVING (enter_graceful_shutdown), lets in-flight calls
+   finish for `grace_seconds`, then runs the `close` hook.
+`serve_forever()` does both around SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from agentrt.mesh.config import ServerConfig
+from agentrt.mesh.interceptors import MeshInterceptor
+
+log = logging.getLogger("agentrt.mesh")
+
+Hook = Callable[[], Awaitable[None]]
+
+
+class PortInUseError(RuntimeError):
+    """The configured address could not be bound (the port is taken)."""
+
+
+@dataclass
+class ServiceBinding:
+    """One gRPC service a process serves.
+
+    Attributes:
+        full_name: e.g. "agentrt.v1.SessionService" (health and reflection use it).
+        register: adds the servicer to a grpc.aio.Server.
+    """
+
+    full_name: str
+    register: Callable[[grpc.aio.Server], None]
+
+
+def server_options(config: ServerConfig) -> list[tuple[str, int]]:
+    """gRPC server options: the hard size bound is twice the checked bound, so a request
+    between the two gets the interceptor's clear INVALID_ARGUMENT/REQUEST_TOO_LARGE."""
+    hard = config.max_request_bytes * 2
+    return [
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_receive_message_length", hard),
+        ("grpc.max_send_message_length", hard),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ]
+
+
+@dataclass
+class MeshServer:
+    """A service process's gRPC server (see the module docstring)."""
+
+    config: ServerConfig
+    services: Sequence[ServiceBinding]
+    ready: Hook | None = None
+    close: Hook | None = None
+    port: int = 0
+    _server: grpc.aio.Server | None = field(default=None, init=False)
+    _health: health.aio.HealthServicer | None = field(default=None, init=False)
+    _stopped: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    async def start(self) -> int:
+        """Bind, serve, run the ready hook, mark SERVING; return the bound port.
+
+        Raises:
+            PortInUseError: the address is taken.
+        """
+        interceptor = MeshInterceptor(
+            auth_token=self.config.auth_token, max_request_bytes=self.config.max_request_bytes
+        )
+        server = grpc.aio.server(interceptors=[interceptor], options=server_options(self.config))
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        for binding in self.services:
+            binding.register(server)
+        names = [b.full_name for b in self.services]
+        reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        try:
+            port = server.add_insecure_port(self.config.address)
+        except RuntimeError as exc:
+            raise PortInUseError(f"cannot listen on {self.config.address}: {exc}") from exc
+        if port == 0:
+            raise PortInUseError(f"cannot listen on {self.config.address}: the port is taken")
+        self._server, self.port = server, port
+        for name in ["", *names]:
+            await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await server.start()
+        if self.ready is not None:
+            await self.ready()
+        for name in ["", *names]:
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("serving %s on %s:%d", ",".join(names), self.config.host, port)
+        return port
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Mark NOT_SERVING, drain in-flight calls for `grace` seconds, run the close hook."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(self.config.grace_seconds if grace is None else grace)
+        if self.close is not None:
+            await self.close()
+
+    async def wait_stopped(self) -> None:
+        """Return once stop() has begun."""
+        await self._stopped.wait()
+
+    async def serve_forever(self) -> None:
+        """Start, then run until SIGTERM or SIGINT, then drain and stop."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await self.start()
+            await stop.wait()
+        finally:
+            await self.stop()

@@ -1,0 +1,95 @@
+"""Turn domain errors into gRPC statuses with typed details, and read them back.
+
+`to_rpc_status` builds a google.rpc.Status with an ErrorInfo (domain "agentrt.dev",
+the stable reason) and, when the error says when to retry, a RetryInfo. Clients read the
+reason with `reason_of(rpc_error)`.
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from agentrt.core.errors import ERROR_DOMAIN, MeshError, Reason, Status
+
+_CODES: dict[Status, tuple[grpc.StatusCode, int]] = {
+    Status.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, code_pb2.INVALID_ARGUMENT),
+    Status.NOT_FOUND: (grpc.StatusCode.NOT_FOUND, code_pb2.NOT_FOUND),
+    Status.ALREADY_EXISTS: (grpc.StatusCode.ALREADY_EXISTS, code_pb2.ALREADY_EXISTS),
+    Status.FAILED_PRECONDITION: (grpc.StatusCode.FAILED_PRECONDITION, code_pb2.FAILED_PRECONDITION),
+    Status.ABORTED: (grpc.StatusCode.ABORTED, code_pb2.ABORTED),
+    Status.RESOURCE_EXHAUSTED: (grpc.StatusCode.RESOURCE_EXHAUSTED, code_pb2.RESOURCE_EXHAUSTED),
+    Status.UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, code_pb2.UNAVAILABLE),
+    Status.UNAUTHENTICATED: (grpc.StatusCode.UNAUTHENTICATED, code_pb2.UNAUTHENTICATED),
+    Status.PERMISSION_DENIED: (grpc.StatusCode.PERMISSION_DENIED, code_pb2.PERMISSION_DENIED),
+    Status.DEADLINE_EXCEEDED: (grpc.StatusCode.DEADLINE_EXCEEDED, code_pb2.DEADLINE_EXCEEDED),
+    Status.UNIMPLEMENTED: (grpc.StatusCode.UNIMPLEMENTED, code_pb2.UNIMPLEMENTED),
+    Status.INTERNAL: (grpc.StatusCode.INTERNAL, code_pb2.INTERNAL),
+    Status.CANCELLED: (grpc.StatusCode.CANCELLED, code_pb2.CANCELLED),
+}
+
+
+def grpc_code(status: Status) -> grpc.StatusCode:
+    """Return the grpc.StatusCode for a domain status name."""
+    return _CODES[status][0]
+
+
+def to_rpc_status(err: MeshError) -> status_pb2.Status:
+    """Build the google.rpc.Status (with ErrorInfo and optional RetryInfo) for err."""
+    info = error_details_pb2.ErrorInfo(reason=str(err.reason), domain=ERROR_DOMAIN, metadata=err.metadata)
+    details = [_pack(info)]
+    if err.retry_after_seconds is not None:
+        secs = max(0.0, err.retry_after_seconds)
+        delay = duration_pb2.Duration(seconds=int(secs), nanos=int((secs % 1) * 1e9))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
+    return status_pb2.Status(code=_CODES[err.status][1], message=err.message, details=details)
+
+
+def _pack(msg: object) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(msg)  # type: ignore[arg-type]
+    return packed
+
+
+def to_grpc_status(err: MeshError) -> grpc.Status:
+    """Return the grpc.Status object to abort a call with (grpc_status.rpc_status)."""
+    return rpc_status.to_status(to_rpc_status(err))
+
+
+def details_of(error: grpc.RpcError) -> tuple[str, dict[str, str], float | None]:
+    """Read (reason, metadata, retry_after_seconds) off a failed call; ("", {}, None) if absent."""
+    try:
+        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - a malformed trailer reads as "no details"
+        status = None
+    reason, meta, retry = "", {}, None
+    if status is None:
+        return reason, meta, retry
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason, meta = info.reason, dict(info.metadata)
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            ri = error_details_pb2.RetryInfo()
+            detail.Unpack(ri)
+            retry = ri.retry_delay.seconds + ri.retry_delay.nanos / 1e9
+    return reason, meta, retry
+
+
+def reason_of(error: grpc.RpcError) -> str:
+    """Return the ErrorInfo reason of a failed call, "" when it carries none."""
+    return details_of(error)[0]
+
+
+def from_rpc_error(error: grpc.RpcError) -> MeshError:
+    """Rebuild a MeshError from a peer's failed call, so a service can pass it on."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    reason, meta, retry = details_of(error)
+    status = next((s for s, (c, _) in _CODES.items() if c == code), Status.UNAVAILABLE)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN) and not reason:
+        reason = Reason.DEPENDENCY_UNAVAILABLE
+    text = error.details() if hasattr(error, "details") else str(error)
+    return MeshError(status, reason or Reason.INTERNAL, text or "peer error", meta, retry)

@@ -1,0 +1,1 @@
+"""Generated from protos/agentrt/v1 by protos/generate.py; never edit."""

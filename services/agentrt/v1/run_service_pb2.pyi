@@ -1,0 +1,500 @@
+import datetime
+
+from agentrt.v1 import common_pb2 as _common_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ToolCallMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_CALL_MODE_UNSPECIFIED: _ClassVar[ToolCallMode]
+    TOOL_CALL_MODE_PARALLEL: _ClassVar[ToolCallMode]
+    TOOL_CALL_MODE_SINGLE: _ClassVar[ToolCallMode]
+
+class PendingCallKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PENDING_CALL_KIND_UNSPECIFIED: _ClassVar[PendingCallKind]
+    PENDING_CALL_KIND_APPROVAL: _ClassVar[PendingCallKind]
+    PENDING_CALL_KIND_EXTERNAL_RESULT: _ClassVar[PendingCallKind]
+
+class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DECISION_KIND_UNSPECIFIED: _ClassVar[DecisionKind]
+    DECISION_KIND_TOOL_CALLS: _ClassVar[DecisionKind]
+    DECISION_KIND_FINAL: _ClassVar[DecisionKind]
+    DECISION_KIND_NO_TOOL_CALL: _ClassVar[DecisionKind]
+    DECISION_KIND_TRUNCATED: _ClassVar[DecisionKind]
+    DECISION_KIND_REFUSAL: _ClassVar[DecisionKind]
+
+class InjectionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INJECTION_KIND_UNSPECIFIED: _ClassVar[InjectionKind]
+    INJECTION_KIND_STEER: _ClassVar[InjectionKind]
+    INJECTION_KIND_NEXT_TURN: _ClassVar[InjectionKind]
+    INJECTION_KIND_FOLLOW_UP: _ClassVar[InjectionKind]
+TOOL_CALL_MODE_UNSPECIFIED: ToolCallMode
+TOOL_CALL_MODE_PARALLEL: ToolCallMode
+TOOL_CALL_MODE_SINGLE: ToolCallMode
+PENDING_CALL_KIND_UNSPECIFIED: PendingCallKind
+PENDING_CALL_KIND_APPROVAL: PendingCallKind
+PENDING_CALL_KIND_EXTERNAL_RESULT: PendingCallKind
+DECISION_KIND_UNSPECIFIED: DecisionKind
+DECISION_KIND_TOOL_CALLS: DecisionKind
+DECISION_KIND_FINAL: DecisionKind
+DECISION_KIND_NO_TOOL_CALL: DecisionKind
+DECISION_KIND_TRUNCATED: DecisionKind
+DECISION_KIND_REFUSAL: DecisionKind
+INJECTION_KIND_UNSPECIFIED: InjectionKind
+INJECTION_KIND_STEER: InjectionKind
+INJECTION_KIND_NEXT_TURN: InjectionKind
+INJECTION_KIND_FOLLOW_UP: InjectionKind
+
+class AgentLimits(_message.Message):
+    __slots__ = ("max_turns", "max_consecutive_error_turns", "max_tool_concurrency", "max_tool_calls", "time_budget")
+    MAX_TURNS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONSECUTIVE_ERROR_TURNS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOOL_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TIME_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    max_turns: int
+    max_consecutive_error_turns: int
+    max_tool_concurrency: int
+    max_tool_calls: int
+    time_budget: _duration_pb2.Duration
+    def __init__(self, max_turns: _Optional[int] = ..., max_consecutive_error_turns: _Optional[int] = ..., max_tool_concurrency: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., time_budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class AgentTool(_message.Message):
+    __slots__ = ("name", "needs_approval", "timeout", "spec")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    needs_approval: bool
+    timeout: _duration_pb2.Duration
+    spec: _common_pb2.ToolSpec
+    def __init__(self, name: _Optional[str] = ..., needs_approval: _Optional[bool] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., spec: _Optional[_Union[_common_pb2.ToolSpec, _Mapping]] = ...) -> None: ...
+
+class AgentSpec(_message.Message):
+    __slots__ = ("name", "version", "instructions", "model", "settings", "tools", "handoffs", "output_json_schema", "limits", "tool_call_mode", "recent_results", "result_max_bytes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFFS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_MODE_FIELD_NUMBER: _ClassVar[int]
+    RECENT_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: int
+    instructions: str
+    model: _common_pb2.ModelRef
+    settings: _common_pb2.ModelSettings
+    tools: _containers.RepeatedCompositeFieldContainer[AgentTool]
+    handoffs: _containers.RepeatedScalarFieldContainer[str]
+    output_json_schema: str
+    limits: AgentLimits
+    tool_call_mode: ToolCallMode
+    recent_results: int
+    result_max_bytes: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., settings: _Optional[_Union[_common_pb2.ModelSettings, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[AgentTool, _Mapping]]] = ..., handoffs: _Optional[_Iterable[str]] = ..., output_json_schema: _Optional[str] = ..., limits: _Optional[_Union[AgentLimits, _Mapping]] = ..., tool_call_mode: _Optional[_Union[ToolCallMode, str]] = ..., recent_results: _Optional[int] = ..., result_max_bytes: _Optional[int] = ...) -> None: ...
+
+class RegisterAgentRequest(_message.Message):
+    __slots__ = ("agent",)
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    agent: AgentSpec
+    def __init__(self, agent: _Optional[_Union[AgentSpec, _Mapping]] = ...) -> None: ...
+
+class RegisterAgentResponse(_message.Message):
+    __slots__ = ("agent",)
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    agent: AgentSpec
+    def __init__(self, agent: _Optional[_Union[AgentSpec, _Mapping]] = ...) -> None: ...
+
+class GetAgentRequest(_message.Message):
+    __slots__ = ("name", "version")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class GetAgentResponse(_message.Message):
+    __slots__ = ("agent",)
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    agent: AgentSpec
+    def __init__(self, agent: _Optional[_Union[AgentSpec, _Mapping]] = ...) -> None: ...
+
+class StartRunRequest(_message.Message):
+    __slots__ = ("agent_name", "agent_version", "agent", "input", "session_id", "workspace", "labels", "idempotency_key")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    agent_name: str
+    agent_version: int
+    agent: AgentSpec
+    input: str
+    session_id: str
+    workspace: str
+    labels: _containers.ScalarMap[str, str]
+    idempotency_key: str
+    def __init__(self, agent_name: _Optional[str] = ..., agent_version: _Optional[int] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ..., input: _Optional[str] = ..., session_id: _Optional[str] = ..., workspace: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class StartRunResponse(_message.Message):
+    __slots__ = ("run_id", "session_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    session_id: str
+    def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class Run(_message.Message):
+    __slots__ = ("run_id", "session_id", "agent_name", "agent_version", "status", "phase", "turns", "usage", "final_output", "failure", "pending_calls", "labels", "create_time", "update_time", "workspace")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    FINAL_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    PENDING_CALLS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    session_id: str
+    agent_name: str
+    agent_version: int
+    status: _common_pb2.RunStatus
+    phase: _common_pb2.RunPhase
+    turns: int
+    usage: _common_pb2.Usage
+    final_output: str
+    failure: _common_pb2.FailureInfo
+    pending_calls: _containers.RepeatedCompositeFieldContainer[PendingCall]
+    labels: _containers.ScalarMap[str, str]
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    workspace: str
+    def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., agent_version: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.RunStatus, str]] = ..., phase: _Optional[_Union[_common_pb2.RunPhase, str]] = ..., turns: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., final_output: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.FailureInfo, _Mapping]] = ..., pending_calls: _Optional[_Iterable[_Union[PendingCall, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., workspace: _Optional[str] = ...) -> None: ...
+
+class PendingCall(_message.Message):
+    __slots__ = ("call", "kind")
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    call: _common_pb2.ToolCall
+    kind: PendingCallKind
+    def __init__(self, call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., kind: _Optional[_Union[PendingCallKind, str]] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class GetRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs", "next_page_token")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[Run]
+    next_page_token: str
+    def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class StreamRunEventsRequest(_message.Message):
+    __slots__ = ("run_id", "session_id", "after_seq")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    session_id: str
+    after_seq: int
+    def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class StreamRunEventsResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: RunEvent
+    def __init__(self, event: _Optional[_Union[RunEvent, _Mapping]] = ...) -> None: ...
+
+class RunEvent(_message.Message):
+    __slots__ = ("seq", "run_id", "time", "turn", "run_started", "phase_changed", "turn_started", "model_delta", "model_responded", "tool_called", "tool_progressed", "tool_returned", "run_suspended", "items_persisted", "diagnostic", "run_completed", "gap", "stream_end", "run_resumed")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
+    PHASE_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    TURN_STARTED_FIELD_NUMBER: _ClassVar[int]
+    MODEL_DELTA_FIELD_NUMBER: _ClassVar[int]
+    MODEL_RESPONDED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_PROGRESSED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RETURNED_FIELD_NUMBER: _ClassVar[int]
+    RUN_SUSPENDED_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_PERSISTED_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSTIC_FIELD_NUMBER: _ClassVar[int]
+    RUN_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    GAP_FIELD_NUMBER: _ClassVar[int]
+    STREAM_END_FIELD_NUMBER: _ClassVar[int]
+    RUN_RESUMED_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    run_id: str
+    time: _timestamp_pb2.Timestamp
+    turn: int
+    run_started: RunStarted
+    phase_changed: PhaseChanged
+    turn_started: TurnStarted
+    model_delta: ModelDelta
+    model_responded: ModelResponded
+    tool_called: ToolCalled
+    tool_progressed: ToolProgressed
+    tool_returned: ToolReturned
+    run_suspended: RunSuspended
+    items_persisted: ItemsPersisted
+    diagnostic: Diagnostic
+    run_completed: RunCompleted
+    gap: EventGap
+    stream_end: StreamEnd
+    run_resumed: RunResumed
+    def __init__(self, seq: _Optional[int] = ..., run_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turn: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., phase_changed: _Optional[_Union[PhaseChanged, _Mapping]] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., model_delta: _Optional[_Union[ModelDelta, _Mapping]] = ..., model_responded: _Optional[_Union[ModelResponded, _Mapping]] = ..., tool_called: _Optional[_Union[ToolCalled, _Mapping]] = ..., tool_progressed: _Optional[_Union[ToolProgressed, _Mapping]] = ..., tool_returned: _Optional[_Union[ToolReturned, _Mapping]] = ..., run_suspended: _Optional[_Union[RunSuspended, _Mapping]] = ..., items_persisted: _Optional[_Union[ItemsPersisted, _Mapping]] = ..., diagnostic: _Optional[_Union[Diagnostic, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., gap: _Optional[_Union[EventGap, _Mapping]] = ..., stream_end: _Optional[_Union[StreamEnd, _Mapping]] = ..., run_resumed: _Optional[_Union[RunResumed, _Mapping]] = ...) -> None: ...
+
+class RunStarted(_message.Message):
+    __slots__ = ("agent_name", "session_id", "input", "model")
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    agent_name: str
+    session_id: str
+    input: str
+    model: _common_pb2.ModelRef
+    def __init__(self, agent_name: _Optional[str] = ..., session_id: _Optional[str] = ..., input: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ...) -> None: ...
+
+class PhaseChanged(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: _common_pb2.RunPhase
+    def __init__(self, phase: _Optional[_Union[_common_pb2.RunPhase, str]] = ...) -> None: ...
+
+class TurnStarted(_message.Message):
+    __slots__ = ("turn",)
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    turn: int
+    def __init__(self, turn: _Optional[int] = ...) -> None: ...
+
+class ModelDelta(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class ModelResponded(_message.Message):
+    __slots__ = ("response", "decision", "reason")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    response: _common_pb2.ModelResponse
+    decision: DecisionKind
+    reason: str
+    def __init__(self, response: _Optional[_Union[_common_pb2.ModelResponse, _Mapping]] = ..., decision: _Optional[_Union[DecisionKind, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ToolCalled(_message.Message):
+    __slots__ = ("call",)
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    call: _common_pb2.ToolCall
+    def __init__(self, call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ...) -> None: ...
+
+class ToolProgressed(_message.Message):
+    __slots__ = ("call_id", "stream", "text")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    stream: str
+    text: str
+    def __init__(self, call_id: _Optional[str] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class ToolReturned(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: _common_pb2.ToolResult
+    def __init__(self, result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ...) -> None: ...
+
+class RunSuspended(_message.Message):
+    __slots__ = ("pending_calls",)
+    PENDING_CALLS_FIELD_NUMBER: _ClassVar[int]
+    pending_calls: _containers.RepeatedCompositeFieldContainer[PendingCall]
+    def __init__(self, pending_calls: _Optional[_Iterable[_Union[PendingCall, _Mapping]]] = ...) -> None: ...
+
+class RunResumed(_message.Message):
+    __slots__ = ("decisions",)
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    decisions: int
+    def __init__(self, decisions: _Optional[int] = ...) -> None: ...
+
+class ItemsPersisted(_message.Message):
+    __slots__ = ("last_seq", "entries")
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    last_seq: int
+    entries: int
+    def __init__(self, last_seq: _Optional[int] = ..., entries: _Optional[int] = ...) -> None: ...
+
+class Diagnostic(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class RunCompleted(_message.Message):
+    __slots__ = ("status", "phase", "final_output", "failure", "usage", "turns", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    FINAL_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.RunStatus
+    phase: _common_pb2.RunPhase
+    final_output: str
+    failure: _common_pb2.FailureInfo
+    usage: _common_pb2.Usage
+    turns: int
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, status: _Optional[_Union[_common_pb2.RunStatus, str]] = ..., phase: _Optional[_Union[_common_pb2.RunPhase, str]] = ..., final_output: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.FailureInfo, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., turns: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class EventGap(_message.Message):
+    __slots__ = ("last_good", "dropped", "next", "at_end")
+    LAST_GOOD_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    AT_END_FIELD_NUMBER: _ClassVar[int]
+    last_good: int
+    dropped: int
+    next: int
+    at_end: bool
+    def __init__(self, last_good: _Optional[int] = ..., dropped: _Optional[int] = ..., next: _Optional[int] = ..., at_end: _Optional[bool] = ...) -> None: ...
+
+class StreamEnd(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.RunStatus
+    def __init__(self, status: _Optional[_Union[_common_pb2.RunStatus, str]] = ...) -> None: ...
+
+class ApprovalDecision(_message.Message):
+    __slots__ = ("call_id", "approved", "message", "always")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ALWAYS_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    approved: bool
+    message: str
+    always: bool
+    def __init__(self, call_id: _Optional[str] = ..., approved: _Optional[bool] = ..., message: _Optional[str] = ..., always: _Optional[bool] = ...) -> None: ...
+
+class ResumeRunRequest(_message.Message):
+    __slots__ = ("run_id", "decisions", "results")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    decisions: _containers.RepeatedCompositeFieldContainer[ApprovalDecision]
+    results: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolResult]
+    def __init__(self, run_id: _Optional[str] = ..., decisions: _Optional[_Iterable[_Union[ApprovalDecision, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.ToolResult, _Mapping]]] = ...) -> None: ...
+
+class ResumeRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
+class CancelRunRequest(_message.Message):
+    __slots__ = ("run_id", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    reason: str
+    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: Run
+    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
+
+class InjectInputRequest(_message.Message):
+    __slots__ = ("run_id", "text", "kind")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    text: str
+    kind: InjectionKind
+    def __init__(self, run_id: _Optional[str] = ..., text: _Optional[str] = ..., kind: _Optional[_Union[InjectionKind, str]] = ...) -> None: ...
+
+class InjectInputResponse(_message.Message):
+    __slots__ = ("position",)
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    def __init__(self, position: _Optional[int] = ...) -> None: ...
