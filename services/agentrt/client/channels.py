@@ -23,8 +23,8 @@ from agentrt.v1 import (
 )
 
 
-class _Metadata(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
-    """Adds authorization and tenant metadata to every call."""
+class _MetadataAdder:
+    """Adds authorization and tenant metadata to a call's details."""
 
     def __init__(self, pairs: Sequence[tuple[str, str]]) -> None:
         self._pairs = tuple(pairs)
@@ -38,10 +38,16 @@ class _Metadata(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClient
             details.method, details.timeout, md, details.credentials, details.wait_for_ready
         )
 
+
+# grpc.aio files each interceptor object under the FIRST call kind it implements, so the
+# unary and the server-streaming kinds need separate objects.
+class _UnaryMetadata(_MetadataAdder, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
         """Add the metadata to a unary call."""
         return await continuation(self._details(details), request)
 
+
+class _StreamMetadata(_MetadataAdder, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
         """Add the metadata to a server-streaming call."""
         return await continuation(self._details(details), request)
@@ -66,7 +72,9 @@ def open_channel(target: str, *, token: str = "", tenant: str = "") -> grpc.aio.
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.enable_retries", 1),
     ]
-    interceptors = [_Metadata(pairs)] if pairs else []
+    interceptors: list[grpc.aio.ClientInterceptor] = (
+        [_UnaryMetadata(pairs), _StreamMetadata(pairs)] if pairs else []
+    )
     return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
 
 

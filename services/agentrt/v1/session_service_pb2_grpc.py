@@ -124,8 +124,10 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteSession(self, request, context):
-        """DeleteSession removes a session and its entries atomically.
-        Errors: NOT_FOUND; ABORTED when the generation given is not the current one.
+        """DeleteSession removes a session and its entries atomically, with the hidden
+        sessions that serve it.
+        Errors: NOT_FOUND (SESSION_NOT_FOUND; STALE_GENERATION when the generation given
+        is not the current one).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -134,7 +136,8 @@ class SessionServiceServicer:
     def AppendEntries(self, request, context):
         """AppendEntries appends entries in one transaction and returns them with seq, id and parent.
         Errors: NOT_FOUND (session gone or generation stale), INVALID_ARGUMENT (bad entry),
-        ABORTED (expected_last_seq no longer matches).
+        ABORTED (expected_last_seq no longer matches), FAILED_PRECONDITION
+        (USAGE_ALREADY_RECORDED: another entry already carries that response's usage).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -170,8 +173,11 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReplaceEntries(self, request, context):
-        """ReplaceEntries is the guarded replace of compaction: it writes only while the
-        highest stored seq still equals `expected_last_seq` (004 §2.5f). ABORTED otherwise.
+        """ReplaceEntries is the guarded atomic rewrite of the log (004 §2.5f, §2.5e2): it
+        swaps every stored entry for the given ones only while the highest stored seq
+        still equals `expected_last_seq`, comparison and write in one step. ABORTED
+        otherwise. To record a compaction checkpoint without a rewrite, append it with
+        AppendEntries and `expected_last_seq`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,1 @@
+"""Alembic revisions of the session store, oldest first by `down_revision`."""

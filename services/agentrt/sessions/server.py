@@ -1,0 +1,41 @@
+"""Build and serve the SessionService process.
+
+The `ready` hook opens the database and migrates it to the newest schema (Alembic) before
+health turns SERVING; the `close` hook disposes of the engines.
+"""
+
+from __future__ import annotations
+
+from agentrt.mesh.db import Database
+from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.sessions.config import SessionsConfig
+from agentrt.sessions.migrate import upgrade
+from agentrt.sessions.servicer import SessionServicer
+from agentrt.sessions.store import SessionStore
+from agentrt.v1 import session_service_pb2_grpc as pb_grpc
+
+SERVICE_NAME = "agentrt.v1.SessionService"
+
+
+def build_server(config: SessionsConfig) -> MeshServer:
+    """Return the SessionService server (not started).
+
+    Raises:
+        ValueError: `config.server.db_url` is neither sqlite+aiosqlite nor postgresql+asyncpg.
+    """
+    db = Database(config.server.db_url)
+    store = SessionStore(db, watch_poll_seconds=config.watch_poll_seconds)
+    servicer = SessionServicer(store)
+    binding = ServiceBinding(
+        SERVICE_NAME, lambda s: pb_grpc.add_SessionServiceServicer_to_server(servicer, s)
+    )
+
+    async def ready() -> None:
+        await upgrade(db)
+
+    return MeshServer(config.server, [binding], ready=ready, close=db.close)
+
+
+async def serve(config: SessionsConfig) -> None:
+    """Serve until SIGTERM/SIGINT, then drain."""
+    await build_server(config).serve_forever()

@@ -1,0 +1,205 @@
+"""SessionService servicer: proto <-> domain and nothing else.
+
+Every method reads the caller's tenant from the call context, converts the request with
+`codec`, calls the `SessionStore`, and converts the answer back. Errors are MeshErrors
+raised by the codec or the store; the mesh interceptor maps them to gRPC status +
+ErrorInfo. Statuses every method can return besides its own: INVALID_ARGUMENT/
+MISSING_FIELD (no session id), INVALID_ARGUMENT/INVALID_ID (malformed id),
+NOT_FOUND/SESSION_NOT_FOUND (unknown id, or another tenant's), NOT_FOUND/STALE_GENERATION
+(the generation named is not the current one).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import grpc
+
+from agentrt.core.errors import Reason, invalid
+from agentrt.mesh.context import current_tenant
+from agentrt.sessions import codec
+from agentrt.sessions.store import SessionStore
+from agentrt.v1 import session_service_pb2 as pb
+from agentrt.v1 import session_service_pb2_grpc as pb_grpc
+
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+class SessionServicer(pb_grpc.SessionServiceServicer):
+    """SessionService over a `SessionStore` (see the module docstring)."""
+
+    def __init__(self, store: SessionStore) -> None:
+        """Serve `store`."""
+        self._store = store
+
+    async def CreateSession(
+        self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateSessionResponse:
+        """Record a session (004 §2.5e).
+
+        Raises INVALID_ARGUMENT (INVALID_ID, INVALID_VALUE), ALREADY_EXISTS/SESSION_EXISTS,
+        NOT_FOUND/SESSION_NOT_FOUND (unknown parent).
+        """
+        info = await self._store.create(
+            current_tenant(),
+            request.session_id,
+            hidden=request.hidden,
+            parent_session_id=request.parent_session_id,
+            title=request.title,
+            metadata=dict(request.metadata),
+        )
+        return pb.CreateSessionResponse(session=codec.session_out(info))
+
+    async def GetSession(
+        self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSessionResponse:
+        """Return one session with its last seq and entry count. Raises the common statuses."""
+        info = await self._store.get(current_tenant(), codec.ref_in(request.session))
+        return pb.GetSessionResponse(session=codec.session_out(info))
+
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSessionsResponse:
+        """List sessions newest change first (hidden ones only when asked).
+
+        Raises INVALID_ARGUMENT/INVALID_VALUE (page_size outside 0..1000, bad page_token).
+        """
+        sessions, token = await self._store.list_sessions(
+            current_tenant(),
+            page_size=request.page_size,
+            page_token=request.page_token,
+            include_hidden=request.include_hidden,
+        )
+        return pb.ListSessionsResponse(
+            sessions=[codec.session_out(s) for s in sessions], next_page_token=token
+        )
+
+    async def DeleteSession(
+        self, request: pb.DeleteSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteSessionResponse:
+        """Delete a session, its entries and its hidden sessions atomically. Raises the common statuses."""
+        removed = await self._store.delete(current_tenant(), codec.ref_in(request.session))
+        return pb.DeleteSessionResponse(deleted_entries=removed)
+
+    async def AppendEntries(
+        self, request: pb.AppendEntriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AppendEntriesResponse:
+        """Append entries in one transaction (004 §2.5, §2.5b, §2.5d).
+
+        Raises INVALID_ARGUMENT (MISSING_FIELD for no entries, INVALID_VALUE for more than
+        1,000, INVALID_ENTRY, INVALID_JSON, INVALID_ID), NOT_FOUND/ENTRY_NOT_FOUND (leaf
+        move to an unknown entry), ABORTED/SEQ_MISMATCH (expected_last_seq moved),
+        FAILED_PRECONDITION/USAGE_ALREADY_RECORDED (004 §2.7f).
+        """
+        expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
+        stored, generation = await self._store.append(
+            current_tenant(), codec.ref_in(request.session), codec.entries_in(list(request.entries)), expected
+        )
+        return pb.AppendEntriesResponse(entries=[codec.entry_out(e) for e in stored], generation=generation)
+
+    async def ListEntries(
+        self, request: pb.ListEntriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListEntriesResponse:
+        """Read the raw log on a seq cursor.
+
+        Raises INVALID_ARGUMENT/INVALID_VALUE for a negative after_seq.
+        """
+        entries, last_seq = await self._store.list_entries(
+            current_tenant(), codec.ref_in(request.session), request.after_seq, request.limit
+        )
+        return pb.ListEntriesResponse(entries=[codec.entry_out(e) for e in entries], last_seq=last_seq)
+
+    async def GetContext(
+        self, request: pb.GetContextRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetContextResponse:
+        """Read the context view (004 §2.5c).
+
+        Raises INVALID_ARGUMENT/INVALID_VALUE for a negative after_seq.
+        """
+        entries, last_seq, leaf = await self._store.context(
+            current_tenant(),
+            codec.ref_in(request.session),
+            request.after_seq,
+            request.limit,
+            include_unprojected=request.include_unprojected,
+        )
+        return pb.GetContextResponse(
+            entries=[codec.entry_out(e) for e in entries], last_seq=last_seq, leaf_entry_id=leaf
+        )
+
+    async def SwitchBranch(
+        self, request: pb.SwitchBranchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SwitchBranchResponse:
+        """Append a leaf move (004 §2.5d).
+
+        Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_ID, INVALID_ENTRY for a leaf move
+        as target), NOT_FOUND/ENTRY_NOT_FOUND.
+        """
+        entry = await self._store.switch_branch(
+            current_tenant(), codec.ref_in(request.session), request.leaf_entry_id
+        )
+        return pb.SwitchBranchResponse(entry=codec.entry_out(entry))
+
+    async def ForkSession(
+        self, request: pb.ForkSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ForkSessionResponse:
+        """Copy a branch into a new session keeping entry ids (004 §2.5d).
+
+        Raises NOT_FOUND/ENTRY_NOT_FOUND (unknown leaf), ALREADY_EXISTS/SESSION_EXISTS.
+        """
+        info = await self._store.fork(
+            current_tenant(), codec.ref_in(request.session), request.leaf_entry_id, request.new_session_id
+        )
+        return pb.ForkSessionResponse(session=codec.session_out(info))
+
+    async def ReplaceEntries(
+        self, request: pb.ReplaceEntriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReplaceEntriesResponse:
+        """Guarded atomic rewrite of the log (004 §2.5f, §2.5e2).
+
+        Raises ABORTED/SEQ_MISMATCH (the last seq moved), INVALID_ARGUMENT/INVALID_ENTRY
+        (leaf move, unknown or repeated carried-over id), the append's validation errors.
+        """
+        stored = await self._store.replace(
+            current_tenant(),
+            codec.ref_in(request.session),
+            request.expected_last_seq,
+            codec.entries_in(list(request.entries)),
+        )
+        return pb.ReplaceEntriesResponse(entries=[codec.entry_out(e) for e in stored])
+
+    async def RecoverSession(
+        self, request: pb.RecoverSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecoverSessionResponse:
+        """Close dangling tool calls with a synthesized error output (004 §2.5h).
+
+        Raises INVALID_ARGUMENT/INVALID_VALUE for a malformed retry-safe tool name.
+        """
+        for name in request.retry_safe_tools:
+            if not _TOOL_NAME_RE.match(name):
+                raise invalid(
+                    Reason.INVALID_VALUE,
+                    f"retry_safe_tools holds a malformed name {name[:64]!r}",
+                    field="retry_safe_tools",
+                )
+        stored = await self._store.recover(
+            current_tenant(),
+            codec.ref_in(request.session),
+            list(request.retry_safe_tools),
+            codec.interrupted_output,
+        )
+        return pb.RecoverSessionResponse(entries=[codec.entry_out(e) for e in stored])
+
+    async def WatchSession(
+        self, request: pb.WatchSessionRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchSessionResponse]:
+        """Stream the raw log after `after_seq`, then each appended entry, in seq order.
+
+        The stream ends (OK) when the session is deleted or recreated. Raises
+        INVALID_ARGUMENT/INVALID_VALUE for a negative after_seq, and the common statuses.
+        """
+        async for entry in self._store.watch(
+            current_tenant(), codec.ref_in(request.session), request.after_seq
+        ):
+            yield pb.WatchSessionResponse(entry=codec.entry_out(entry))
