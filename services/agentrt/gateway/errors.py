@@ -1,0 +1,223 @@
+"""Provider failures as domain errors (seed 002 "Provider Adapters"; 004 §2.5g, §2.10).
+
+`classify(exc)` turns an exception from the `openai` or `anthropic` SDK (or a malformed
+stream) into a `ProviderError`, a `MeshError` that also says whether a retry may help:
+
+| provider answer                                   | status / reason                          | retryable |
+| ------------------------------------------------- | ---------------------------------------- | --------- |
+| 429 (not a spent quota)                           | RESOURCE_EXHAUSTED / RATE_LIMITED         | yes       |
+| 5xx, 529 overloaded, 408/409, connection, timeout | UNAVAILABLE / PROVIDER_UNAVAILABLE        | yes       |
+| 4xx whose message names the context window        | INVALID_ARGUMENT / CONTEXT_OVERFLOW       | no        |
+| any other 4xx                                     | INVALID_ARGUMENT / INVALID_REQUEST        | no        |
+| 401, 403                                          | UNAUTHENTICATED / PROVIDER_AUTHENTICATION | no        |
+
+Context overflow is detected from the provider's own words (004 §2.5g): a plain 400 is a
+malformed request, and treating it as an overflow would hide a bug behind compaction.
+Retry-After (`retry-after-ms`, then `retry-after` in seconds or as an HTTP date) becomes
+`retry_after_seconds`, so the caller gets a RetryInfo. Error events inside a stream (status
+200 with an error body) are classified by the body's type or code.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import openai
+
+from agentrt.core.errors import MeshError, Reason, Status
+
+#: Lower-cased fragments that mark a context-window overflow in a provider's error
+#: (OpenAI's context_length_exceeded family, Anthropic's "prompt is too long" and
+#: model_context_window_exceeded, and the wording of common OpenAI-compatible servers).
+OVERFLOW_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "context_window",
+    "prompt is too long",
+    "model_context_window_exceeded",
+    "exceeds the context",
+    "exceed_context_size",
+    "exceeds the available context size",
+    "input is too long",
+)
+
+_RATE_TYPES = {"rate_limit_error", "rate_limit_exceeded", "requests", "tokens"}
+_UNAVAILABLE_TYPES = {"overloaded_error", "api_error", "server_error", "service_unavailable", "timeout_error"}
+_AUTH_TYPES = {"authentication_error", "permission_error", "invalid_api_key"}
+
+
+@dataclass
+class ProviderError(MeshError):
+    """A MeshError from a provider call.
+
+    Attributes:
+        retryable: whether the same request may succeed later (rate limit, overload, 5xx).
+        provider: the provider key, e.g. "anthropic".
+    """
+
+    retryable: bool = False
+    provider: str = ""
+
+
+def unavailable(provider: str, message: str, *, retryable: bool = True) -> ProviderError:
+    """Build UNAVAILABLE/PROVIDER_UNAVAILABLE, e.g. for a stream that ended early."""
+    return ProviderError(
+        Status.UNAVAILABLE,
+        Reason.PROVIDER_UNAVAILABLE,
+        message,
+        {"provider": provider},
+        retryable=retryable,
+        provider=provider,
+    )
+
+
+def is_overflow_text(text: str) -> bool:
+    """Return True when an error message or code names a context-window overflow."""
+    low = text.lower()
+    return any(marker in low for marker in OVERFLOW_MARKERS)
+
+
+def classify(exc: BaseException, provider: str) -> ProviderError:
+    """Map an SDK exception (or a malformed-stream error) to a ProviderError.
+
+    Args:
+        exc: what the SDK raised; unknown exceptions count as an unavailable provider.
+        provider: the provider key, recorded in the error's metadata.
+
+    Returns:
+        The classified error (see the module docstring's table).
+    """
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, (openai.APIConnectionError, anthropic.APIConnectionError)):
+        return unavailable(provider, f"{provider} could not be reached: {exc}")
+    status = getattr(exc, "status_code", None)
+    body = getattr(exc, "body", None)
+    headers = _headers(exc)
+    kind, code, message = _error_fields(body)
+    message = message or str(exc) or type(exc).__name__
+    if isinstance(exc, (openai.APIError, anthropic.APIError)):
+        return _from_status(provider, status, kind, code, message, headers)
+    # A stream whose bytes were not valid SSE/JSON, or any other transport surprise.
+    return unavailable(provider, f"{provider} sent a malformed response: {type(exc).__name__}: {exc}")
+
+
+def from_error_body(
+    provider: str, error: Mapping[str, Any] | None, status: int | None = None
+) -> ProviderError:
+    """Classify an error object found inside a response (OpenAI `response.failed`, stream events)."""
+    kind, code, message = _error_fields({"error": dict(error or {})})
+    return _from_status(provider, status, kind, code, message or "provider reported an error", {})
+
+
+def _from_status(
+    provider: str, status: int | None, kind: str, code: str, message: str, headers: Mapping[str, str]
+) -> ProviderError:
+    meta = {"provider": provider}
+    if status is not None and status != 200:
+        meta["http_status"] = str(status)
+    if code:
+        meta["provider_code"] = code
+    retry_after = retry_after_seconds(headers)
+    text = f"{provider}: {message}"
+    labels = {kind, code}
+    if status in (401, 403) or labels & _AUTH_TYPES:
+        return ProviderError(
+            Status.UNAUTHENTICATED, Reason.PROVIDER_AUTHENTICATION, text, meta, provider=provider
+        )
+    if status == 429 or labels & _RATE_TYPES:
+        # A spent quota does not come back by waiting a few seconds.
+        spent = "insufficient_quota" in labels
+        return ProviderError(
+            Status.RESOURCE_EXHAUSTED,
+            Reason.RATE_LIMITED,
+            text,
+            meta,
+            retry_after,
+            retryable=not spent,
+            provider=provider,
+        )
+    if is_overflow_text(f"{code} {message}"):
+        return ProviderError(Status.INVALID_ARGUMENT, Reason.CONTEXT_OVERFLOW, text, meta, provider=provider)
+    if (status is not None and (status >= 500 or status in (408, 409))) or labels & _UNAVAILABLE_TYPES:
+        return ProviderError(
+            Status.UNAVAILABLE,
+            Reason.PROVIDER_UNAVAILABLE,
+            text,
+            meta,
+            retry_after,
+            retryable=True,
+            provider=provider,
+        )
+    if status is not None and 400 <= status < 500:
+        return ProviderError(Status.INVALID_ARGUMENT, Reason.INVALID_REQUEST, text, meta, provider=provider)
+    # Status 200 with an error we do not recognize (a stream error event), or no status.
+    return ProviderError(
+        Status.UNAVAILABLE,
+        Reason.PROVIDER_UNAVAILABLE,
+        text,
+        meta,
+        retry_after,
+        retryable=True,
+        provider=provider,
+    )
+
+
+def _headers(exc: BaseException) -> Mapping[str, str]:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    return headers if headers is not None else {}
+
+
+def _error_fields(body: object) -> tuple[str, str, str]:
+    """Return (type, code, message) from an OpenAI or Anthropic error body."""
+    if isinstance(body, str):
+        text = body
+        try:
+            body = json.loads(text)
+        except ValueError:
+            return "", "", text
+    if not isinstance(body, Mapping):
+        return "", "", ""
+    error = body.get("error", body)
+    if not isinstance(error, Mapping):
+        return "", "", str(error)
+    kind = error.get("type") or ""
+    code = error.get("code") or ""
+    details = error.get("details")
+    if not code and isinstance(details, Mapping):
+        code = details.get("error_code") or ""
+    message = error.get("message") or ""
+    return str(kind), str(code), str(message)
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Read how long the provider asked us to wait, in seconds; None when it did not say.
+
+    Reads `retry-after-ms` (OpenAI), then `retry-after` as seconds or as an HTTP date.
+    """
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms:
+            return max(0.0, float(ms) / 1000.0)
+        value = headers.get("retry-after")
+    except AttributeError:
+        return None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, parsed.timestamp() - (time.time() if now is None else now))

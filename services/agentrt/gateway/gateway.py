@@ -1,0 +1,256 @@
+"""The gateway's domain service: resolve, validate, limit, call, retry (seed 002 "LLM Integration").
+
+One model call, in order:
+1. resolve the provider and model (the request's, else the configured default);
+   unknown provider -> INVALID_ARGUMENT/UNKNOWN_PROVIDER, known but not configured ->
+   FAILED_PRECONDITION/PROVIDER_NOT_CONFIGURED;
+2. validate the request whole (validation.py): nothing is sent for a bad request;
+3. reserve the estimated input tokens with the limiter (waiting at most the request's
+   max_queue_wait, default from config, and never past the caller's deadline);
+4. call the adapter, retrying retryable errors (retry.py) within the deadline;
+5. settle the reservation with the reported input tokens.
+
+Streams retry only until their first delta: once a delta has reached the caller, a
+failure ends the stream with the error and no final response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import suppress
+
+from agentrt.core.errors import MeshError, Reason, Status, invalid, precondition
+from agentrt.gateway.errors import ProviderError
+from agentrt.gateway.limiter import LimiterKey, Reservation, TokenLimiter, estimate_tokens
+from agentrt.gateway.provider import Call, Provider
+from agentrt.gateway.retry import RetryContext, RetryPolicy, log_retry, next_delay, with_retries
+from agentrt.gateway.validation import validate_request
+from agentrt.v1 import common_pb2 as c
+from agentrt.v1 import gateway_service_pb2 as g
+
+#: Every provider key this build knows, configured or not.
+KNOWN_PROVIDERS = ("local", "openai", "openai-chat", "anthropic")
+
+
+def parse_model_ref(text: str) -> c.ModelRef:
+    """Parse "provider:model" (or "provider") into a ModelRef."""
+    provider, _, model = text.partition(":")
+    return c.ModelRef(provider=provider.strip(), model=model.strip())
+
+
+class ModelGateway:
+    """Provider-neutral Generate / StreamGenerate / CountTokens / ListModels."""
+
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        limiter: TokenLimiter,
+        *,
+        default_model: c.ModelRef,
+        retry_policy: RetryPolicy,
+        request_timeout_seconds: float = 600.0,
+        default_max_queue_wait_seconds: float = 30.0,
+    ) -> None:
+        """Create the gateway.
+
+        Args:
+            providers: the configured providers by key.
+            limiter: the input-token limiter.
+            default_model: used when a request names no provider.
+            retry_policy: how retryable provider errors are retried.
+            request_timeout_seconds: cap on one provider call, in seconds.
+            default_max_queue_wait_seconds: limiter wait when a request sets none, in seconds.
+        """
+        self._providers = dict(providers)
+        self._limiter = limiter
+        self._default = default_model
+        self._retry = retry_policy
+        self._timeout = request_timeout_seconds
+        self._queue_wait = default_max_queue_wait_seconds
+
+    def provider(self, name: str) -> Provider | None:
+        """Return the configured provider called name, or None."""
+        return self._providers.get(name)
+
+    def resolve(self, ref: c.ModelRef) -> tuple[Provider, str]:
+        """Return (provider, model id) for a request's model.
+
+        Raises:
+            MeshError: INVALID_ARGUMENT/UNKNOWN_PROVIDER, FAILED_PRECONDITION/PROVIDER_NOT_CONFIGURED.
+        """
+        name = ref.provider or self._default.provider
+        model = ref.model if ref.provider else (ref.model or self._default.model)
+        if name not in KNOWN_PROVIDERS:
+            raise invalid(
+                Reason.UNKNOWN_PROVIDER,
+                f"unknown provider {name!r}; known: {', '.join(KNOWN_PROVIDERS)}",
+                field="model.provider",
+            )
+        provider = self._providers.get(name)
+        if provider is None:
+            raise precondition(
+                Reason.PROVIDER_NOT_CONFIGURED,
+                f"provider {name!r} is not configured on this gateway (no API key, base URL or model file)",
+                provider=name,
+            )
+        return provider, model or provider.default_model
+
+    def _prepare(
+        self, request: g.ModelRequest, time_remaining: float | None
+    ) -> tuple[Provider, Call, float | None]:
+        provider, model = self.resolve(request.model)
+        validate_request(request)
+        deadline = None if time_remaining is None else time.monotonic() + time_remaining
+        timeout = self._timeout if time_remaining is None else max(0.001, min(self._timeout, time_remaining))
+        return provider, Call(request, model, timeout), deadline
+
+    def _max_wait(self, request: g.ModelRequest, deadline: float | None) -> float:
+        wait = self._queue_wait
+        if request.HasField("max_queue_wait"):
+            wait = request.max_queue_wait.ToTimedelta().total_seconds()
+        if deadline is not None:
+            wait = min(wait, max(0.0, deadline - time.monotonic()))
+        return wait
+
+    async def _reserve(
+        self, request: g.ModelRequest, provider: Provider, call: Call, deadline: float | None
+    ) -> Reservation:
+        key = LimiterKey(request.tenant, provider.name, call.model)
+        return await self._limiter.reserve(
+            key, estimate_tokens(request.ByteSize()), self._max_wait(request, deadline)
+        )
+
+    async def _on_retry(self, key: LimiterKey, err: ProviderError) -> None:
+        await self._limiter.record_outcome(key, rate_limited=err.reason == Reason.RATE_LIMITED)
+
+    async def generate(
+        self, request: g.ModelRequest, time_remaining: float | None = None
+    ) -> g.GenerateResponse:
+        """Make one model call and return the canonical response (004 §2.1).
+
+        Args:
+            request: the provider-neutral request.
+            time_remaining: seconds until the caller's deadline; None for none.
+
+        Raises:
+            MeshError: from resolve and validation (see there); RESOURCE_EXHAUSTED/RATE_LIMITED
+                (with retry_after_seconds) from the limiter or the provider; UNAVAILABLE/
+                PROVIDER_UNAVAILABLE; INVALID_ARGUMENT/CONTEXT_OVERFLOW or INVALID_REQUEST;
+                UNAUTHENTICATED/PROVIDER_AUTHENTICATION.
+        """
+        provider, call, deadline = self._prepare(request, time_remaining)
+        reservation = await self._reserve(request, provider, call, deadline)
+        where = RetryContext(provider.name, call.model, request.run_id)
+        try:
+            response, retries = await with_retries(
+                lambda: provider.generate(call),
+                self._retry,
+                deadline,
+                where,
+                on_retry=lambda err: self._on_retry(reservation.key, err),
+            )
+        except ProviderError as err:
+            await self._settle_failed(reservation, err)
+            raise
+        await self._settle(reservation, response)
+        out = g.GenerateResponse(response=response, retries=retries)
+        out.queue_wait.FromNanoseconds(int(reservation.waited_seconds * 1e9))
+        return out
+
+    async def stream(
+        self, request: g.ModelRequest, time_remaining: float | None = None
+    ) -> AsyncIterator[g.StreamGenerateResponse]:
+        """Stream deltas, then exactly one `final` (the accepted response), then end.
+
+        Closing the iterator (the caller went away) closes the provider stream.
+
+        Raises:
+            MeshError: as generate; a provider stream that ends without its terminal event
+                raises UNAVAILABLE/PROVIDER_UNAVAILABLE and yields no final.
+        """
+        provider, call, deadline = self._prepare(request, time_remaining)
+        reservation = await self._reserve(request, provider, call, deadline)
+        where = RetryContext(provider.name, call.model, request.run_id)
+        retries = 0
+        while True:
+            sent = False
+            items = provider.stream(call)
+            try:
+                async for item in items:
+                    if isinstance(item, c.ModelResponse):
+                        await self._settle(reservation, item)
+                        final = g.GenerateResponse(response=item, retries=retries)
+                        final.queue_wait.FromNanoseconds(int(reservation.waited_seconds * 1e9))
+                        yield g.StreamGenerateResponse(final=final)
+                        return
+                    sent = True
+                    yield item
+                raise ProviderError(
+                    Status.INTERNAL, Reason.INTERNAL, f"{provider.name} stream yielded no final response"
+                )
+            except ProviderError as err:
+                delay = None if sent else next_delay(err, retries, self._retry, deadline)
+                if delay is None:
+                    await self._settle_failed(reservation, err)
+                    raise
+                retries += 1
+                log_retry(err, retries, delay, self._retry, where)
+                await self._on_retry(reservation.key, err)
+                await asyncio.sleep(delay)
+            finally:
+                with suppress(Exception):
+                    await items.aclose()  # type: ignore[attr-defined]
+
+    async def count_tokens(
+        self, request: g.ModelRequest, time_remaining: float | None = None
+    ) -> g.CountTokensResponse:
+        """Count a request's input tokens where the provider can.
+
+        Raises:
+            MeshError: as generate; FAILED_PRECONDITION/TOKEN_COUNTING_UNSUPPORTED where it cannot.
+        """
+        provider, call, deadline = self._prepare(request, time_remaining)
+        if not provider.counts_tokens:
+            raise precondition(
+                Reason.TOKEN_COUNTING_UNSUPPORTED,
+                f"{provider.name} cannot count tokens",
+                provider=provider.name,
+            )
+        counted, _ = await with_retries(
+            lambda: provider.count_tokens(call),
+            self._retry,
+            deadline,
+            RetryContext(provider.name, call.model),
+        )
+        return g.CountTokensResponse(input_tokens=counted.input_tokens, kind=counted.kind)  # type: ignore[arg-type]
+
+    def list_models(self) -> g.ListModelsResponse:
+        """Return the configured providers with their default models, in KNOWN_PROVIDERS order."""
+        out = g.ListModelsResponse()
+        for name in KNOWN_PROVIDERS:
+            provider = self._providers.get(name)
+            if provider is not None:
+                out.models.add(
+                    model=c.ModelRef(provider=name, model=provider.default_model),
+                    counts_tokens=provider.counts_tokens,
+                    streams=provider.streams,
+                )
+        return out
+
+    async def _settle(self, reservation: Reservation, response: c.ModelResponse) -> None:
+        used = response.usage.input_tokens if response.usage.input_tokens else None
+        await self._limiter.settle(reservation, used)
+        await self._limiter.record_outcome(reservation.key, rate_limited=False)
+
+    async def _settle_failed(self, reservation: Reservation, err: MeshError) -> None:
+        # A refused call consumed no input tokens; a rate limit is feedback for the limiter.
+        await self._limiter.settle(reservation, 0)
+        await self._limiter.record_outcome(reservation.key, rate_limited=err.reason == Reason.RATE_LIMITED)
+
+    async def close(self) -> None:
+        """Close every provider."""
+        for provider in self._providers.values():
+            with suppress(Exception):
+                await provider.close()

@@ -1,0 +1,107 @@
+"""The interface every provider adapter implements (seed 002 "Provider Adapters").
+
+An adapter is stateless with respect to conversation history: every request carries the
+whole transcript. It translates a validated provider-neutral `ModelRequest` into one SDK
+call and the answer into a canonical `ModelResponse` (blocks in order, canonical stop
+reason, usage), raising `ProviderError` (agentrt.gateway.errors) on failure.
+
+Streams yield `StreamGenerateResponse` deltas (text, thinking, tool-call fragments) as
+previews and end with exactly one `ModelResponse`, the accepted response. A provider
+stream that ends without its terminal event raises instead: there is no accepted
+response, whatever the deltas showed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentrt.v1 import common_pb2 as c
+from agentrt.v1 import gateway_service_pb2 as g
+
+#: What a provider stream yields: deltas, then exactly one ModelResponse, last.
+StreamItem = g.StreamGenerateResponse | c.ModelResponse
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """A counted input.
+
+    Attributes:
+        input_tokens: input tokens of the request.
+        kind: how exact (agentrt.v1.TokenCountKind).
+    """
+
+    input_tokens: int
+    kind: int
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call as an adapter sees it.
+
+    Attributes:
+        request: the validated provider-neutral request.
+        model: the resolved model id (the provider default when the request named none).
+        timeout_seconds: the longest this HTTP call may take, in seconds.
+    """
+
+    request: g.ModelRequest
+    model: str
+    timeout_seconds: float
+
+
+class Provider(Protocol):
+    """A model provider behind the gateway."""
+
+    name: str
+    default_model: str
+    counts_tokens: bool
+    streams: bool
+
+    async def generate(self, call: Call) -> c.ModelResponse:
+        """Make one blocking call and return the canonical response.
+
+        Raises:
+            ProviderError: classified provider failure.
+        """
+        ...
+
+    def stream(self, call: Call) -> AsyncIterator[StreamItem]:
+        """Stream deltas, then exactly one ModelResponse.
+
+        Raises:
+            ProviderError: classified provider failure, or a stream that ended early.
+        """
+        ...
+
+    async def count_tokens(self, call: Call) -> TokenCount:
+        """Count the request's input tokens.
+
+        Raises:
+            MeshError: FAILED_PRECONDITION/TOKEN_COUNTING_UNSUPPORTED where the provider cannot.
+            ProviderError: classified provider failure.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release connections and models."""
+        ...
+
+
+def text_delta(text: str) -> g.StreamGenerateResponse:
+    """Return a text delta."""
+    return g.StreamGenerateResponse(text_delta=text)
+
+
+def thinking_delta(text: str) -> g.StreamGenerateResponse:
+    """Return a reasoning delta."""
+    return g.StreamGenerateResponse(thinking_delta=text)
+
+
+def tool_delta(index: int, name: str, fragment: str) -> g.StreamGenerateResponse:
+    """Return a tool-call fragment (name only on the call's first delta)."""
+    return g.StreamGenerateResponse(
+        tool_call_delta=g.ToolCallDelta(index=index, name=name, arguments_delta=fragment)
+    )

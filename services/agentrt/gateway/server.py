@@ -1,0 +1,84 @@
+"""Build and serve the ModelGatewayService process.
+
+`build_server` creates one adapter per configured provider, the in-process token limiter
+(the seam issue 4's cluster-wide limiter replaces) and the retry policy. The ready hook
+loads the local model when it is configured, so the first turn does not pay for it; the
+close hook closes the providers' HTTP clients.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agentrt.gateway.anthropic_messages import AnthropicMessagesProvider
+from agentrt.gateway.config import GatewayConfig
+from agentrt.gateway.gateway import ModelGateway, parse_model_ref
+from agentrt.gateway.limiter import InProcessTokenLimiter, TokenLimiter
+from agentrt.gateway.openai_chat import OpenAIChatProvider
+from agentrt.gateway.openai_responses import OpenAIResponsesProvider
+from agentrt.gateway.provider import Provider
+from agentrt.gateway.retry import RetryPolicy
+from agentrt.gateway.servicer import GatewayServicer
+from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
+
+SERVICE_NAME = "agentrt.v1.ModelGatewayService"
+
+log = logging.getLogger("agentrt.gateway")
+
+
+def build_providers(config: GatewayConfig) -> dict[str, Provider]:
+    """Return an adapter for each configured provider, by provider key."""
+    providers: dict[str, Provider] = {}
+    if config.local.enabled:
+        from agentrt.gateway.local import LocalProvider
+
+        providers["local"] = LocalProvider(config.local)
+    if config.openai.enabled:
+        providers["openai"] = OpenAIResponsesProvider(config.openai)
+    if config.openai_chat.enabled:
+        providers["openai-chat"] = OpenAIChatProvider(config.openai_chat)
+    if config.anthropic.enabled:
+        providers["anthropic"] = AnthropicMessagesProvider(config.anthropic, config.anthropic_max_tokens)
+    return providers
+
+
+def build_gateway(config: GatewayConfig, limiter: TokenLimiter | None = None) -> ModelGateway:
+    """Return the domain gateway for config (limiter: the in-process one unless given)."""
+    return ModelGateway(
+        build_providers(config),
+        limiter or InProcessTokenLimiter(config.tokens_per_minute),
+        default_model=parse_model_ref(config.default_model),
+        retry_policy=RetryPolicy(
+            max_retries=config.max_retries,
+            initial_backoff_seconds=config.initial_backoff_seconds,
+            max_backoff_seconds=config.max_backoff_seconds,
+            max_retry_after_seconds=config.max_retry_after_seconds,
+        ),
+        request_timeout_seconds=config.request_timeout_seconds,
+        default_max_queue_wait_seconds=config.default_max_queue_wait_seconds,
+    )
+
+
+def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> MeshServer:
+    """Return the ModelGatewayService server (not started)."""
+    gateway = build_gateway(config, limiter)
+    servicer = GatewayServicer(gateway)
+    binding = ServiceBinding(
+        SERVICE_NAME, lambda s: pb_grpc.add_ModelGatewayServiceServicer_to_server(servicer, s)
+    )
+
+    async def ready() -> None:
+        local = gateway.provider("local")
+        if local is not None:
+            try:
+                await local.warm()  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001 - a model that fails to load fails its calls, not the server
+                log.exception("the local model could not be loaded; local calls will fail")
+
+    return MeshServer(config.server, [binding], ready=ready, close=gateway.close)
+
+
+async def serve(config: GatewayConfig) -> None:
+    """Serve until SIGTERM/SIGINT, then drain."""
+    await build_server(config).serve_forever()

@@ -1,0 +1,189 @@
+"""Request validation before any provider call (seed 002 "The Validated Model Client").
+
+A request is rejected whole, never repaired: at most 16 MiB, at most 100,000 visited
+values (content blocks, tools, and every JSON value inside tool schemas, the output
+schema and recorded tool-call arguments), JSON nested at most 64 deep. Tool names match
+[a-zA-Z0-9_-]{1,64} and are unique; a tool's `parameters_json_schema` is a JSON object.
+Every failure is INVALID_ARGUMENT with a stable reason and the offending field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from agentrt.core.errors import MeshError, Reason, invalid, missing
+from agentrt.v1 import common_pb2 as c
+from agentrt.v1 import gateway_service_pb2 as g
+
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+MAX_VALUES = 100_000
+MAX_DEPTH = 64
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def validate_request(request: g.ModelRequest) -> None:
+    """Check a ModelRequest against the 002 limits and the contract's field rules.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT with reason REQUEST_TOO_LARGE (bytes, values, depth;
+            metadata `limit` says which), INVALID_JSON (a schema that is not a JSON object),
+            MISSING_FIELD (no messages, a tool call without id or name), INVALID_VALUE
+            (bad role, empty block, bad tool name, bad setting) or UNKNOWN_TOOL (a named
+            tool choice that is not among the tools).
+    """
+    size = request.ByteSize()
+    if size > MAX_REQUEST_BYTES:
+        raise invalid(
+            Reason.REQUEST_TOO_LARGE,
+            f"request is {size} bytes; the limit is {MAX_REQUEST_BYTES}",
+            limit="bytes",
+        )
+    if not request.messages:
+        raise missing("messages")
+    budget = _Budget()
+    names = _validate_tools(request.tools, budget)
+    _validate_messages(request.messages, budget)
+    _validate_settings(request.settings, names, budget)
+
+
+class _Budget:
+    """Counts visited values against MAX_VALUES."""
+
+    def __init__(self) -> None:
+        self.values = 0
+
+    def spend(self, n: int) -> None:
+        self.values += n
+        if self.values > MAX_VALUES:
+            raise invalid(
+                Reason.REQUEST_TOO_LARGE,
+                f"request holds more than {MAX_VALUES} values",
+                limit="values",
+            )
+
+
+def parse_json_object(text: str, field: str, budget: _Budget | None = None) -> dict[str, Any]:
+    """Parse text as a JSON object within the depth and value limits.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/INVALID_JSON when text is not a JSON object;
+            INVALID_ARGUMENT/REQUEST_TOO_LARGE when it nests deeper than 64 or holds
+            too many values.
+    """
+    value = _parse(text, field)
+    if not isinstance(value, dict):
+        raise invalid(Reason.INVALID_JSON, f"{field} must be a JSON object", field=field)
+    _measure(value, field, budget)
+    return value
+
+
+def _parse(text: str, field: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise _too_deep(field) from exc
+    except ValueError as exc:
+        raise invalid(Reason.INVALID_JSON, f"{field} is not valid JSON: {exc}", field=field) from exc
+
+
+def _too_deep(field: str) -> MeshError:
+    return invalid(
+        Reason.REQUEST_TOO_LARGE, f"{field} nests deeper than {MAX_DEPTH}", field=field, limit="depth"
+    )
+
+
+def _measure(value: Any, field: str, budget: _Budget | None) -> None:
+    """Walk value iteratively (no recursion limit), counting values and checking depth."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    count = 0
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if depth > MAX_DEPTH:
+            raise _too_deep(field)
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        if budget is not None and count >= 1024:
+            budget.spend(count)
+            count = 0
+    if budget is not None:
+        budget.spend(count)
+
+
+def _validate_tools(tools: Any, budget: _Budget) -> set[str]:
+    names: set[str] = set()
+    for i, spec in enumerate(tools):
+        field = f"tools[{i}]"
+        budget.spend(1)
+        if not _TOOL_NAME.match(spec.name):
+            raise invalid(Reason.INVALID_VALUE, f"{field}.name must match [a-zA-Z0-9_-]{{1,64}}", field=field)
+        if spec.name in names:
+            raise invalid(Reason.INVALID_VALUE, f"tool {spec.name!r} is declared twice", field=field)
+        names.add(spec.name)
+        if spec.parameters_json_schema:
+            parse_json_object(spec.parameters_json_schema, f"{field}.parameters_json_schema", budget)
+    return names
+
+
+def _validate_messages(messages: Any, budget: _Budget) -> None:
+    for i, message in enumerate(messages):
+        field = f"messages[{i}]"
+        if message.role == c.ROLE_UNSPECIFIED or message.role not in c.Role.values():
+            raise invalid(
+                Reason.INVALID_VALUE, f"{field}.role must be system, user or assistant", field=field
+            )
+        for j, block in enumerate(message.content):
+            budget.spend(1)
+            _validate_block(block, f"{field}.content[{j}]", budget)
+
+
+def _validate_block(block: c.ContentBlock, field: str, budget: _Budget) -> None:
+    kind = block.WhichOneof("block")
+    if kind is None:
+        raise invalid(Reason.INVALID_VALUE, f"{field} has no block set", field=field)
+    if kind == "tool_use":
+        call = block.tool_use
+        if not call.call_id:
+            raise missing(f"{field}.tool_use.call_id")
+        if not call.name:
+            raise missing(f"{field}.tool_use.name")
+        if call.arguments:
+            value = _parse(call.arguments, f"{field}.tool_use.arguments")
+            _measure(value, f"{field}.tool_use.arguments", budget)
+    elif kind == "tool_result" and not block.tool_result.call_id:
+        raise missing(f"{field}.tool_result.call_id")
+    elif kind == "raw" and block.raw.json:
+        value = _parse(block.raw.json, f"{field}.raw.json")
+        _measure(value, f"{field}.raw.json", budget)
+
+
+def _validate_settings(settings: c.ModelSettings, names: set[str], budget: _Budget) -> None:
+    if settings.HasField("temperature") and not 0.0 <= settings.temperature <= 2.0:
+        raise invalid(
+            Reason.INVALID_VALUE, "settings.temperature must be within [0, 2]", field="settings.temperature"
+        )
+    if settings.HasField("top_p") and not 0.0 < settings.top_p <= 1.0:
+        raise invalid(Reason.INVALID_VALUE, "settings.top_p must be within (0, 1]", field="settings.top_p")
+    if settings.HasField("max_output_tokens") and settings.max_output_tokens <= 0:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            "settings.max_output_tokens must be positive",
+            field="settings.max_output_tokens",
+        )
+    if settings.output_json_schema:
+        parse_json_object(settings.output_json_schema, "settings.output_json_schema", budget)
+    choice = settings.tool_choice
+    if choice.mode == c.TOOL_CHOICE_MODE_NAMED and choice.name not in names:
+        raise invalid(
+            Reason.UNKNOWN_TOOL,
+            f"tool_choice names {choice.name!r}, which is not among the tools",
+            field="settings.tool_choice.name",
+        )
+    if choice.mode == c.TOOL_CHOICE_MODE_REQUIRED and not names:
+        raise invalid(
+            Reason.INVALID_VALUE, "tool_choice REQUIRED needs at least one tool", field="settings.tool_choice"
+        )

@@ -1,0 +1,401 @@
+"""Wire-level emulator of the OpenAI and Anthropic HTTP APIs, driven by a scripted reply list.
+
+The official SDKs are pointed at it by base URL (OpenAI: `emu.base_url + "/v1"`,
+Anthropic: `emu.base_url`); nothing in the product knows it is an emulator. It is a stdlib
+ThreadingHTTPServer on 127.0.0.1 in a background thread, so the test process and a
+separate gateway process can both talk to it.
+
+Endpoints (all POST):
+- /v1/responses                OpenAI Responses, JSON or `stream: true` SSE with the real event names
+- /v1/responses/input_tokens   OpenAI input-token count
+- /v1/chat/completions         Chat Completions, JSON or SSE chunks ending `data: [DONE]`
+- /v1/messages                 Anthropic Messages, JSON or SSE (message_start ... message_stop)
+- /v1/messages/count_tokens    Anthropic token count
+- /_emulator/script            append replies (JSON list, same shape as --script)
+- /_emulator/requests (GET)    the requests received so far
+
+Every model endpoint takes the next reply from one FIFO script shared by all endpoints; an
+empty script answers 500 with a message saying so. The count endpoints do not consume
+replies: they answer `token_count` when set, else about a quarter of the body's bytes.
+
+A `Reply` with stop "context_window" is Anthropic's success-shaped
+`model_context_window_exceeded`; OpenAI has no such shape, so its endpoints answer that
+reply with their real 400 context_length_exceeded error instead.
+
+Standalone: `python -m tests.emulators.providers --port N --script replies.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class ToolCallReply:
+    """One tool call of a scripted reply.
+
+    Attributes:
+        name: the tool name.
+        arguments: the argument text, sent byte for byte (Anthropic JSON bodies embed it raw
+            when it is valid JSON, and `{}` otherwise; streams always send it as is).
+        id: the provider call id; generated when None.
+    """
+
+    name: str
+    arguments: str = "{}"
+    id: str | None = None
+
+
+@dataclass
+class Reply:
+    """A scripted model answer.
+
+    Attributes:
+        text: assistant text (for stop "refusal": the refusal text).
+        tool_calls: tool calls, in order.
+        stop: "end_turn" | "tool_use" | "max_tokens" | "refusal" | "context_window"; None picks
+            "tool_use" when there are tool calls, else "end_turn".
+        input_tokens: input tokens reported (cached included).
+        output_tokens: output tokens reported.
+        cached_tokens: cached input tokens reported.
+        reasoning_tokens: reasoning tokens reported (OpenAI).
+        thinking: reasoning text: Anthropic signed thinking, OpenAI reasoning summary,
+            Chat `reasoning_content`.
+        model: model name reported; the request's model when None.
+        stream_cut: end the stream before its terminal event.
+        stream_malformed: send a data line that is not JSON in the middle of the stream.
+        chunk_chars: characters per streamed delta.
+        event_delay: seconds to wait between streamed events.
+    """
+
+    text: str = ""
+    tool_calls: list[ToolCallReply] = field(default_factory=list)
+    stop: str | None = None
+    input_tokens: int = 10
+    output_tokens: int = 5
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    thinking: str = ""
+    model: str | None = None
+    stream_cut: bool = False
+    stream_malformed: bool = False
+    chunk_chars: int = 8
+    event_delay: float = 0.0
+
+    @property
+    def stop_reason(self) -> str:
+        """The effective stop."""
+        return self.stop or ("tool_use" if self.tool_calls else "end_turn")
+
+
+@dataclass
+class ErrorReply:
+    """A scripted HTTP error, in the shape of the provider whose endpoint was called.
+
+    Attributes:
+        status: HTTP status, e.g. 429, 500, 529, 400.
+        retry_after: seconds sent as Retry-After (and retry-after-ms on OpenAI paths).
+        message: the error message; a realistic one when None.
+        kind: "rate_limit" | "overloaded" | "server_error" | "authentication" |
+            "invalid_request" | "context_overflow"; derived from status when None.
+    """
+
+    status: int = 500
+    retry_after: float | None = None
+    message: str | None = None
+    kind: str | None = None
+
+    @property
+    def effective_kind(self) -> str:
+        """The kind, derived from the status when not given."""
+        if self.kind:
+            return self.kind
+        if self.status == 429:
+            return "rate_limit"
+        if self.status in (503, 529):
+            return "overloaded"
+        if self.status >= 500:
+            return "server_error"
+        if self.status in (401, 403):
+            return "authentication"
+        return "invalid_request"
+
+
+ScriptItem = Reply | ErrorReply
+
+_OPENAI_ERRORS = {
+    "rate_limit": (
+        "tokens",
+        "rate_limit_exceeded",
+        "Rate limit reached for requests. Please try again shortly.",
+    ),
+    "overloaded": ("server_error", None, "The engine is currently overloaded, please try again later"),
+    "server_error": ("server_error", None, "The server had an error while processing your request."),
+    "authentication": ("invalid_request_error", "invalid_api_key", "Incorrect API key provided."),
+    "invalid_request": ("invalid_request_error", "invalid_value", "Invalid value for 'input'."),
+    "context_overflow": (
+        "invalid_request_error",
+        "context_length_exceeded",
+        "Your input exceeds the context window of this model. Please adjust your input and try again.",
+    ),
+}
+_ANTHROPIC_ERRORS = {
+    "rate_limit": ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"),
+    "overloaded": ("overloaded_error", "Overloaded"),
+    "server_error": ("api_error", "Internal server error"),
+    "authentication": ("authentication_error", "invalid x-api-key"),
+    "invalid_request": ("invalid_request_error", "messages: text content blocks must be non-empty"),
+    "context_overflow": ("invalid_request_error", "prompt is too long: 215017 tokens > 200000 maximum"),
+}
+
+
+def reply_from_json(item: dict[str, Any]) -> ScriptItem:
+    """Build a Reply or ErrorReply from its JSON shape (an object with "status" is an error)."""
+    if "status" in item:
+        return ErrorReply(**item)
+    data = dict(item)
+    data["tool_calls"] = [ToolCallReply(**tc) for tc in data.get("tool_calls") or []]
+    return Reply(**data)
+
+
+class ProviderEmulator:
+    """The emulator server (see the module docstring). Also a context manager."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Start serving on host:port (0 picks a free port) in a daemon thread."""
+        self._lock = threading.Lock()
+        self._script: deque[ScriptItem] = deque()
+        self._ids = itertools.count(1)
+        self.requests: list[tuple[str, Any]] = []
+        #: Streams whose client went away before the stream was fully written.
+        self.aborted_streams = 0
+        #: Answer of the count endpoints; None estimates from the body size.
+        self.token_count: int | None = None
+        self._server = ThreadingHTTPServer((host, port), _handler_for(self))
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self.base_url = f"http://{host}:{self.port}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="provider-emulator",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def script(self, replies: list[ScriptItem]) -> None:
+        """Append replies to the script (consumed in order by any model endpoint)."""
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        """Replies not yet consumed."""
+        with self._lock:
+            return len(self._script)
+
+    def next_id(self) -> int:
+        """Return a fresh number for ids."""
+        return next(self._ids)
+
+    def _take(self) -> ScriptItem | None:
+        with self._lock:
+            return self._script.popleft() if self._script else None
+
+    def _record(self, path: str, body: Any) -> None:
+        with self._lock:
+            self.requests.append((path, body))
+
+    def _note_abort(self) -> None:
+        with self._lock:
+            self.aborted_streams += 1
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> ProviderEmulator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _handler_for(emu: ProviderEmulator) -> type[BaseHTTPRequestHandler]:
+    from tests.emulators import _wire as wire
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            if self.path.split("?")[0] == "/_emulator/requests":
+                with emu._lock:
+                    data = [{"path": p, "body": b} for p, b in emu.requests]
+                self._json(200, data)
+            else:
+                self._json(404, {"error": {"message": f"no route GET {self.path}"}})
+
+        def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body: Any = json.loads(raw) if raw else {}
+            except ValueError:
+                body = raw.decode("utf-8", "replace")
+            path = self.path.split("?")[0]
+            if path == "/_emulator/script":
+                emu.script([reply_from_json(x) for x in body])
+                self._json(200, {"pending": emu.pending})
+                return
+            emu._record(path, body)
+            anthropic = path.startswith("/v1/messages")
+            if path in ("/v1/responses/input_tokens", "/v1/messages/count_tokens"):
+                count = emu.token_count if emu.token_count is not None else max(1, len(raw) // 4)
+                payload = {"input_tokens": count}
+                if not anthropic:
+                    payload["object"] = "response.input_tokens"
+                self._json(200, payload)
+                return
+            if path not in ("/v1/responses", "/v1/chat/completions", "/v1/messages"):
+                self._error(404, "invalid_request", f"emulator has no route POST {path}", anthropic)
+                return
+            item = emu._take()
+            if item is None:
+                self._error(
+                    500,
+                    "server_error",
+                    f"provider emulator: the reply script is empty (request to {path})",
+                    anthropic,
+                )
+                return
+            if isinstance(item, ErrorReply):
+                self._error(item.status, item.effective_kind, item.message, anthropic, item.retry_after)
+                return
+            if item.stop_reason == "context_window" and not anthropic:
+                self._error(400, "context_overflow", None, anthropic)
+                return
+            model = item.model or (body.get("model") if isinstance(body, dict) else None) or "emulated-model"
+            stream = isinstance(body, dict) and bool(body.get("stream"))
+            n = emu.next_id()
+            if path == "/v1/responses":
+                events = wire.responses_events(item, model, n) if stream else None
+                payload = wire.responses_object(item, model, n)
+            elif path == "/v1/chat/completions":
+                usage = bool(
+                    ((body.get("stream_options") or {}) if isinstance(body, dict) else {}).get(
+                        "include_usage"
+                    )
+                )
+                events = wire.chat_chunks(item, model, n, usage) if stream else None
+                payload = wire.chat_object(item, model, n)
+            else:
+                events = wire.anthropic_events(item, model, n) if stream else None
+                payload = None
+            if events is not None:
+                self._sse(events, item)
+            elif payload is not None:
+                self._json(200, payload)
+            else:
+                self._text(200, wire.anthropic_body(item, model, n))
+
+        def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+            self._text(status, json.dumps(payload), headers)
+
+        def _text(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
+            data = text.encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.send_header("request-id", f"req_emu_{hashlib.sha1(data).hexdigest()[:12]}")
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(
+            self,
+            status: int,
+            kind: str,
+            message: str | None,
+            anthropic: bool,
+            retry_after: float | None = None,
+        ) -> None:
+            headers: dict[str, str] = {}
+            if retry_after is not None:
+                headers["retry-after"] = f"{retry_after:g}"
+                if not anthropic:
+                    headers["retry-after-ms"] = str(int(retry_after * 1000))
+            if anthropic:
+                etype, default = _ANTHROPIC_ERRORS.get(kind, _ANTHROPIC_ERRORS["server_error"])
+                payload: dict[str, Any] = {
+                    "type": "error",
+                    "error": {"type": etype, "message": message or default},
+                    "request_id": "req_emulated",
+                }
+            else:
+                etype, code, default = _OPENAI_ERRORS.get(kind, _OPENAI_ERRORS["server_error"])
+                payload = {
+                    "error": {"message": message or default, "type": etype, "param": None, "code": code}
+                }
+            self._json(status, payload, headers)
+
+        def _sse(self, events: list[tuple[str | None, str]], reply: Reply) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            if reply.stream_malformed:
+                half = len(events) // 2
+                # Named like its neighbour, so SDKs that skip unnamed events still parse it.
+                events = [*events[:half], (events[half][0], "{this is not json"), *events[half:]]
+            try:
+                for name, data in events:
+                    frame = (f"event: {name}\n" if name else "") + f"data: {data}\n\n"
+                    self.wfile.write(frame.encode())
+                    self.wfile.flush()
+                    if reply.event_delay:
+                        time.sleep(reply.event_delay)
+            except (BrokenPipeError, ConnectionResetError):
+                emu._note_abort()
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the emulator as a process until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(description="OpenAI/Anthropic wire emulator")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--script", default=None, help="JSON file: a list of replies")
+    args = parser.parse_args(argv)
+    emu = ProviderEmulator(args.host, args.port)
+    if args.script:
+        with open(args.script, encoding="utf-8") as fh:
+            emu.script([reply_from_json(x) for x in json.load(fh)])
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(f"provider emulator listening on {emu.base_url}", flush=True)
+    stop.wait()
+    emu.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
