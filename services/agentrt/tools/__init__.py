@@ -1,0 +1,9 @@
+"""The tool execution service (ToolService, seed 004 §2.7, §2.7b–c, §2.7g, §2.7j–s).
+
+Rooms: `config` (environment), `server` (process), `servicer` (proto <-> domain),
+`executor` (one call, exactly once, through the journal), `catalog` (tool specs),
+`args` (lenient argument decoding), `files` + `patch` (in-process file tools), `paths`
+(workspace confinement), `sandbox` (bubblewrap command runner), `sandboxes` (sandbox
+lifecycle and workspaces), `output` (bounded capture), `results` (outcomes), `store` +
+`models` (journal and sandbox tables). See docs/services/tools.md.
+"""

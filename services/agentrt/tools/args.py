@@ -1,0 +1,135 @@
+"""Lenient decoding of a call's argument string (004 §2.7l, §2.7h).
+
+Every failure raises `ArgError` whose text tells the model what to resend; the tools turn
+it into an is_error result, never a gRPC error, so the model's spelling slip costs one call,
+not the run. Optional string fields accept the zero-value sentinels null, 0 and false as
+"" (a non-strict backend fills an unused field with them); any other non-string refuses.
+Unknown keys are ignored (additionalProperties is not enforced locally, §2.7h).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+class ArgError(Exception):
+    """Arguments the tool cannot use; `str()` is the model-facing explanation."""
+
+
+@dataclass(frozen=True)
+class CallInput:
+    """A tool call as the tool service receives it.
+
+    Attributes:
+        call_id: the runtime's call id.
+        name: the tool name.
+        arguments: the exact argument string ("" when absent or not JSON).
+        invalid_arguments: text that was not JSON (base64 when invalid_arguments_base64).
+        invalid_arguments_base64: True when invalid_arguments is base64 of non-UTF-8 bytes.
+    """
+
+    call_id: str
+    name: str
+    arguments: str = ""
+    invalid_arguments: str = ""
+    invalid_arguments_base64: bool = False
+
+
+_RESEND = "Resend the call with the arguments as one JSON object."
+
+
+def decode_object(call: CallInput) -> dict[str, Any]:
+    """Return the call's arguments as a dict ({} when there were none).
+
+    Raises:
+        ArgError: the arguments were not JSON, or not a JSON object.
+    """
+    if call.invalid_arguments:
+        what = "bytes that are not UTF-8" if call.invalid_arguments_base64 else "text that is not valid JSON"
+        raise ArgError(f"The arguments of {call.name} were {what}. {_RESEND}")
+    text = call.arguments.strip()
+    if not text or text == "null":
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ArgError(f"The arguments of {call.name} are not valid JSON ({exc}). {_RESEND}") from exc
+    if not isinstance(value, dict):
+        raise ArgError(
+            f"The arguments of {call.name} must be a JSON object, not {type(value).__name__}. {_RESEND}"
+        )
+    return value
+
+
+def required_str(args: dict[str, Any], name: str) -> str:
+    """Return a required, non-empty string argument.
+
+    Raises:
+        ArgError: missing, empty, or not a string.
+    """
+    value = args.get(name)
+    if value is None:
+        raise ArgError(f'"{name}" is required: a non-empty string.')
+    if not isinstance(value, str):
+        raise ArgError(f'"{name}" must be a string, not {json.dumps(value)}.')
+    if not value:
+        raise ArgError(f'"{name}" must not be empty.')
+    return value
+
+
+def string(args: dict[str, Any], name: str) -> str:
+    """Return a required string argument that may be empty (file content).
+
+    Raises:
+        ArgError: missing or not a string.
+    """
+    value = args.get(name)
+    if not isinstance(value, str):
+        raise ArgError(f'"{name}" is required and must be a string.')
+    return value
+
+
+def optional_str(args: dict[str, Any], name: str) -> str:
+    """Return an optional string argument; absent, null, 0 and false decode to "".
+
+    Raises:
+        ArgError: any other non-string value (true, 42, 3.14, objects).
+    """
+    value = args.get(name)
+    if value is None or value is False or (type(value) is int and value == 0):
+        return ""
+    if isinstance(value, str):
+        return value
+    raise ArgError(f'"{name}" must be a string (or null), not {json.dumps(value)}.')
+
+
+def optional_int(args: dict[str, Any], name: str, minimum: int) -> int | None:
+    """Return an optional integer argument >= minimum; absent or null gives None.
+
+    Raises:
+        ArgError: not an integer, or below minimum.
+    """
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise ArgError(f'"{name}" must be an integer, not {json.dumps(value)}.')
+    if value < minimum:
+        raise ArgError(f'"{name}" must be at least {minimum}, not {json.dumps(value)}.')
+    return int(value)
+
+
+def optional_bool(args: dict[str, Any], name: str) -> bool:
+    """Return an optional boolean argument; absent or null is False.
+
+    Raises:
+        ArgError: not a boolean.
+    """
+    value = args.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ArgError(f'"{name}" must be true or false, not {json.dumps(value)}.')
+    return value

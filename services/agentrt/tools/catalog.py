@@ -1,0 +1,141 @@
+"""The built-in tools as the model and the runtime see them (004 §2.7c capability fields).
+
+A `ToolDef` is data: name, description, JSON Schema of the arguments, and the capability
+fields the run loop reads directly (read_only, retry_safe, needs_approval, timeout,
+sequential, deferred). Behaviour lives in `executor.py`; nothing here runs anything.
+exec_command advertises no `session_id`: persistent shells are not enabled (§2.7k), and a
+tool must not offer a field it would ignore.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """One tool of the catalog.
+
+    Attributes:
+        name: unique, [a-zA-Z0-9_-]{1,64}.
+        description: what the tool does, for the model.
+        parameters: JSON Schema (draft 2020-12 subset) of the arguments object.
+        read_only: changes nothing; an interrupted call may be re-requested.
+        retry_safe: running it twice is harmless.
+        needs_approval: every call waits for a person (agents may tighten this per tool).
+        timeout_seconds: default per-call limit, seconds; 0 = the service default.
+        sequential: forces the whole batch of a turn to run serially (§2.7d).
+        deferred: withheld from the model until revealed (§2.7i).
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+    read_only: bool = False
+    retry_safe: bool = False
+    needs_approval: bool = False
+    timeout_seconds: float = 0.0
+    sequential: bool = False
+    deferred: bool = False
+
+
+EXEC_COMMAND = ToolDef(
+    name="exec_command",
+    description=(
+        "Run a shell command with bash -c in the workspace and return its output (stdout and stderr "
+        "interleaved) and exit status. The sandbox has no network; only the workspace is writable; "
+        "/tmp is private and discarded after the command. Long output keeps its beginning and end."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "cmd": {"type": "string", "description": "The shell command, run as: bash -c <cmd>."},
+            "workdir": {"type": "string", "description": "Directory to run in, relative to the workspace."},
+            "timeout_ms": {"type": "integer", "minimum": 1, "description": "Time limit in milliseconds."},
+        },
+        "required": ["cmd"],
+        "additionalProperties": False,
+    },
+    timeout_seconds=0.0,
+)
+
+READ_FILE = ToolDef(
+    name="read_file",
+    description="Read a text file in the workspace. Large files keep their beginning and end.",
+    parameters={
+        "type": "object",
+        "properties": {"path": {"type": "string", "description": "File path, relative to the workspace."}},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    read_only=True,
+    retry_safe=True,
+    timeout_seconds=30.0,
+)
+
+WRITE_FILE = ToolDef(
+    name="write_file",
+    description=(
+        "Write a text file in the workspace, replacing it when it exists; missing directories are created."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path, relative to the workspace."},
+            "content": {"type": "string", "description": "The whole new content of the file."},
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    },
+    retry_safe=True,
+    timeout_seconds=30.0,
+)
+
+LIST_FILES = ToolDef(
+    name="list_files",
+    description=(
+        "List a directory of the workspace: one entry per line, directories end with '/', symlinks show "
+        "their target."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "description": "Directory, relative to the workspace (default: its root).",
+            },
+            "recursive": {
+                "type": "boolean",
+                "description": "List subdirectories too (at most 1000 entries).",
+            },
+        },
+        "additionalProperties": False,
+    },
+    read_only=True,
+    retry_safe=True,
+    timeout_seconds=30.0,
+)
+
+APPLY_PATCH = ToolDef(
+    name="apply_patch",
+    description=(
+        "Apply a patch to files in the workspace. Format:\n*** Begin Patch\n*** Add File: path\n+line\n"
+        "*** Update File: path\n[*** Move to: new/path]\n@@ optional anchor line\n context line\n"
+        "-removed line\n"
+        "+added line\n*** Delete File: path\n*** End Patch\nContext and removed lines must match whole lines "
+        "of the file; a hunk that does not match fails without changing anything."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "patch": {"type": "string", "description": "The patch text, *** Begin Patch to *** End Patch."}
+        },
+        "required": ["patch"],
+        "additionalProperties": False,
+    },
+    timeout_seconds=30.0,
+)
+
+BUILTIN: tuple[ToolDef, ...] = (EXEC_COMMAND, READ_FILE, WRITE_FILE, LIST_FILES, APPLY_PATCH)
+BY_NAME: dict[str, ToolDef] = {tool.name: tool for tool in BUILTIN}

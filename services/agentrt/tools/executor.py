@@ -1,0 +1,433 @@
+"""Running one tool call, exactly once per (tenant, run_id, call_id) (DESIGN "A run, end to end" 3).
+
+The journal protocol:
+- A FINISHED record answers every repeat of the call (replayed=True); it never runs twice.
+- A call with side effects records STARTED before it runs and FINISHED with its result
+  after. Read-only calls (read_file, list_files) skip STARTED and record FINISHED once:
+  running one twice is harmless, and the hot path saves a transaction.
+- A repeat that finds the call in flight in this process waits for that run's result.
+- A STARTED record whose owner is gone (a dead process on this host, or no heartbeat for
+  three periods) is closed as INTERRUPTED: the outcome is unknown, and the run loop applies
+  seed 000's interruption rule. One still heartbeating elsewhere answers ABORTED/
+  EXECUTION_IN_PROGRESS with a retry delay.
+- The caller's ending is not the tool's (004 §2.7m): a caller deadline or cancellation
+  kills the command, records INTERRUPTED (details say which), and returns as
+  DEADLINE_EXCEEDED / CANCELLED, never as TIMED_OUT.
+Tool failures the model can fix (bad arguments, paths outside the workspace, non-zero
+exits) are results with is_error; MeshErrors are for the caller's mistakes and for
+infrastructure (an unavailable sandbox), and leave no record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agentrt.core.errors import MeshError, Reason, Status, invalid, missing
+from agentrt.core.ids import valid_id
+from agentrt.tools import args as A
+from agentrt.tools import files
+from agentrt.tools.args import ArgError, CallInput
+from agentrt.tools.catalog import BY_NAME, EXEC_COMMAND, ToolDef
+from agentrt.tools.config import ToolsConfig
+from agentrt.tools.patch import apply_patch
+from agentrt.tools.paths import PathRefused, resolve_dir
+from agentrt.tools.results import Outcome, ResultStatus, interrupted, refused
+from agentrt.tools.sandbox import CallerDeadline, CommandRequest, LocalSandbox
+from agentrt.tools.sandboxes import ExecContext, SandboxManager
+from agentrt.tools.store import FINISHED, STARTED, CallKey, ExecRecord, ToolStore, utcnow
+
+log = logging.getLogger("agentrt.tools")
+
+Emit = Callable[[str, str], None]
+MAX_OUTPUT_CEILING = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ExecuteInput:
+    """An ExecuteTool request in domain terms.
+
+    Attributes:
+        run_id: the run; with call.call_id, the idempotency key.
+        call: the call with its exact argument string.
+        sandbox_id: the sandbox to run in, "" for none.
+        workspace: absolute workspace directory when no sandbox ("" = the run's default).
+        timeout_seconds: per-call timeout, seconds; 0 = the tool's default.
+        max_output_bytes: output cap, bytes; 0 = the service default.
+    """
+
+    run_id: str
+    call: CallInput
+    sandbox_id: str = ""
+    workspace: str = ""
+    timeout_seconds: float = 0.0
+    max_output_bytes: int = 0
+
+
+def _process_identity() -> str:
+    try:
+        with open("/proc/self/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        start = "0"
+    return f"{socket.gethostname()[:24]}:{os.getpid()}:{start}:{secrets.token_hex(4)}"
+
+
+def _owner_dead(owner: str) -> bool:
+    """True when owner names a process on this host that no longer exists."""
+    try:
+        host, pid, start, _ = owner.rsplit(":", 3)
+    except ValueError:
+        return False
+    if host != socket.gethostname()[:24]:
+        return False
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19] != start
+    except (OSError, ValueError, IndexError):
+        return True
+
+
+def fingerprint(call: CallInput) -> str:
+    """Hash of what makes a call this call: its tool and exact arguments."""
+    data = json.dumps([call.name, call.arguments, call.invalid_arguments, call.invalid_arguments_base64])
+    return hashlib.sha256(data.encode()).hexdigest()
+
+
+class ToolExecutor:
+    """Executes calls through the journal (see the module docstring)."""
+
+    def __init__(
+        self, config: ToolsConfig, store: ToolStore, runner: LocalSandbox, sandboxes: SandboxManager
+    ) -> None:
+        """Wire the executor to its journal, its command runner and the sandbox manager."""
+        self.config = config
+        self.store = store
+        self.runner = runner
+        self.sandboxes = sandboxes
+        self.owner = _process_identity()
+        self._inflight: dict[CallKey, tuple[str, asyncio.Future[Outcome | None]]] = {}
+
+    # -- validation ---------------------------------------------------------------------
+
+    def validate(self, inp: ExecuteInput) -> ToolDef:
+        """Check the request's shape and return its tool.
+
+        Raises:
+            MeshError: INVALID_ARGUMENT with MISSING_FIELD, INVALID_ID, INVALID_VALUE or UNKNOWN_TOOL.
+        """
+        if not inp.run_id:
+            raise missing("run_id")
+        if not valid_id(inp.run_id):
+            raise invalid(Reason.INVALID_ID, f"malformed run_id {inp.run_id!r}", field="run_id")
+        if not inp.call.call_id:
+            raise missing("call.call_id")
+        if not valid_id(inp.call.call_id):
+            raise invalid(Reason.INVALID_ID, f"malformed call_id {inp.call.call_id!r}", field="call.call_id")
+        if not inp.call.name:
+            raise missing("call.name")
+        tool = BY_NAME.get(inp.call.name)
+        if tool is None:
+            raise invalid(
+                Reason.UNKNOWN_TOOL,
+                f"unknown tool {inp.call.name[:64]!r}; ListTools names the catalog",
+                tool=inp.call.name[:64],
+            )
+        if inp.timeout_seconds < 0:
+            raise invalid(Reason.INVALID_VALUE, "timeout must not be negative", field="timeout")
+        if inp.max_output_bytes < 0:
+            raise invalid(
+                Reason.INVALID_VALUE, "max_output_bytes must not be negative", field="max_output_bytes"
+            )
+        return tool
+
+    # -- the journal protocol -----------------------------------------------------------
+
+    async def execute(
+        self, tenant: str, inp: ExecuteInput, *, deadline: float | None = None, emit: Emit | None = None
+    ) -> tuple[Outcome, bool]:
+        """Run a call once, or answer it from the journal.
+
+        Args:
+            tenant: the caller's tenant.
+            inp: the request.
+            deadline: the caller's deadline on the event loop clock, None for none.
+            emit: receives ("stdout"|"stderr", text) progress chunks (004 §2.7g).
+
+        Returns:
+            (outcome, replayed): replayed is True when the answer did not come from running
+            the call in this request.
+
+        Raises:
+            MeshError: see `validate` and `SandboxManager.context_for`; INVALID_ARGUMENT/
+                CALL_ID_REUSED for a different call under a used key; FAILED_PRECONDITION/
+                SANDBOX_UNAVAILABLE; ABORTED/EXECUTION_IN_PROGRESS; DEADLINE_EXCEEDED/
+                CALLER_DEADLINE when the caller's deadline ended the command.
+            asyncio.CancelledError: the caller went away (the call is recorded INTERRUPTED).
+        """
+        tool = self.validate(inp)
+        key = CallKey(tenant, inp.run_id, inp.call.call_id)
+        fp = fingerprint(inp.call)
+        if key in self._inflight:
+            return await self._join(key, fp), True
+        record = await self.store.get(key)
+        if record is not None:
+            return await self._answer_from(record, fp), True
+        ctx = await self.sandboxes.context_for(tenant, inp.run_id, inp.sandbox_id, inp.workspace)
+        if tool is EXEC_COMMAND:
+            self.runner.require()
+        if tool.read_only:
+            outcome = await self._run(tool, inp, ctx, deadline, emit)
+            if await self.store.record(key, tool.name, fp, self.owner, outcome):
+                return outcome, False
+            record = await self.store.get(key)
+            return (record.outcome if record and record.outcome else outcome), True
+        if key in self._inflight:  # another request got here while we looked
+            return await self._join(key, fp), True
+        # Reserve before the STARTED insert commits, so a repeat arriving meanwhile joins
+        # this run instead of reading a record that looks orphaned.
+        done: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = (fp, done)
+        try:
+            won = await self.store.start(key, tool.name, fp, self.owner)
+        except BaseException:
+            self._inflight.pop(key, None)
+            done.set_result(None)
+            raise
+        if not won:
+            self._inflight.pop(key, None)
+            done.set_result(None)
+            record = await self.store.get(key)
+            if record is None:
+                raise MeshError(
+                    Status.ABORTED,
+                    Reason.EXECUTION_IN_PROGRESS,
+                    "the call's record changed; retry",
+                    retry_after_seconds=0.1,
+                )
+            return await self._answer_from(record, fp), True
+        return await self._run_journaled(key, done, tool, inp, ctx, deadline, emit), False
+
+    async def _run_journaled(
+        self,
+        key: CallKey,
+        done: asyncio.Future[Outcome | None],
+        tool: ToolDef,
+        inp: ExecuteInput,
+        ctx: ExecContext,
+        deadline: float | None,
+        emit: Emit | None,
+    ) -> Outcome:
+        beat = asyncio.create_task(self._heartbeat(key)) if tool is EXEC_COMMAND else None
+        try:
+            try:
+                outcome = await self._run(tool, inp, ctx, deadline, emit)
+            except CallerDeadline as exc:
+                ended = interrupted("the caller's deadline passed while it ran", "CALLER_DEADLINE")
+                ended.details["partial_output"] = exc.output
+                await self._close(key, ended, done)
+                raise MeshError(
+                    Status.DEADLINE_EXCEEDED,
+                    Reason.CALLER_DEADLINE,
+                    "the caller's deadline passed; the command was killed",
+                ) from None
+            except asyncio.CancelledError:
+                # gRPC cancels the handler when the caller's deadline passes, which may
+                # beat the sandbox's own check by a hair: a deadline that has come is the
+                # deadline, whoever noticed first.
+                if deadline is not None and asyncio.get_running_loop().time() >= deadline - 0.05:
+                    ended = interrupted("the caller's deadline passed while it ran", "CALLER_DEADLINE")
+                else:
+                    ended = interrupted("the caller cancelled the call while it ran", "CALLER_CANCELLED")
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(self._close(key, ended, done))
+                raise
+            except MeshError:
+                # Infrastructure refused before anything ran: leave no record.
+                await self.store.abandon(key, self.owner)
+                done.set_result(None)
+                raise
+            except Exception:
+                await self._close(key, interrupted("the tool service failed while it ran", "INTERNAL"), done)
+                raise
+            await self._close(key, outcome, done)
+            return outcome
+        finally:
+            if beat is not None:
+                beat.cancel()
+            self._inflight.pop(key, None)
+
+    async def _close(self, key: CallKey, outcome: Outcome, done: asyncio.Future[Outcome | None]) -> None:
+        if not await self.store.finish(key, self.owner, outcome):
+            log.warning(
+                "call %s/%s finished after its record was closed by another process", key.run_id, key.call_id
+            )
+        if not done.done():
+            done.set_result(outcome)
+
+    async def _join(self, key: CallKey, fp: str) -> Outcome:
+        known_fp, done = self._inflight[key]
+        if known_fp != fp:
+            raise invalid(
+                Reason.CALL_ID_REUSED,
+                "call_id was already used for a different call in this run",
+                field="call.call_id",
+            )
+        outcome = await asyncio.shield(done)
+        if outcome is not None:
+            return outcome
+        # The attempt we joined did not run (refused, or lost the race to another process).
+        record = await self.store.get(key)
+        if record is not None:
+            return await self._answer_from(record, fp)
+        raise MeshError(
+            Status.UNAVAILABLE,
+            Reason.SANDBOX_UNAVAILABLE,
+            "the concurrent attempt of this call could not run; retry",
+            retry_after_seconds=1.0,
+        )
+
+    async def _answer_from(self, record: ExecRecord, fp: str) -> Outcome:
+        if record.fingerprint != fp:
+            raise invalid(
+                Reason.CALL_ID_REUSED,
+                "call_id was already used for a different call in this run",
+                field="call.call_id",
+            )
+        if record.state == FINISHED and record.outcome is not None:
+            return record.outcome
+        stale = 3 * self.config.heartbeat_seconds
+        age = (utcnow() - record.heartbeat_at).total_seconds()
+        if record.key in self._inflight:
+            return await self._join(record.key, fp)
+        if record.owner == self.owner or _owner_dead(record.owner) or age > stale:
+            ended = interrupted("the tool service stopped while it ran", "SERVICE_STOPPED")
+            window = -1.0 if age <= stale else stale  # a dead owner needs no waiting
+            if await self.store.claim_orphan(record.key, record.owner, window, ended):
+                return ended
+            again = await self.store.get(record.key)
+            if again is not None and again.state == FINISHED and again.outcome is not None:
+                return again.outcome
+        raise MeshError(
+            Status.ABORTED,
+            Reason.EXECUTION_IN_PROGRESS,
+            "the call is running in another tool service process; retry later",
+            retry_after_seconds=self.config.heartbeat_seconds,
+        )
+
+    async def _heartbeat(self, key: CallKey) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_seconds)
+            try:
+                await self.store.heartbeat(key, self.owner)
+            except Exception:  # noqa: BLE001 - a missed beat only ages the record
+                log.warning("heartbeat of %s/%s failed", key.run_id, key.call_id, exc_info=True)
+
+    async def get_execution(self, tenant: str, run_id: str, call_id: str) -> tuple[str, Outcome | None]:
+        """Return (state, outcome) of a call's record: "absent", "started" or "finished".
+
+        A STARTED record is reported as it stands; ExecuteTool is what resolves an orphan.
+
+        Raises:
+            MeshError: INVALID_ARGUMENT/MISSING_FIELD or INVALID_ID.
+        """
+        for name, value in (("run_id", run_id), ("call_id", call_id)):
+            if not value:
+                raise missing(name)
+            if not valid_id(value):
+                raise invalid(Reason.INVALID_ID, f"malformed {name} {value!r}", field=name)
+        record = await self.store.get(CallKey(tenant, run_id, call_id))
+        if record is None:
+            return "absent", None
+        return (FINISHED, record.outcome) if record.state == FINISHED else (STARTED, None)
+
+    # -- running ------------------------------------------------------------------------
+
+    async def _run(
+        self, tool: ToolDef, inp: ExecuteInput, ctx: ExecContext, deadline: float | None, emit: Emit | None
+    ) -> Outcome:
+        started = time.monotonic()
+        cap = min(inp.max_output_bytes or self.config.max_output_bytes, MAX_OUTPUT_CEILING)
+        cap = max(cap, 256)
+        ws = ctx.workspace
+        try:
+            args = A.decode_object(inp.call)
+            if tool is EXEC_COMMAND:
+                outcome = await self._exec_command(args, inp, ctx, cap, deadline, emit)
+            elif tool.name == "read_file":
+                outcome = await asyncio.to_thread(files.read_file, ws, args, cap)
+            elif tool.name == "write_file":
+                outcome = await asyncio.to_thread(files.write_file, ws, args)
+            elif tool.name == "list_files":
+                outcome = await asyncio.to_thread(files.list_files, ws, args)
+            else:
+                outcome = await asyncio.to_thread(apply_patch, ws, args)
+        except ArgError as exc:
+            outcome = refused(str(exc), "INVALID_ARGUMENTS")
+        except PathRefused as exc:
+            outcome = refused(f"{tool.name}: {exc}", exc.reason)
+        except OSError as exc:
+            outcome = refused(f"{tool.name}: {exc.strerror or exc}", "OS_ERROR")
+        outcome.duration_seconds = time.monotonic() - started
+        return outcome
+
+    def _timeout(self, inp: ExecuteInput, timeout_ms: int | None) -> float:
+        ceiling = inp.timeout_seconds or self.config.max_timeout_seconds
+        if timeout_ms is not None:
+            return min(timeout_ms / 1000.0, ceiling)
+        return inp.timeout_seconds or EXEC_COMMAND.timeout_seconds or self.config.default_timeout_seconds
+
+    async def _exec_command(
+        self,
+        args: dict,
+        inp: ExecuteInput,
+        ctx: ExecContext,
+        cap: int,
+        deadline: float | None,
+        emit: Emit | None,
+    ) -> Outcome:
+        cmd = A.required_str(args, "cmd")
+        workdir = A.optional_str(args, "workdir")
+        timeout = self._timeout(inp, A.optional_int(args, "timeout_ms", 1))
+        host_workdir = await asyncio.to_thread(resolve_dir, ctx.workspace, workdir)
+        req = CommandRequest(cmd, ctx.workspace, host_workdir, ctx.env, timeout, ctx.limits, cap, ctx.group)
+        result = await self.runner.run(req, emit=emit, deadline=deadline)
+        content = result.output
+        sep = "\n" if content and not content.endswith("\n") else ""
+        details = {
+            "exit_code": result.exit_code,
+            "timed_out": result.timed_out,
+            "workdir": host_workdir,
+            "output_bytes": result.total_bytes,
+            "sandbox": self.runner.mode,
+            "timeout_seconds": timeout,
+        }
+        outcome = Outcome(
+            content=content,
+            summary=f"exit 0 in {result.duration_seconds:.2f} s",
+            details=details,
+            exit_code=result.exit_code,
+            output_truncated=result.truncated,
+        )
+        if result.timed_out:
+            note, outcome.status = f"timed out after {timeout:g} s", ResultStatus.TIMED_OUT
+            outcome.content += f"{sep}[{note}; the command and everything it started were killed]"
+        elif result.stopped:
+            note, outcome.status = "killed by StopSandbox", ResultStatus.ERROR
+            outcome.content += f"{sep}[killed: the sandbox was stopped while the command ran]"
+        elif result.exit_code != 0:
+            note, outcome.status = f"exit {result.exit_code}", ResultStatus.ERROR
+            outcome.content += f"{sep}[exit status {result.exit_code}]"
+        else:
+            return outcome
+        outcome.is_error, outcome.summary = True, note
+        return outcome

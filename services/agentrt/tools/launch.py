@@ -1,0 +1,193 @@
+"""How a sandboxed command is launched: the argv of prlimit + (staging) + bwrap, and its fds.
+
+Invariants (what `confined` builds; docs/services/tools.md explains each):
+- bwrap runs unprivileged. As root, the launcher first enters a private mount namespace,
+  stages the workspace on a tmpfs the sandbox uid can reach, then drops every privilege
+  with `setpriv` (uid, gid, supplementary groups, no_new_privs) BEFORE exec'ing bwrap; as
+  another user, bwrap binds the workspace by descriptor.
+- bwrap unshares every namespace (no network at all), forbids nested user namespaces,
+  starts a new session, clears the environment, binds /usr and the library links
+  read-only, builds /etc from a short list plus a synthesized passwd/group (no shadow),
+  mounts a private /proc, a minimal /dev and a size-bounded tmpfs /tmp, and binds the
+  workspace at its host path as the only writable place.
+- `prlimit` sets RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE and no core files.
+- bwrap reports the host pid of the namespace's pid 1 on an info pipe (for the kill).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agentrt.core.errors import Reason, precondition
+from agentrt.tools.config import CommandLimits
+from agentrt.tools.paths import Workspace
+
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+}
+#: /etc entries a shell and common tools need; nothing secret (no shadow, no ssl/private).
+ETC_ENTRIES = (
+    "alternatives ld.so.cache ld.so.conf ld.so.conf.d localtime timezone nsswitch.conf hosts host.conf "
+    "protocols services bash.bashrc profile inputrc mime.types ssl/certs ca-certificates terminfo magic "
+    "magic.mime locale.alias os-release debian_version python3 python3.11 perl"
+).split()
+_LIB_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: As root, in a private mount namespace: a tmpfs on $1, the workspace ($2) bound at $1/ws,
+#: then exec the rest (setpriv ... bwrap). The unprivileged bwrap reaches $1/ws even when an
+#: ancestor of the workspace is not searchable by the sandbox uid (a 0700 /root, say).
+_STAGE_SCRIPT = (
+    'mount -t tmpfs -o size=64k,mode=0755 agentrt "$1" && mkdir "$1/ws" && '
+    'mount --bind "$2" "$1/ws" && shift 2 && exec "$@"'
+)
+_STAGING_CANDIDATES = ("/run", "/mnt", "/media", "/srv")
+_BWRAP_FLAGS = (
+    "--unshare-all --unshare-user --disable-userns --die-with-parent --new-session --clearenv".split()
+)
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Absolute paths of the helpers ("" when missing)."""
+
+    bwrap: str
+    prlimit: str
+    unshare: str
+    setpriv: str
+    bash: str
+
+
+@dataclass
+class Launch:
+    """An argv ready to exec and the descriptors it must inherit (closed by the caller after spawn).
+
+    Attributes:
+        argv: the command line.
+        pass_fds: descriptors the child keeps.
+        info_fd: read end of bwrap's info pipe (the caller owns it), -1 when none.
+        cwd: working directory of the launcher.
+        env: environment of the launcher.
+    """
+
+    argv: list[str]
+    pass_fds: list[int]
+    info_fd: int
+    cwd: str
+    env: dict[str, str]
+
+
+def prlimit_args(prlimit: str, limits: CommandLimits) -> list[str]:
+    """Return `prlimit --cpu=... --` setting every rlimit soft and hard."""
+    return [
+        prlimit, f"--cpu={limits.cpu_seconds}", f"--as={limits.memory_bytes}",
+        f"--fsize={limits.file_size_bytes}", f"--nofile={limits.open_files}", "--core=0", "--",
+    ]  # fmt: skip
+
+
+def unconfined(
+    bins: Binaries, command: str, ws: Workspace, workdir: str, env: Mapping[str, str], limits: CommandLimits
+) -> Launch:
+    """Return the launch of an unconfined command: bash in the workdir under rlimits.
+
+    As root it still drops to the workspace's uid with `setpriv` (an exec'd helper rather
+    than subprocess's `user=`, which would fork a threaded process instead of vfork'ing).
+    """
+    drop = []
+    if ws.uid is not None:
+        drop = [
+            bins.setpriv,
+            f"--reuid={ws.uid}",
+            f"--regid={ws.gid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--",
+        ]
+    argv = [*drop, *prlimit_args(bins.prlimit, limits), bins.bash, "-c", command]
+    return Launch(argv, [], -1, workdir, {**BASE_ENV, **env})
+
+
+def confined(
+    bins: Binaries, command: str, ws: Workspace, workdir: str, env: Mapping[str, str], limits: CommandLimits
+) -> Launch:
+    """Return the launch of a command under bubblewrap (see the module docstring).
+
+    Raises:
+        MeshError: FAILED_PRECONDITION/SANDBOX_UNAVAILABLE when no staging directory exists.
+    """
+    fds: list[int] = []
+    try:
+        passwd_fd, group_fd = _identity_files(ws)
+        fds += [passwd_fd, group_fd]
+        info_r, info_w = os.pipe()
+        fds.append(info_w)
+        if ws.uid is None:
+            ws_fd = os.open(ws.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds.append(ws_fd)
+            source, launcher = ["--bind-fd", str(ws_fd)], []
+        else:
+            staging = _staging_dir(ws.path)
+            source = ["--bind", staging + "/ws"]
+            launcher = [
+                bins.unshare, "--mount", "--propagation", "private", "--",
+                "/bin/sh", "-c", _STAGE_SCRIPT, "agentrt-stage", staging, ws.path,
+                bins.setpriv, f"--reuid={ws.uid}", f"--regid={ws.gid}", "--clear-groups", "--no-new-privs",
+                "--",
+            ]  # fmt: skip
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    argv = [bins.bwrap, *_BWRAP_FLAGS, "--hostname", "sandbox"]
+    for key, value in {**BASE_ENV, **env}.items():
+        argv += ["--setenv", key, value]
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for path in _LIB_LINKS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    argv += ["--perms", "0755", "--dir", "/etc"]
+    for name in ETC_ENTRIES:
+        if os.path.exists("/etc/" + name):
+            argv += ["--ro-bind", "/etc/" + name, "/etc/" + name]
+    argv += [
+        "--perms", "0644", "--ro-bind-data", str(passwd_fd), "/etc/passwd",
+        "--perms", "0644", "--ro-bind-data", str(group_fd), "/etc/group",
+        "--proc", "/proc", "--dev", "/dev",
+        "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
+        "--perms", "0755", "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
+        *source, ws.path, "--chdir", workdir, "--info-fd", str(info_w),
+        "--", "/bin/bash", "-c", command,
+    ]  # fmt: skip
+    full = [*launcher, *prlimit_args(bins.prlimit, limits), *argv]
+    return Launch(full, fds, info_r, "/", {"PATH": BASE_ENV["PATH"]})
+
+
+def _staging_dir(workspace: str) -> str:
+    """Return a root-level directory to stage the workspace on (never one of its ancestors)."""
+    for path in _STAGING_CANDIDATES:
+        if os.path.isdir(path) and not os.path.islink(path) and not workspace.startswith(path + "/"):
+            return path
+    raise precondition(Reason.SANDBOX_UNAVAILABLE, "no directory to stage the workspace on (/run, /mnt, ...)")
+
+
+def _identity_files(ws: Workspace) -> tuple[int, int]:
+    """Return memfds holding a passwd and a group naming only root and the sandbox user."""
+    uid = os.geteuid() if ws.uid is None else ws.uid
+    gid = os.getegid() if ws.gid is None else ws.gid
+    name = "nobody" if uid == 65534 else "sandbox"
+    group = "nogroup" if gid == 65534 else "sandbox"
+    passwd = f"root:x:0:0:root:/root:/usr/sbin/nologin\n{name}:x:{uid}:{gid}:{name}:/tmp:/bin/bash\n"
+    groups = f"root:x:0:\n{group}:x:{gid}:\n"
+    out = []
+    for text in (passwd, groups):
+        fd = os.memfd_create("agentrt-etc")
+        os.write(fd, text.encode())
+        os.lseek(fd, 0, os.SEEK_SET)
+        out.append(fd)
+    return out[0], out[1]

@@ -1,0 +1,1 @@
+"""Alembic revisions of the tool service, oldest first by `down_revision`."""

@@ -1,0 +1,87 @@
+"""Build and serve the ToolService process.
+
+The `ready` hook migrates the tables (Alembic) and probes the sandbox: a scratch command
+checks from both sides that isolation holds (no root, no /etc/shadow, read-only system,
+no network, writable workspace). When it does not, the service still serves (file tools
+need no sandbox) but exec_command answers FAILED_PRECONDITION/SANDBOX_UNAVAILABLE with the
+finding. Unconfined mode is announced loudly on stderr. The `close` hook kills running
+commands and disposes of the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+
+from agentrt.mesh.db import Database
+from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.tools.config import SANDBOX_UNCONFINED, ToolsConfig
+from agentrt.tools.executor import ToolExecutor
+from agentrt.tools.migrate import upgrade
+from agentrt.tools.paths import open_workspace
+from agentrt.tools.sandbox import LocalSandbox
+from agentrt.tools.sandboxes import SandboxManager
+from agentrt.tools.servicer import ToolServicer
+from agentrt.tools.store import ToolStore
+from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
+
+SERVICE_NAME = "agentrt.v1.ToolService"
+
+log = logging.getLogger("agentrt.tools")
+
+_UNCONFINED_BANNER = """
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+!! agentrt tools: SANDBOX=unconfined. Commands run WITHOUT isolation: they can reach  !!
+!! the network and write anywhere this service's user (or the workspace owner) can.   !!
+!! Use only for trusted agents on a machine you can afford to lose.                     !!
+!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+"""
+
+
+def build_server(config: ToolsConfig) -> MeshServer:
+    """Return the ToolService server (not started).
+
+    Raises:
+        ValueError: the database URL is neither sqlite+aiosqlite nor postgresql+asyncpg.
+    """
+    db = Database(config.db_url)
+    store = ToolStore(db)
+    runner = LocalSandbox(config.sandbox, config.max_progress_bytes, config.bwrap_path)
+    sandboxes = SandboxManager(config, store, runner)
+    executor = ToolExecutor(config, store, runner, sandboxes)
+    servicer = ToolServicer(executor, sandboxes)
+    binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_ToolServiceServicer_to_server(servicer, s))
+
+    async def ready() -> None:
+        await upgrade(db)
+        root = sandboxes.root
+        os.makedirs(root, exist_ok=True)
+        scratch_path = os.path.join(root, f".probe-{os.getpid()}")
+        shutil.rmtree(scratch_path, ignore_errors=True)
+        scratch = open_workspace(
+            scratch_path, make_parents=True, sandbox_uid=config.sandbox_uid, sandbox_gid=config.sandbox_gid
+        )
+        try:
+            await runner.probe(scratch)
+        finally:
+            shutil.rmtree(scratch_path, ignore_errors=True)
+        if config.sandbox == SANDBOX_UNCONFINED:
+            print(_UNCONFINED_BANNER, file=sys.stderr, flush=True)
+            log.warning("sandbox mode is UNCONFINED: commands run without isolation")
+        elif runner.available:
+            log.info("sandbox: bubblewrap isolation verified (workspaces under %s)", root)
+        else:
+            log.error("sandbox unavailable, exec_command will be refused: %s", runner.problem)
+
+    async def close() -> None:
+        await runner.close()
+        await db.close()
+
+    return MeshServer(config.server, [binding], ready=ready, close=close)
+
+
+async def serve(config: ToolsConfig) -> None:
+    """Serve until SIGTERM/SIGINT, then drain."""
+    await build_server(config).serve_forever()

@@ -1,0 +1,274 @@
+"""ToolService servicer: proto <-> domain and nothing else.
+
+Every method reads the tenant from the call context, hands domain objects to the
+executor or the sandbox manager, and maps the answer back. Domain MeshErrors become gRPC
+statuses in the mesh interceptor. The caller's deadline is passed down so that the
+sandbox can tell its own timeout from the caller's ending (004 §2.7m).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import grpc
+from google.protobuf import duration_pb2
+
+from agentrt.core.errors import missing
+from agentrt.mesh.context import current_tenant
+from agentrt.tools.args import CallInput
+from agentrt.tools.catalog import BUILTIN, ToolDef
+from agentrt.tools.executor import ExecuteInput, ToolExecutor
+from agentrt.tools.results import Outcome, ResultStatus
+from agentrt.tools.sandboxes import DOCKER, LOCAL, SandboxInfo, SandboxManager, SandboxSpec
+from agentrt.v1 import common_pb2
+from agentrt.v1 import tool_service_pb2 as pb
+from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
+
+_STATUS = {
+    ResultStatus.OK: common_pb2.TOOL_RESULT_STATUS_OK,
+    ResultStatus.ERROR: common_pb2.TOOL_RESULT_STATUS_ERROR,
+    ResultStatus.NOT_EXECUTED: common_pb2.TOOL_RESULT_STATUS_NOT_EXECUTED,
+    ResultStatus.INTERRUPTED: common_pb2.TOOL_RESULT_STATUS_INTERRUPTED,
+    ResultStatus.DENIED: common_pb2.TOOL_RESULT_STATUS_DENIED,
+    ResultStatus.TIMED_OUT: common_pb2.TOOL_RESULT_STATUS_TIMED_OUT,
+}
+_BACKEND_IN: dict[int, str] = {
+    pb.SANDBOX_BACKEND_UNSPECIFIED: "",
+    pb.SANDBOX_BACKEND_LOCAL: LOCAL,
+    pb.SANDBOX_BACKEND_DOCKER: DOCKER,
+}
+_BACKEND_OUT = {LOCAL: pb.SANDBOX_BACKEND_LOCAL, DOCKER: pb.SANDBOX_BACKEND_DOCKER}
+_STATE_OUT = {
+    "absent": pb.SANDBOX_STATE_ABSENT,
+    "stopped": pb.SANDBOX_STATE_STOPPED,
+    "running": pb.SANDBOX_STATE_RUNNING,
+}
+_EXEC_STATE = {
+    "absent": pb.EXECUTION_STATE_ABSENT,
+    "started": pb.EXECUTION_STATE_STARTED,
+    "finished": pb.EXECUTION_STATE_FINISHED,
+}
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
+
+
+def tool_spec(tool: ToolDef) -> common_pb2.ToolSpec:
+    """Map a catalog entry to its proto ToolSpec."""
+    spec = common_pb2.ToolSpec(
+        name=tool.name,
+        description=tool.description,
+        parameters_json_schema=json.dumps(tool.parameters),
+        read_only=tool.read_only,
+        retry_safe=tool.retry_safe,
+        needs_approval=tool.needs_approval,
+        sequential=tool.sequential,
+        deferred=tool.deferred,
+    )
+    if tool.timeout_seconds:
+        spec.timeout.CopyFrom(_duration(tool.timeout_seconds))
+    return spec
+
+
+def tool_result(call_id: str, name: str, outcome: Outcome) -> common_pb2.ToolResult:
+    """Map a domain outcome to the proto ToolResult."""
+    return common_pb2.ToolResult(
+        call_id=call_id,
+        name=name,
+        content=outcome.content,
+        is_error=outcome.is_error,
+        status=_STATUS[outcome.status],
+        summary=outcome.summary,
+        details_json=json.dumps(outcome.details, ensure_ascii=False) if outcome.details else "",
+        exit_code=outcome.exit_code,
+        output_truncated=outcome.output_truncated,
+        duration=_duration(outcome.duration_seconds),
+    )
+
+
+def _input(request: pb.ExecuteToolRequest) -> ExecuteInput:
+    call = request.call
+    return ExecuteInput(
+        run_id=request.run_id,
+        call=CallInput(
+            call.call_id, call.name, call.arguments, call.invalid_arguments, call.invalid_arguments_base64
+        ),
+        sandbox_id=request.sandbox_id,
+        workspace=request.workspace,
+        timeout_seconds=request.timeout.ToNanoseconds() / 1e9 if request.HasField("timeout") else 0.0,
+        max_output_bytes=request.max_output_bytes,
+    )
+
+
+def _deadline(context: grpc.aio.ServicerContext) -> float | None:
+    remaining = context.time_remaining()
+    if remaining is None:
+        return None
+    return asyncio.get_running_loop().time() + remaining
+
+
+def _sandbox(info: SandboxInfo) -> pb.Sandbox:
+    return pb.Sandbox(
+        sandbox_id=info.sandbox_id,
+        backend=_BACKEND_OUT.get(info.backend, pb.SANDBOX_BACKEND_UNSPECIFIED),
+        state=_STATE_OUT[info.state],
+        workspace=info.workspace,
+    )
+
+
+class ToolServicer(pb_grpc.ToolServiceServicer):
+    """ToolService over the executor and the sandbox manager."""
+
+    def __init__(self, executor: ToolExecutor, sandboxes: SandboxManager) -> None:
+        """Serve the given domain objects."""
+        self._exec = executor
+        self._sandboxes = sandboxes
+
+    async def ListTools(
+        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListToolsResponse:
+        """Return the built-in catalog with JSON Schemas and capability fields (004 §2.7c)."""
+        return pb.ListToolsResponse(tools=[tool_spec(t) for t in BUILTIN])
+
+    async def ExecuteTool(
+        self, request: pb.ExecuteToolRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ExecuteToolResponse:
+        """Run one call, or answer it from the journal (replayed).
+
+        Raises:
+            INVALID_ARGUMENT: MISSING_FIELD (run_id, call.call_id, call.name), INVALID_ID,
+                UNKNOWN_TOOL, INVALID_VALUE (workspace, timeout), CALL_ID_REUSED.
+            NOT_FOUND: SANDBOX_NOT_FOUND.
+            FAILED_PRECONDITION: SANDBOX_UNAVAILABLE (isolation probe failed), SANDBOX_STOPPED.
+            ABORTED: EXECUTION_IN_PROGRESS (running in another process; RetryInfo set).
+            DEADLINE_EXCEEDED / CANCELLED: the caller's own ending (recorded INTERRUPTED).
+        """
+        inp = _input(request)
+        outcome, replayed = await self._exec.execute(current_tenant(), inp, deadline=_deadline(context))
+        return pb.ExecuteToolResponse(
+            result=tool_result(inp.call.call_id, inp.call.name, outcome), replayed=replayed
+        )
+
+    async def StreamExecuteTool(
+        self, request: pb.StreamExecuteToolRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamExecuteToolResponse]:
+        """Stream output chunks as progress, then the result last (004 §2.7g); errors as ExecuteTool.
+
+        The stream is: zero or more `progress` messages in arrival order, then exactly one
+        `result`, then the end. A replayed call streams only its result.
+        """
+        inp = _input(request.request)
+        queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        task = asyncio.create_task(
+            self._exec.execute(
+                current_tenant(), inp, deadline=_deadline(context), emit=lambda s, t: queue.put_nowait((s, t))
+            )
+        )
+        try:
+            while not task.done():
+                getter = asyncio.create_task(queue.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    stream, text = getter.result()
+                    yield pb.StreamExecuteToolResponse(progress=pb.ToolProgress(stream=stream, text=text))
+                else:
+                    getter.cancel()
+            while not queue.empty():
+                stream, text = queue.get_nowait()
+                yield pb.StreamExecuteToolResponse(progress=pb.ToolProgress(stream=stream, text=text))
+            outcome, replayed = task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        result = tool_result(inp.call.call_id, inp.call.name, outcome)
+        yield pb.StreamExecuteToolResponse(result=pb.ExecuteToolResponse(result=result, replayed=replayed))
+
+    async def GetExecution(
+        self, request: pb.GetExecutionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetExecutionResponse:
+        """Read a call's journal record (ABSENT / STARTED / FINISHED with its result).
+
+        Raises:
+            INVALID_ARGUMENT: MISSING_FIELD or INVALID_ID for run_id / call_id.
+        """
+        state, outcome = await self._exec.get_execution(current_tenant(), request.run_id, request.call_id)
+        resp = pb.GetExecutionResponse(state=_EXEC_STATE[state])
+        if outcome is not None:
+            resp.result.CopyFrom(tool_result(request.call_id, "", outcome))
+        return resp
+
+    async def CreateSandbox(
+        self, request: pb.CreateSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateSandboxResponse:
+        """Create, adopt (same fingerprint) or replace a local sandbox; it is running after.
+
+        Raises:
+            INVALID_ARGUMENT: INVALID_ID, INVALID_VALUE (workspace, env, limits),
+                UNSUPPORTED_CAPABILITY (image/user/network on the local backend).
+            FAILED_PRECONDITION: SANDBOX_UNAVAILABLE for the docker backend.
+        """
+        limits = request.limits
+        spec = SandboxSpec(
+            sandbox_id=request.sandbox_id,
+            backend=_BACKEND_IN.get(int(request.backend), "?"),
+            workspace=request.workspace,
+            image=request.image,
+            env=dict(request.env),
+            user=request.user,
+            network=request.network,
+            cpu_seconds=limits.cpu_seconds,
+            memory_bytes=limits.memory_bytes,
+            file_size_bytes=limits.file_size_bytes,
+            open_files=limits.open_files,
+        )
+        info = await self._sandboxes.create(current_tenant(), spec)
+        return pb.CreateSandboxResponse(sandbox=_sandbox(info))
+
+    async def GetSandbox(
+        self, request: pb.GetSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSandboxResponse:
+        """Report a sandbox; state ABSENT when unknown.
+
+        Raises:
+            INVALID_ARGUMENT: MISSING_FIELD or INVALID_ID for sandbox_id.
+        """
+        if not request.sandbox_id:
+            raise missing("sandbox_id")
+        return pb.GetSandboxResponse(
+            sandbox=_sandbox(await self._sandboxes.get(current_tenant(), request.sandbox_id))
+        )
+
+    async def StopSandbox(
+        self, request: pb.StopSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StopSandboxResponse:
+        """Stop a sandbox: its running commands are killed, its files kept (004 §2.7p).
+
+        Raises:
+            INVALID_ARGUMENT: MISSING_FIELD or INVALID_ID. NOT_FOUND: SANDBOX_NOT_FOUND.
+        """
+        if not request.sandbox_id:
+            raise missing("sandbox_id")
+        return pb.StopSandboxResponse(
+            sandbox=_sandbox(await self._sandboxes.stop(current_tenant(), request.sandbox_id))
+        )
+
+    async def DestroySandbox(
+        self, request: pb.DestroySandboxRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DestroySandboxResponse:
+        """Destroy a sandbox and the workspace the service made for it.
+
+        Raises:
+            INVALID_ARGUMENT: MISSING_FIELD or INVALID_ID. NOT_FOUND: SANDBOX_NOT_FOUND.
+        """
+        if not request.sandbox_id:
+            raise missing("sandbox_id")
+        await self._sandboxes.destroy(current_tenant(), request.sandbox_id)
+        return pb.DestroySandboxResponse()

@@ -1,0 +1,151 @@
+"""The execution journal: a call runs once per (tenant, run_id, call_id), whatever repeats it.
+
+The journal tests run on SQLite and on PostgreSQL (marked `postgres`; isolated there by a
+tenant of their own, nothing is dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import uuid
+
+import grpc
+import pytest
+from tools_helpers import PG_URL, ToolsEnv, make_config, pg_reachable
+
+from agentrt.client.channels import open_channel
+from agentrt.mesh.db import Database
+from agentrt.mesh.status import reason_of
+from agentrt.tools.args import CallInput
+from agentrt.tools.executor import fingerprint
+from agentrt.tools.server import build_server
+from agentrt.tools.store import CallKey, ToolStore
+from agentrt.v1 import common_pb2
+from agentrt.v1 import tool_service_pb2 as pb
+from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
+
+APPEND = {"cmd": "echo ran >> count.txt; wc -l < count.txt"}
+
+
+@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)])
+async def jt(request, start_server, tmp_path) -> ToolsEnv:
+    db_url = ""
+    tenant = "default"
+    if request.param == "postgres":
+        if not await pg_reachable():
+            pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+        db_url, tenant = PG_URL, "t-" + uuid.uuid4().hex[:20]
+    config = make_config(tmp_path, db_url=db_url)
+    address = await start_server(build_server(config))
+    channel = open_channel(address, tenant=tenant if tenant != "default" else "")
+    yield ToolsEnv(pb_grpc.ToolServiceStub(channel), channel, config, tmp_path, tmp_path / "ws", tenant)
+    await channel.close()
+
+
+def _lines(tools) -> int:
+    return len((tools.workspace / "count.txt").read_text().splitlines())
+
+
+async def test_repeat_answers_from_the_record_and_never_runs_twice(jt):
+    tools = jt
+    first = await tools.run("exec_command", APPEND, run_id="run_a", call_id="call_1")
+    assert not first.replayed
+    assert first.result.content.strip() == "1"
+    second = await tools.run("exec_command", APPEND, run_id="run_a", call_id="call_1")
+    assert second.replayed
+    assert second.result.content == first.result.content
+    assert second.result.exit_code == first.result.exit_code
+    assert _lines(tools) == 1
+    # another call id, or another run, is another call
+    third = await tools.run("exec_command", APPEND, run_id="run_a", call_id="call_2")
+    assert not third.replayed and third.result.content.strip() == "2"
+    fourth = await tools.run("exec_command", APPEND, run_id="run_b", call_id="call_1")
+    assert not fourth.replayed and _lines(tools) == 3
+
+
+async def test_concurrent_repeats_share_one_run(jt):
+    tools = jt
+    args = {"cmd": "sleep 0.3; echo ran >> count.txt; echo done"}
+    results = await asyncio.gather(*(tools.run("exec_command", args, call_id="same") for _ in range(4)))
+    assert [r.replayed for r in results].count(False) == 1
+    assert {r.result.content for r in results} == {"done\n"}
+    assert _lines(tools) == 1
+
+
+async def test_tenants_do_not_share_records(tools):
+    await tools.run("exec_command", APPEND, call_id="c1")
+    other = await tools.stub.ExecuteTool(
+        tools.request("exec_command", APPEND, call_id="c1"), metadata=[("x-agentrt-tenant", "acme")]
+    )
+    assert not other.replayed
+    got = await tools.stub.GetExecution(
+        pb.GetExecutionRequest(run_id="run_1", call_id="c1"), metadata=[("x-agentrt-tenant", "other")]
+    )
+    assert got.state == pb.EXECUTION_STATE_ABSENT
+
+
+async def test_get_execution_reads_the_record(jt):
+    tools = jt
+    resp = await tools.run("write_file", {"path": "a.txt", "content": "x"}, call_id="w1")
+    got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="w1"))
+    assert got.state == pb.EXECUTION_STATE_FINISHED
+    assert got.result.content == resp.result.content
+    assert got.result.status == common_pb2.TOOL_RESULT_STATUS_OK
+
+
+async def test_read_only_calls_are_recorded_too(jt):
+    tools = jt
+    (tools.workspace).mkdir(parents=True, exist_ok=True)
+    (tools.workspace / "f.txt").write_text("v1")
+    first = await tools.run("read_file", {"path": "f.txt"}, call_id="r1")
+    (tools.workspace / "f.txt").write_text("v2")
+    again = await tools.run("read_file", {"path": "f.txt"}, call_id="r1")
+    assert again.replayed and again.result.content == first.result.content == "v1"
+
+
+async def test_reused_call_id_with_other_arguments_is_refused(jt):
+    tools = jt
+    await tools.run("exec_command", {"cmd": "true"}, call_id="c1")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await tools.run("exec_command", {"cmd": "rm -rf ."}, call_id="c1")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason_of(info.value) == "CALL_ID_REUSED"
+
+
+async def _plant_started(tools, call_id: str, owner: str, args: dict) -> None:
+    """Write a STARTED record as a process that ran the call would have (through the store)."""
+    db = Database(tools.config.db_url)
+    try:
+        call = CallInput(call_id, "exec_command", json.dumps(args))
+        assert await ToolStore(db).start(
+            CallKey(tools.tenant, "run_1", call_id), "exec_command", fingerprint(call), owner
+        )
+    finally:
+        await db.close()
+
+
+async def test_orphan_of_a_dead_process_answers_interrupted(jt):
+    tools = jt
+    dead = f"{socket.gethostname()[:24]}:999999999:1:dead"  # this host, a pid that cannot exist
+    await _plant_started(tools, "c_orphan", dead, APPEND)
+    got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_orphan"))
+    assert got.state == pb.EXECUTION_STATE_STARTED
+    resp = await tools.run("exec_command", APPEND, call_id="c_orphan")
+    assert resp.replayed
+    assert resp.result.status == common_pb2.TOOL_RESULT_STATUS_INTERRUPTED
+    assert not (tools.workspace / "count.txt").exists()  # never re-ran the side effect
+    got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_orphan"))
+    assert got.state == pb.EXECUTION_STATE_FINISHED
+    assert got.result.status == common_pb2.TOOL_RESULT_STATUS_INTERRUPTED
+
+
+async def test_call_in_flight_elsewhere_is_aborted_with_retry(jt):
+    tools = jt
+    await _plant_started(tools, "c_elsewhere", "another-host:1:1:live", APPEND)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await tools.run("exec_command", APPEND, call_id="c_elsewhere")
+    assert info.value.code() == grpc.StatusCode.ABORTED
+    assert reason_of(info.value) == "EXECUTION_IN_PROGRESS"
+    assert not (tools.workspace / "count.txt").exists()

@@ -1,0 +1,94 @@
+"""Helpers of the ToolService tests (imported by the tests and their conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from agentrt.mesh.config import ServerConfig
+from agentrt.tools.config import ToolsConfig
+from agentrt.v1 import common_pb2
+from agentrt.v1 import tool_service_pb2 as pb
+from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
+
+
+@dataclass
+class ToolsEnv:
+    """A running tool service and what a test needs around it."""
+
+    stub: pb_grpc.ToolServiceStub
+    channel: grpc.aio.Channel
+    config: ToolsConfig
+    tmp: Path
+    workspace: Path
+    tenant: str = "default"
+
+    def request(
+        self,
+        tool: str,
+        args: dict | str | None = None,
+        *,
+        run_id: str = "run_1",
+        call_id: str = "call_1",
+        workspace: str | None = None,
+        timeout: float | None = None,
+        max_output_bytes: int = 0,
+        sandbox_id: str = "",
+    ) -> pb.ExecuteToolRequest:
+        arguments = args if isinstance(args, str) else json.dumps(args or {})
+        req = pb.ExecuteToolRequest(
+            run_id=run_id,
+            call=common_pb2.ToolCall(call_id=call_id, name=tool, arguments=arguments),
+            sandbox_id=sandbox_id,
+            workspace="" if sandbox_id else (str(self.workspace) if workspace is None else workspace),
+            max_output_bytes=max_output_bytes,
+        )
+        if timeout is not None:
+            req.timeout.FromNanoseconds(int(timeout * 1e9))
+        return req
+
+    async def run(self, tool: str, args: dict | str | None = None, **kw) -> pb.ExecuteToolResponse:
+        return await self.stub.ExecuteTool(self.request(tool, args, **kw))
+
+    async def sh(self, cmd: str, **kw) -> common_pb2.ToolResult:
+        kw.setdefault("call_id", f"call_{os.urandom(6).hex()}")
+        return (await self.run("exec_command", {"cmd": cmd}, **kw)).result
+
+
+PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+
+
+def make_config(tmp: Path, db_url: str = "", **overrides) -> ToolsConfig:
+    return ToolsConfig(server=ServerConfig(port=0, state_dir=str(tmp / "state"), db_url=db_url), **overrides)
+
+
+async def pg_reachable() -> bool:
+    import asyncio
+
+    import asyncpg
+
+    try:
+        conn = await asyncio.wait_for(asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test"), 5)
+    except (OSError, asyncpg.PostgresError, TimeoutError):
+        return False
+    await conn.close()
+    return True
+
+
+def pids_with(marker: str) -> list[int]:
+    """Host-side: pids whose command line contains marker."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
