@@ -1,0 +1,198 @@
+"""Agent specs: validation, defaults, and the snapshot a run executes (004 §2.3b).
+
+A run never reads a live registered agent: StartRun resolves a *snapshot* — the spec with
+its defaults filled in (name, model, instructions, tools) and every catalog tool's spec
+copied in — and stores it on the run. Every turn, every replica and every resume reads
+that snapshot, so a re-registered agent or a changed catalog never changes a run midway.
+
+Decisions where the contract is silent (see docs/services/runs.md):
+- an inline agent may leave `name` empty ("agent"); a registered one may not;
+- an agent with no tools gets the built-in workspace tools (exec_command, read_file,
+  write_file, list_files) that the tool service offers;
+- handoffs are not built yet: a spec naming any is refused (UNIMPLEMENTED).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agentrt.core.errors import MeshError, Reason, Status, invalid
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+
+AGENT_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+DEFAULT_AGENT_NAME = "agent"
+DEFAULT_TOOLS = ("exec_command", "read_file", "write_file", "list_files")
+DEFAULT_INSTRUCTIONS = (
+    "You are an agent working in a workspace directory. Use the tools to inspect and change "
+    "files and to run commands, one step at a time. When the task is done, reply with a short "
+    "final answer in plain text and call no tool."
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A run's limits with defaults applied (004 §2.7d, §2.9; AgentLimits).
+
+    Attributes:
+        max_turns: turns per run.
+        max_error_turns: consecutive all-failed tool turns before failing; -1 = off.
+        concurrency: tool calls executing at once.
+        max_tool_calls: tool calls per run; 0 = unlimited.
+        time_budget_s: wall-clock budget in seconds; 0 = none.
+        recent_results: results rendered in full (seed 000 window).
+        result_max_bytes: cap on one rendered result, bytes.
+    """
+
+    max_turns: int
+    max_error_turns: int
+    concurrency: int
+    max_tool_calls: int
+    time_budget_s: float
+    recent_results: int
+    result_max_bytes: int
+
+
+def limits_of(spec: pb.AgentSpec) -> Limits:
+    """Return the spec's limits with the contract's defaults for zero values."""
+    lim = spec.limits
+    budget = lim.time_budget.seconds + lim.time_budget.nanos / 1e9 if lim.HasField("time_budget") else 0.0
+    return Limits(
+        max_turns=lim.max_turns or 10,
+        max_error_turns=lim.max_consecutive_error_turns or 3,
+        concurrency=lim.max_tool_concurrency or 8,
+        max_tool_calls=lim.max_tool_calls,
+        time_budget_s=budget,
+        recent_results=spec.recent_results or 6,
+        result_max_bytes=spec.result_max_bytes or 16_384,
+    )
+
+
+def parse_model(text: str) -> cpb.ModelRef:
+    """Parse "provider:model" (or "provider") into a ModelRef."""
+    provider, _, model = text.partition(":")
+    return cpb.ModelRef(provider=provider.strip(), model=model.strip())
+
+
+def _json_object(text: str, field: str) -> None:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise invalid(Reason.INVALID_JSON, f"{field} is not valid JSON: {exc}", field=field) from exc
+    if not isinstance(value, dict):
+        raise invalid(Reason.INVALID_JSON, f"{field} must be a JSON object", field=field)
+
+
+def validate_agent(spec: pb.AgentSpec, *, require_name: bool, field: str = "agent") -> None:
+    """Check a spec; change nothing.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT with INVALID_AGENT (bad or missing name, bad or
+            duplicate tool name), INVALID_JSON (output schema or a tool's parameter schema
+            not a JSON object), INVALID_VALUE (negative limits, a spec on a catalog tool);
+            UNIMPLEMENTED/NOT_IMPLEMENTED_YET when handoffs are named.
+    """
+    if spec.name or require_name:
+        if not AGENT_NAME.match(spec.name):
+            raise invalid(
+                Reason.INVALID_AGENT, f"{field}.name must match [a-zA-Z0-9_.-]{{1,64}}", field=f"{field}.name"
+            )
+    if spec.output_json_schema:
+        _json_object(spec.output_json_schema, f"{field}.output_json_schema")
+    seen: set[str] = set()
+    for i, tool in enumerate(spec.tools):
+        where = f"{field}.tools[{i}]"
+        if not TOOL_NAME.match(tool.name):
+            raise invalid(Reason.INVALID_AGENT, f"{where}.name must match [a-zA-Z0-9_-]{{1,64}}", field=where)
+        if tool.name in seen:
+            raise invalid(Reason.INVALID_AGENT, f"tool {tool.name!r} is listed twice", field=where)
+        seen.add(tool.name)
+        if tool.HasField("spec"):
+            if not tool.spec.external:
+                raise invalid(
+                    Reason.INVALID_VALUE,
+                    f"{where}.spec is only for client-declared tools (external = true)",
+                    field=where,
+                )
+            if tool.spec.name and tool.spec.name != tool.name:
+                raise invalid(
+                    Reason.INVALID_VALUE, f"{where}.spec.name differs from {where}.name", field=where
+                )
+            if tool.spec.parameters_json_schema:
+                _json_object(tool.spec.parameters_json_schema, f"{where}.spec.parameters_json_schema")
+    lim = spec.limits
+    for name in ("max_turns", "max_tool_concurrency", "max_tool_calls"):
+        if getattr(lim, name) < 0:
+            raise invalid(
+                Reason.INVALID_VALUE, f"{field}.limits.{name} must be >= 0", field=f"{field}.limits.{name}"
+            )
+    if lim.max_consecutive_error_turns < -1:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"{field}.limits.max_consecutive_error_turns must be >= -1",
+            field=f"{field}.limits.max_consecutive_error_turns",
+        )
+    if lim.HasField("time_budget") and (lim.time_budget.seconds < 0 or lim.time_budget.nanos < 0):
+        raise invalid(Reason.INVALID_VALUE, f"{field}.limits.time_budget must be >= 0", field=field)
+    for name in ("recent_results", "result_max_bytes"):
+        if getattr(spec, name) < 0:
+            raise invalid(Reason.INVALID_VALUE, f"{field}.{name} must be >= 0", field=f"{field}.{name}")
+    if spec.settings.HasField("max_output_tokens") and spec.settings.max_output_tokens <= 0:
+        raise invalid(Reason.INVALID_VALUE, f"{field}.settings.max_output_tokens must be > 0", field=field)
+    if spec.handoffs:
+        raise MeshError(Status.UNIMPLEMENTED, Reason.NOT_IMPLEMENTED_YET, "handoffs are not available yet")
+
+
+def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.ToolSpec]) -> pb.AgentSpec:
+    """Return the run's snapshot of spec: defaults filled in, catalog tool specs copied in.
+
+    Args:
+        spec: a validated spec.
+        default_model: "provider:model" for a spec that names no provider.
+        catalog: the tool service's catalog by name.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/UNKNOWN_TOOL for a tool that is neither in the catalog
+            nor client-declared.
+    """
+    snap = pb.AgentSpec()
+    snap.CopyFrom(spec)
+    snap.name = snap.name or DEFAULT_AGENT_NAME
+    if not snap.model.provider:
+        default = parse_model(default_model)
+        snap.model.provider = default.provider
+        snap.model.model = snap.model.model or default.model
+    snap.instructions = snap.instructions or DEFAULT_INSTRUCTIONS
+    if not snap.tools:
+        snap.tools.extend(pb.AgentTool(name=n) for n in DEFAULT_TOOLS if n in catalog)
+    for i, tool in enumerate(snap.tools):
+        if tool.HasField("spec") and tool.spec.external:
+            tool.spec.name = tool.name
+            continue
+        found = catalog.get(tool.name)
+        if found is None:
+            raise invalid(
+                Reason.UNKNOWN_TOOL,
+                f"tool {tool.name!r} is not in the tool service's catalog",
+                field=f"agent.tools[{i}].name",
+            )
+        tool.spec.CopyFrom(found)
+    return snap
+
+
+def offered_specs(snap: pb.AgentSpec) -> list[cpb.ToolSpec]:
+    """Return the tool specs the model is offered, with the agent's overrides applied."""
+    out = []
+    for tool in snap.tools:
+        spec = cpb.ToolSpec()
+        spec.CopyFrom(tool.spec)
+        if tool.HasField("needs_approval"):
+            spec.needs_approval = tool.needs_approval
+        if tool.HasField("timeout"):
+            spec.timeout.CopyFrom(tool.timeout)
+        out.append(spec)
+    return out

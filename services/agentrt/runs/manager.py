@@ -1,0 +1,426 @@
+"""Run lifecycle across requests and replicas: start, resume, cancel, inject, leases, takeover.
+
+The manager owns the executors running in this process (one asyncio task per run) and
+the lease loop: every third of the lease it renews the leases it holds (a lost lease
+stops the executor silently; a cancellation requested on another replica is honoured
+here), then takes over RUNNING runs whose lease expired (a dead replica's, or one resumed
+elsewhere and not claimed) and continues them from their log.
+
+State changes made outside an executor (resume, cancel of a suspended run) are one
+guarded transaction each: the status they expect is part of the write, so two replicas
+racing on one run cannot both win.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
+from agentrt.core.ids import new_id, valid_id
+from agentrt.runs.agents import snapshot, validate_agent
+from agentrt.runs.events import run_topic, session_topic
+from agentrt.runs.loop import Deps, RunExecutor
+from agentrt.runs.store import RunRecord, RunStore, SessionBusy, StoredEvent
+from agentrt.runs.stream import follow
+from agentrt.runs.tools_phase import merge_answers
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+
+log = logging.getLogger("agentrt.runs")
+
+_INJECTION_KINDS = {
+    pb.INJECTION_KIND_STEER: "steer",
+    pb.INJECTION_KIND_NEXT_TURN: "next_turn",
+    pb.INJECTION_KIND_FOLLOW_UP: "follow_up",
+}
+#: How long CancelRun waits for a local run to record its end, in seconds.
+CANCEL_WAIT_S = 30.0
+
+
+class RunManager:
+    """Starts and steers runs; see the module docstring."""
+
+    def __init__(self, deps: Deps, default_model: str, poll_seconds: float = 1.0) -> None:
+        """Create a manager; nothing runs until `start()`."""
+        self.deps = deps
+        self.default_model = default_model
+        self.poll_seconds = poll_seconds
+        self._executors: dict[str, tuple[RunExecutor, asyncio.Task[None]]] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        #: Runs this process is resuming: the takeover scan leaves them to the resume.
+        self._claiming: set[str] = set()
+
+    @property
+    def store(self) -> RunStore:
+        """The runs store."""
+        return self.deps.store
+
+    # -- process lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Take over expired runs, then keep leases alive in the background."""
+        await self.takeover()
+        self._loop_task = asyncio.create_task(self._lease_loop(), name="agentrt-runs-leases")
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop every local run at its next wait and release its lease.
+
+        The runs stay RUNNING; another replica (or this one restarted) continues them.
+        """
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        for executor, _ in list(self._executors.values()):
+            executor.stop("shutdown")
+        tasks = [t for _, t in self._executors.values()]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=grace_s)
+            for task in late:
+                task.cancel()
+
+    async def _lease_loop(self) -> None:
+        period = max(self.deps.lease_seconds / 3, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                tokens = {run_id: ex.token for run_id, (ex, _) in self._executors.items()}
+                lost, canceled = await self.store.renew_leases(
+                    self.deps.owner, tokens, self.deps.lease_seconds
+                )
+                for run_id in lost:
+                    self._stop_local(run_id, "lease_lost")
+                for run_id in canceled - lost:
+                    record = await self.store.get_run(run_id)
+                    self._stop_local(run_id, "cancel", record.cancel_reason if record else "")
+                await self.takeover()
+            except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
+                log.exception("lease renewal failed")
+
+    def _stop_local(self, run_id: str, reason: str, message: str = "") -> None:
+        entry = self._executors.get(run_id)
+        if entry is not None:
+            entry[0].stop(reason, message)
+
+    async def takeover(self) -> list[str]:
+        """Continue RUNNING runs whose lease expired; return the ids taken over."""
+        taken = []
+        for run_id in await self.store.expired_runs():
+            if run_id in self._executors or run_id in self._claiming:
+                continue
+            token = await self.store.acquire_lease(run_id, self.deps.owner, self.deps.lease_seconds)
+            record = await self.store.get_run(run_id) if token is not None else None
+            if record is None or token is None:
+                continue
+            seq, session_seq = await self.store.event_heads(run_id, record.tenant, record.session_id)
+            log.info("run %s: taken over by %s", run_id, self.deps.owner)
+            self._spawn(record, token, seq, session_seq)
+            taken.append(run_id)
+        return taken
+
+    def _spawn(self, record: RunRecord, token: int, seq: int, session_seq: int) -> None:
+        executor = RunExecutor(self.deps, record, token, seq, session_seq)
+        task = asyncio.create_task(executor.run(), name=f"run-{record.run_id}")
+        self._executors[record.run_id] = (executor, task)
+        run_id = record.run_id
+
+        def forget(done: asyncio.Task[None]) -> None:
+            # A resumed run may already have a new executor under the same id.
+            entry = self._executors.get(run_id)
+            if entry is not None and entry[1] is done:
+                del self._executors[run_id]
+
+        task.add_done_callback(forget)
+
+    async def wait_idle(self, run_id: str) -> None:
+        """Return once no local executor drives run_id (tests and CancelRun use it)."""
+        entry = self._executors.get(run_id)
+        if entry is not None:
+            await asyncio.shield(entry[1])
+
+    # -- agents ----------------------------------------------------------------------------
+
+    async def register_agent(self, tenant: str, spec: pb.AgentSpec) -> pb.AgentSpec:
+        """Validate and store a new version of spec.
+
+        Raises:
+            MeshError: INVALID_ARGUMENT (see agents.validate_agent); UNIMPLEMENTED for handoffs.
+        """
+        validate_agent(spec, require_name=True)
+        return await self.store.register_agent(tenant, spec)
+
+    async def get_agent(self, tenant: str, name: str, version: int) -> pb.AgentSpec:
+        """Return a registered spec. Raises NOT_FOUND/AGENT_NOT_FOUND, INVALID_ARGUMENT."""
+        if not name:
+            raise missing("name")
+        if version < 0:
+            raise invalid(Reason.INVALID_VALUE, "version must be >= 0", field="version")
+        spec = await self.store.get_agent(tenant, name, version)
+        if spec is None:
+            raise not_found(
+                Reason.AGENT_NOT_FOUND, f"agent {name!r} (version {version or 'latest'}) not found"
+            )
+        return spec
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def start_run(self, tenant: str, req: pb.StartRunRequest) -> RunRecord:
+        """Record a run and start executing it; return its record (004 §2.1; 002 RunStarted).
+
+        Raises:
+            MeshError: INVALID_ARGUMENT (MISSING_FIELD, INVALID_AGENT, INVALID_JSON,
+                INVALID_VALUE, INVALID_ID, UNKNOWN_TOOL); NOT_FOUND (AGENT_NOT_FOUND, or the
+                session service's SESSION_NOT_FOUND); FAILED_PRECONDITION/SESSION_BUSY; a
+                peer's UNAVAILABLE.
+        """
+        spec = await self._resolve_agent(tenant, req)
+        if not req.input.strip():
+            raise missing("input")
+        if req.workspace and not req.workspace.startswith("/"):
+            raise invalid(Reason.INVALID_VALUE, "workspace must be an absolute path", field="workspace")
+        if len(req.idempotency_key) > 256:
+            raise invalid(Reason.INVALID_VALUE, "idempotency_key is longer than 256 characters")
+        if req.idempotency_key:
+            existing = await self.store.find_idempotent(tenant, req.idempotency_key)
+            if existing is not None:
+                return existing
+        snap = snapshot(spec, self.default_model, await self.deps.peers.catalog(tenant))
+        session_id, last_seq = await self._session_for(tenant, req.session_id)
+        now = time.time()
+        record = RunRecord(
+            run_id=new_id("run"), tenant=tenant, session_id=session_id, agent_name=snap.name,
+            agent_version=snap.version, agent=snap, input=req.input, workspace=req.workspace,
+            labels=dict(req.labels), idempotency_key=req.idempotency_key or None, session_last_seq=last_seq,
+            lease_owner=self.deps.owner, lease_expires_s=now + self.deps.lease_seconds, fencing_token=1,
+            create_time_s=now, update_time_s=now,
+        )  # fmt: skip
+        started = pb.RunEvent(
+            run_id=record.run_id,
+            run_started=pb.RunStarted(
+                agent_name=snap.name, session_id=session_id, input=req.input, model=snap.model
+            ),
+        )
+        prompted = pb.RunEvent(
+            run_id=record.run_id, phase_changed=pb.PhaseChanged(phase=cpb.RUN_PHASE_PROMPTED)
+        )
+        for ev in (started, prompted):
+            ev.time.FromNanoseconds(time.time_ns())
+        try:
+            stored_record, stored = await self.store.insert_run(record, [started, prompted])
+        except SessionBusy as busy:
+            raise precondition(
+                Reason.SESSION_BUSY, f"session {session_id!r} already has an unfinished run {busy}"
+            ) from None
+        if not stored:
+            return stored_record  # the idempotency key was taken meanwhile
+        self.deps.hub.deliver(stored)
+        self._spawn(record, 1, stored[-1].seq, stored[-1].session_seq)
+        return record
+
+    async def _resolve_agent(self, tenant: str, req: pb.StartRunRequest) -> pb.AgentSpec:
+        if req.agent_version < 0:
+            raise invalid(Reason.INVALID_VALUE, "agent_version must be >= 0", field="agent_version")
+        if req.agent_name:
+            probe = pb.AgentSpec(name=req.agent_name)
+            validate_agent(probe, require_name=True, field="agent_name")
+            return await self.get_agent(tenant, req.agent_name, req.agent_version)
+        if not req.HasField("agent"):
+            raise invalid(Reason.MISSING_FIELD, "agent_name or agent is required", field="agent")
+        validate_agent(req.agent, require_name=False)
+        return req.agent
+
+    async def _session_for(self, tenant: str, session_id: str) -> tuple[str, int]:
+        if not session_id:
+            return await self.deps.peers.create_session(tenant), 0
+        if not valid_id(session_id):
+            raise invalid(Reason.INVALID_ID, "session_id is malformed", field="session_id")
+        session = await self.deps.peers.get_session(tenant, session_id)
+        busy = await self.store.busy_run(tenant, session_id)
+        if busy is not None:
+            raise precondition(
+                Reason.SESSION_BUSY, f"session {session_id!r} already has an unfinished run {busy}"
+            )
+        return session.session_id, session.last_seq
+
+    async def get_run(self, tenant: str, run_id: str) -> RunRecord:
+        """Return the tenant's run. Raises INVALID_ARGUMENT (MISSING_FIELD/INVALID_ID), NOT_FOUND."""
+        if not run_id:
+            raise missing("run_id")
+        if not valid_id(run_id):
+            raise invalid(Reason.INVALID_ID, "run_id is malformed", field="run_id")
+        record = await self.store.get_run(run_id, tenant)
+        if record is None:
+            raise not_found(Reason.RUN_NOT_FOUND, f"run {run_id!r} not found")
+        return record
+
+    async def resume(self, tenant: str, req: pb.ResumeRunRequest) -> RunRecord:
+        """Record answers to a suspended run's calls; continue it once every call is answered.
+
+        Raises:
+            MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION RUN_FINISHED or
+                RUN_NOT_SUSPENDED; INVALID_ARGUMENT MISSING_FIELD (nothing answered) or
+                INVALID_VALUE (a call that is not pending, or answered twice).
+        """
+        record = await self.get_run(tenant, req.run_id)
+        if record.finished:
+            raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
+        if record.status != cpb.RUN_STATUS_SUSPENDED:
+            raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
+        if not req.decisions and not req.results:
+            raise missing("decisions or results")
+        answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
+        waiting = {p.call.call_id for p in record.pending}
+        answered = {d.call_id for d in answers.decisions} | {r.call_id for r in answers.results}
+        # An "always" approval answers the turn's other waiting calls of the same tool too.
+        answered |= {
+            p.call.call_id for p in record.pending
+            if p.kind == pb.PENDING_CALL_KIND_APPROVAL and p.call.name in always
+        }  # fmt: skip
+        changes = {"answers": answers, "always_approved": sorted(always)}
+        if not waiting <= answered:
+            done = await self.store.save(
+                record.run_id, changes=changes, expect_status=[cpb.RUN_STATUS_SUSPENDED]
+            )
+            if done is None:
+                raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
+            return await self.get_run(tenant, req.run_id)
+        resumed = pb.RunEvent(
+            run_id=record.run_id, turn=record.turns + 1, run_resumed=pb.RunResumed(decisions=len(answered))
+        )
+        resumed.time.FromNanoseconds(time.time_ns())
+        self._claiming.add(record.run_id)
+        try:
+            stored = await self.store.save(
+                record.run_id,
+                changes={**changes, "status": cpb.RUN_STATUS_RUNNING, "pending": []},
+                log=[("resumed", {"turn": record.turns + 1, "answers": len(answered)})],
+                new_events=[resumed],
+                session=(record.tenant, record.session_id),
+                expect_status=[cpb.RUN_STATUS_SUSPENDED],
+            )
+            if stored is None:
+                raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
+            self.deps.hub.deliver(stored)
+            await self._claim(record.run_id, stored)
+        finally:
+            self._claiming.discard(record.run_id)
+        return await self.get_run(tenant, req.run_id)
+
+    async def _claim(self, run_id: str, stored: list[StoredEvent]) -> None:
+        token = await self.store.acquire_lease(run_id, self.deps.owner, self.deps.lease_seconds)
+        record = await self.store.get_run(run_id) if token is not None else None
+        if record is not None and token is not None:
+            self._spawn(record, token, stored[-1].seq, stored[-1].session_seq)
+
+    async def cancel(self, tenant: str, run_id: str, reason: str) -> RunRecord:
+        """Cancel a run; canceled is terminal, not an error (002).
+
+        A run executing here stops at its next wait and records its end before this
+        returns; a suspended run, or one whose owner died, is ended here; a run executing
+        on another replica gets the request, honoured at that replica's next lease renewal.
+
+        Raises:
+            MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION/RUN_FINISHED.
+        """
+        record = await self.get_run(tenant, run_id)
+        if record.finished:
+            raise precondition(Reason.RUN_FINISHED, f"run {run_id!r} has finished")
+        local = self._executors.get(run_id)
+        if local is not None:
+            local[0].stop("cancel", reason)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(local[1]), CANCEL_WAIT_S)
+            return await self.get_run(tenant, run_id)
+        token = None
+        if record.status == cpb.RUN_STATUS_RUNNING:
+            token = await self.store.acquire_lease(run_id, self.deps.owner, self.deps.lease_seconds)
+            if token is None:
+                await self.store.save(
+                    run_id, changes={"cancel_requested": True, "cancel_reason": reason},
+                    expect_status=[cpb.RUN_STATUS_RUNNING],
+                )  # fmt: skip
+                return await self.get_run(tenant, run_id)
+        await self._end_here(record, reason, token)
+        return await self.get_run(tenant, run_id)
+
+    async def _end_here(self, record: RunRecord, reason: str, token: int | None) -> None:
+        status = cpb.RUN_STATUS_CANCELED
+        completed = pb.RunEvent(
+            run_id=record.run_id,
+            run_completed=pb.RunCompleted(
+                status=status, phase=cpb.RUN_PHASE_CANCELED, usage=record.usage, turns=record.turns,
+                labels=record.labels,
+            ),
+        )  # fmt: skip
+        end = pb.RunEvent(run_id=record.run_id, stream_end=pb.StreamEnd(status=status))
+        for ev in (completed, end):
+            ev.time.FromNanoseconds(time.time_ns())
+        stored = await self.store.save(
+            record.run_id,
+            changes={"status": status, "phase": cpb.RUN_PHASE_CANCELED, "pending": [], "lease_owner": "",
+                     "lease_expires_s": 0.0},
+            log=[("completed", {"status": status, "failure": "", "reason": reason})],
+            new_events=[completed, end],
+            session=(record.tenant, record.session_id),
+            token=token,
+            expect_status=[record.status],
+        )  # fmt: skip
+        if stored is None:
+            raise precondition(Reason.RUN_FINISHED, f"run {record.run_id!r} changed state; read it again")
+        self.deps.hub.deliver(stored)
+
+    async def inject(self, tenant: str, req: pb.InjectInputRequest) -> int:
+        """Queue input for a live run (004 §2.11b); return its queue position (from 1).
+
+        Raises:
+            MeshError: INVALID_ARGUMENT (MISSING_FIELD text, INVALID_VALUE kind);
+                NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION/RUN_FINISHED.
+        """
+        if not req.text.strip():
+            raise missing("text")
+        kind = _INJECTION_KINDS.get(req.kind)
+        if kind is None:
+            raise invalid(Reason.INVALID_VALUE, "kind must be STEER, NEXT_TURN or FOLLOW_UP", field="kind")
+        record = await self.get_run(tenant, req.run_id)
+        position = await self.store.push_input(
+            record.run_id, {"id": uuid.uuid4().hex, "kind": kind, "text": req.text}
+        )
+        if position is None:
+            raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
+        return position
+
+    async def events(self, tenant: str, req: pb.StreamRunEventsRequest) -> AsyncIterator[pb.RunEvent]:
+        """Follow a run's or a session's events after req.after_seq (see stream.follow).
+
+        Raises:
+            MeshError: INVALID_ARGUMENT (MISSING_FIELD, INVALID_VALUE when both ids are set
+                or after_seq < 0); NOT_FOUND (RUN_NOT_FOUND, SESSION_NOT_FOUND).
+        """
+        if req.run_id and req.session_id:
+            raise invalid(Reason.INVALID_VALUE, "set exactly one of run_id and session_id")
+        if req.after_seq < 0:
+            raise invalid(Reason.INVALID_VALUE, "after_seq must be >= 0", field="after_seq")
+        if req.run_id:
+            record = await self.get_run(tenant, req.run_id)
+
+            async def read_run(after: int, upto: int | None) -> list[StoredEvent]:
+                return await self.store.read_events(record.run_id, after, upto)
+
+            return follow(self.deps.hub, run_topic(record.run_id), read_run, req.after_seq,
+                          poll_seconds=self.poll_seconds)  # fmt: skip
+        if not req.session_id:
+            raise invalid(Reason.MISSING_FIELD, "run_id or session_id is required", field="run_id")
+        if not valid_id(req.session_id):
+            raise invalid(Reason.INVALID_ID, "session_id is malformed", field="session_id")
+        session = await self.deps.peers.get_session(tenant, req.session_id)
+
+        async def read_session(after: int, upto: int | None) -> list[StoredEvent]:
+            return await self.store.read_session_events(tenant, session.session_id, after, upto)
+
+        return follow(self.deps.hub, session_topic(tenant, session.session_id), read_session, req.after_seq,
+                      poll_seconds=self.poll_seconds)  # fmt: skip

@@ -1,0 +1,69 @@
+"""Build and serve the RunService process.
+
+The ready hook opens the database and creates the tables, opens one long-lived channel
+per peer, then takes over runs whose lease expired (a previous life of this replica, or
+a dead one) before the service reports SERVING. The close hook stops local runs at their
+next wait and releases their leases, so a restart or another replica continues them.
+"""
+
+from __future__ import annotations
+
+from agentrt.client.channels import MeshClient
+from agentrt.core.ids import new_id
+from agentrt.mesh.db import Database
+from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.runs.config import RunsConfig
+from agentrt.runs.events import EventHub
+from agentrt.runs.loop import Deps
+from agentrt.runs.manager import RunManager
+from agentrt.runs.peers import Peers
+from agentrt.runs.servicer import RunServicer
+from agentrt.runs.store import RunStore
+from agentrt.v1 import run_service_pb2_grpc as pb_grpc
+
+SERVICE_NAME = "agentrt.v1.RunService"
+
+
+def build_server(config: RunsConfig) -> MeshServer:
+    """Return the RunService server (not started); `server.manager` is its RunManager."""
+    db = Database(config.server.db_url)
+    store = RunStore(db)
+    client = MeshClient(
+        gateway=config.gateway_address,
+        tools=config.tools_address,
+        sessions=config.sessions_address,
+        tasks=config.tasks_address,
+        token=config.server.auth_token,
+    )
+    peers = Peers(client, tool_grace_s=config.tool_call_grace_seconds)
+    deps = Deps(
+        store=store,
+        peers=peers,
+        hub=EventHub(config.subscriber_buffer),
+        owner=config.replica_id or new_id("replica"),
+        lease_seconds=config.lease_seconds,
+    )
+    manager = RunManager(deps, config.default_model, poll_seconds=config.poll_seconds)
+    servicer = RunServicer(manager)
+
+    async def ready() -> None:
+        await store.create_tables()
+        # Open the channels once, here, so the first turn pays no connection setup.
+        for stub in ("gateway_service", "tool_service", "session_service"):
+            getattr(client, stub)
+        await manager.start()
+
+    async def close() -> None:
+        await manager.stop(config.server.grace_seconds)
+        await peers.close()
+        await db.close()
+
+    binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_RunServiceServicer_to_server(servicer, s))
+    server = MeshServer(config.server, [binding], ready=ready, close=close)
+    server.manager = manager  # type: ignore[attr-defined]
+    return server
+
+
+async def serve(config: RunsConfig) -> None:
+    """Serve until SIGTERM/SIGINT, then drain."""
+    await build_server(config).serve_forever()

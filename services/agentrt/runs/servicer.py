@@ -1,0 +1,126 @@
+"""RunService servicer: proto <-> domain and nothing else (see manager.RunManager).
+
+Every method reads the caller's tenant from the call context; errors are MeshErrors the
+mesh interceptor maps to a gRPC status with an ErrorInfo reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from agentrt.core.errors import Reason, invalid, missing
+from agentrt.core.ids import valid_id
+from agentrt.mesh.context import current_tenant
+from agentrt.runs.convert import run_out
+from agentrt.runs.manager import RunManager
+from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import run_service_pb2_grpc as pb_grpc
+
+MAX_PAGE = 1000
+DEFAULT_PAGE = 100
+
+
+class RunServicer(pb_grpc.RunServiceServicer):
+    """RunService over a RunManager."""
+
+    def __init__(self, manager: RunManager) -> None:
+        """Serve manager's runs."""
+        self.m = manager
+
+    async def RegisterAgent(
+        self, request: pb.RegisterAgentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RegisterAgentResponse:
+        """Store a new version of an agent spec.
+
+        Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_AGENT, INVALID_JSON, INVALID_VALUE);
+        UNIMPLEMENTED/NOT_IMPLEMENTED_YET for handoffs.
+        """
+        if not request.HasField("agent"):
+            raise missing("agent")
+        return pb.RegisterAgentResponse(agent=await self.m.register_agent(current_tenant(), request.agent))
+
+    async def GetAgent(
+        self, request: pb.GetAgentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetAgentResponse:
+        """Return a registered spec. Raises INVALID_ARGUMENT (MISSING_FIELD), NOT_FOUND/AGENT_NOT_FOUND."""
+        return pb.GetAgentResponse(
+            agent=await self.m.get_agent(current_tenant(), request.name, request.version)
+        )
+
+    async def StartRun(
+        self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StartRunResponse:
+        """Record a run and start it; return once it is recorded.
+
+        Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_AGENT, INVALID_JSON, INVALID_VALUE,
+        INVALID_ID, UNKNOWN_TOOL), NOT_FOUND (AGENT_NOT_FOUND, SESSION_NOT_FOUND),
+        FAILED_PRECONDITION/SESSION_BUSY, UNAVAILABLE when a peer is down.
+        """
+        record = await self.m.start_run(current_tenant(), request)
+        return pb.StartRunResponse(run_id=record.run_id, session_id=record.session_id)
+
+    async def GetRun(self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext) -> pb.GetRunResponse:
+        """Return a run. Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_ID), NOT_FOUND/RUN_NOT_FOUND."""
+        return pb.GetRunResponse(run=run_out(await self.m.get_run(current_tenant(), request.run_id)))
+
+    async def ListRuns(
+        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRunsResponse:
+        """List runs newest first. Raises INVALID_ARGUMENT (INVALID_VALUE page, INVALID_ID session)."""
+        if request.page_size < 0 or request.page_size > MAX_PAGE:
+            raise invalid(Reason.INVALID_VALUE, f"page_size must be 0..{MAX_PAGE}", field="page_size")
+        if request.page_token and not valid_id(request.page_token):
+            raise invalid(
+                Reason.INVALID_VALUE, "page_token is not one this service issued", field="page_token"
+            )
+        if request.session_id and not valid_id(request.session_id):
+            raise invalid(Reason.INVALID_ID, "session_id is malformed", field="session_id")
+        size = request.page_size or DEFAULT_PAGE
+        runs = await self.m.store.list_runs(current_tenant(), request.session_id, size, request.page_token)
+        token = runs[-1].run_id if len(runs) == size else ""
+        return pb.ListRunsResponse(runs=[run_out(r) for r in runs], next_page_token=token)
+
+    async def StreamRunEvents(
+        self, request: pb.StreamRunEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamRunEventsResponse]:
+        """Stream events after after_seq; a run's stream ends after stream_end.
+
+        Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_VALUE, INVALID_ID), NOT_FOUND
+        (RUN_NOT_FOUND, SESSION_NOT_FOUND).
+        """
+        events = await self.m.events(current_tenant(), request)
+        async for event in events:
+            yield pb.StreamRunEventsResponse(event=event)
+
+    async def ResumeRun(
+        self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ResumeRunResponse:
+        """Answer a suspended run's calls; continue it once all are answered.
+
+        Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_VALUE), NOT_FOUND/RUN_NOT_FOUND,
+        FAILED_PRECONDITION (RUN_NOT_SUSPENDED, RUN_FINISHED).
+        """
+        return pb.ResumeRunResponse(run=run_out(await self.m.resume(current_tenant(), request)))
+
+    async def CancelRun(
+        self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CancelRunResponse:
+        """Cancel a run (terminal, not an error).
+
+        Raises INVALID_ARGUMENT, NOT_FOUND/RUN_NOT_FOUND, FAILED_PRECONDITION/RUN_FINISHED.
+        """
+        return pb.CancelRunResponse(
+            run=run_out(await self.m.cancel(current_tenant(), request.run_id, request.reason))
+        )
+
+    async def InjectInput(
+        self, request: pb.InjectInputRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InjectInputResponse:
+        """Queue input into a live run.
+
+        Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_VALUE), NOT_FOUND/RUN_NOT_FOUND,
+        FAILED_PRECONDITION/RUN_FINISHED.
+        """
+        return pb.InjectInputResponse(position=await self.m.inject(current_tenant(), request))

@@ -1,0 +1,436 @@
+"""Persistence of agents, runs, the run log and run events (one transaction per save point).
+
+What it owns (records.py holds the decoded shapes it returns):
+- `save()`: the save point. In ONE transaction it updates the run row (guarded by the
+  fencing token of the lease and/or the expected status), appends run-log entries and
+  inserts events. A guard that no longer holds rolls everything back and returns None:
+  the caller lost the lease or the race, and must not act.
+- leases: acquire (expired or free), renew, release; a takeover scan for RUNNING runs
+  whose lease expired.
+- event replay by run (seq) and by session (session_seq).
+
+Events passed to `save()` either carry their seqs (the owning executor numbers them
+live) or are numbered inside the transaction (max + 1), which is what transitions made
+outside an executor (resume, cancel of a suspended run) use.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agentrt.mesh.db import Database
+from agentrt.runs.models import AgentRow, Base, RunEventRow, RunLogRow, RunRow
+from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, decode, encode
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+
+
+class _GuardFailed(Exception):
+    """Raised inside a transaction to roll it back when a guard no longer holds."""
+
+
+class RunStore:
+    """The runs database (see the module docstring)."""
+
+    def __init__(self, db: Database) -> None:
+        """Wrap an open Database."""
+        self.db = db
+
+    async def create_tables(self) -> None:
+        """Create the runs tables that do not exist yet."""
+        await self.db.create_all(Base.metadata)
+
+    # -- agents ---------------------------------------------------------------------------
+
+    async def register_agent(self, tenant: str, spec: pb.AgentSpec) -> pb.AgentSpec:
+        """Store spec as the next version of its name; return it with the version set."""
+        async with self.db.write() as conn:
+            latest = await conn.scalar(
+                select(func.max(AgentRow.version)).where(
+                    AgentRow.tenant == tenant, AgentRow.name == spec.name
+                )
+            )
+            stored = pb.AgentSpec()
+            stored.CopyFrom(spec)
+            stored.version = (latest or 0) + 1
+            await conn.execute(
+                insert(AgentRow).values(
+                    tenant=tenant,
+                    name=spec.name,
+                    version=stored.version,
+                    spec=stored.SerializeToString(),
+                    create_time_s=time.time(),
+                )
+            )
+        return stored
+
+    async def get_agent(self, tenant: str, name: str, version: int = 0) -> pb.AgentSpec | None:
+        """Return the agent's spec (latest when version is 0), or None."""
+        query = select(AgentRow.spec).where(AgentRow.tenant == tenant, AgentRow.name == name)
+        query = (
+            query.where(AgentRow.version == version) if version else query.order_by(AgentRow.version.desc())
+        )
+        async with self.db.read() as conn:
+            raw = await conn.scalar(query.limit(1))
+        return pb.AgentSpec.FromString(raw) if raw is not None else None
+
+    # -- runs -----------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str, tenant: str | None = None) -> RunRecord | None:
+        """Return the run (only the tenant's when tenant is given), or None."""
+        query = select(RunRow).where(RunRow.run_id == run_id)
+        if tenant is not None:
+            query = query.where(RunRow.tenant == tenant)
+        async with self.db.read() as conn:
+            row = (await conn.execute(query)).first()
+        return decode(row) if row is not None else None
+
+    async def find_idempotent(self, tenant: str, key: str) -> RunRecord | None:
+        """Return the tenant's run started with idempotency key, or None."""
+        async with self.db.read() as conn:
+            row = (
+                await conn.execute(
+                    select(RunRow).where(RunRow.tenant == tenant, RunRow.idempotency_key == key)
+                )
+            ).first()
+        return decode(row) if row is not None else None
+
+    async def busy_run(self, tenant: str, session_id: str) -> str | None:
+        """Return the id of an unfinished run of the session, or None."""
+        async with self.db.read() as conn:
+            return await conn.scalar(_busy_query(tenant, session_id))
+
+    async def insert_run(
+        self, record: RunRecord, events: Sequence[pb.RunEvent]
+    ) -> tuple[RunRecord, list[StoredEvent]]:
+        """Insert a new run with its "started" log entry and first events, in one transaction.
+
+        Returns:
+            (record, stored events) of the new run; or, when the idempotency key is
+            already taken, (the existing run, []).
+
+        Raises:
+            SessionBusy: the session has an unfinished run (checked in the same transaction).
+        """
+        values = dict(encode(k, getattr(record, k)) for k in COLUMNS)
+        try:
+            async with self.db.write() as conn:
+                if record.idempotency_key:
+                    row = (
+                        await conn.execute(
+                            select(RunRow).where(
+                                RunRow.tenant == record.tenant,
+                                RunRow.idempotency_key == record.idempotency_key,
+                            )
+                        )
+                    ).first()
+                    if row is not None:
+                        return decode(row), []
+                other = await conn.scalar(_busy_query(record.tenant, record.session_id))
+                if other is not None:
+                    raise SessionBusy(other)
+                await conn.execute(insert(RunRow).values(**values))
+                await _append_log(conn, record.run_id, [("started", {"input": record.input})])
+                stored = await _insert_events(conn, record.run_id, record.tenant, record.session_id, events)
+        except IntegrityError:
+            existing = await self.find_idempotent(record.tenant, record.idempotency_key or "")
+            if existing is None:
+                raise
+            return existing, []
+        return record, stored
+
+    async def list_runs(
+        self, tenant: str, session_id: str, limit: int, before_run_id: str = ""
+    ) -> list[RunRecord]:
+        """Return up to limit runs of the tenant (of one session when given), newest first."""
+        query = select(RunRow).where(RunRow.tenant == tenant)
+        if session_id:
+            query = query.where(RunRow.session_id == session_id)
+        if before_run_id:
+            query = query.where(RunRow.run_id < before_run_id)
+        query = query.order_by(RunRow.run_id.desc()).limit(limit)
+        async with self.db.read() as conn:
+            return [decode(r) for r in (await conn.execute(query)).all()]
+
+    async def save(
+        self,
+        run_id: str,
+        *,
+        changes: dict[str, Any] | None = None,
+        log: Iterable[tuple[str, dict[str, Any]]] = (),
+        events: Sequence[StoredEvent] = (),
+        new_events: Sequence[pb.RunEvent] = (),
+        token: int | None = None,
+        expect_status: Sequence[int] | None = None,
+        session: tuple[str, str] | None = None,
+        drop_inputs: Sequence[str] = (),
+    ) -> list[StoredEvent] | None:
+        """The save point: update the run, append log entries, insert events; one transaction.
+
+        Args:
+            run_id: the run.
+            changes: RunRecord field -> new value.
+            log: (kind, payload) run-log entries, appended in order.
+            events: events already numbered by the owning executor.
+            new_events: events to number here (max + 1); needs `session` (tenant, id).
+            token: the fencing token the caller holds; the write happens only if it is current.
+            expect_status: the write happens only in one of these statuses.
+            session: (tenant, session_id) for new_events.
+            drop_inputs: ids of injected input consumed (removed from the queue here, so
+                input injected meanwhile is kept).
+
+        Returns:
+            The events numbered here (possibly []), or None when a guard failed (nothing written).
+        """
+        values = dict(encode(k, v) for k, v in (changes or {}).items())
+        values["update_time_s"] = time.time()
+        cond = [RunRow.run_id == run_id]
+        if token is not None:
+            cond.append(RunRow.fencing_token == token)
+        if expect_status is not None:
+            cond.append(RunRow.status.in_(list(expect_status)))
+        try:
+            async with self.db.write() as conn:
+                result = await conn.execute(update(RunRow).where(and_(*cond)).values(**values))
+                if result.rowcount == 0:
+                    raise _GuardFailed()
+                if drop_inputs:
+                    queued = await conn.scalar(
+                        select(RunRow.pending_input_json).where(RunRow.run_id == run_id)
+                    )
+                    kept = [i for i in json.loads(queued or "[]") if i.get("id") not in set(drop_inputs)]
+                    await conn.execute(
+                        update(RunRow)
+                        .where(RunRow.run_id == run_id)
+                        .values(pending_input_json=json.dumps(kept))
+                    )
+                await _append_log(conn, run_id, list(log))
+                for ev in events:
+                    await conn.execute(insert(RunEventRow).values(**_event_values(ev)))
+                stored: list[StoredEvent] = []
+                if new_events:
+                    assert session is not None
+                    stored = await _insert_events(conn, run_id, session[0], session[1], new_events)
+        except _GuardFailed:
+            return None
+        return stored
+
+    async def push_input(self, run_id: str, item: dict[str, Any]) -> int | None:
+        """Queue injected input on an unfinished run; return its 1-based queue position.
+
+        Returns None when the run has finished (nothing is queued).
+        """
+        async with self.db.write() as conn:
+            row = (
+                await conn.execute(
+                    select(RunRow.status, RunRow.pending_input_json).where(RunRow.run_id == run_id)
+                )
+            ).first()
+            if row is None or row[0] in TERMINAL:
+                return None
+            queued = [*json.loads(row[1] or "[]"), item]
+            await conn.execute(
+                update(RunRow).where(RunRow.run_id == run_id).values(pending_input_json=json.dumps(queued))
+            )
+        return len(queued)
+
+    async def read_log(self, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
+        """Return the run log in order as (seq, kind, payload)."""
+        query = select(RunLogRow.seq, RunLogRow.kind, RunLogRow.payload).where(RunLogRow.run_id == run_id)
+        async with self.db.read() as conn:
+            rows = (await conn.execute(query.order_by(RunLogRow.seq))).all()
+        return [(r[0], r[1], json.loads(r[2])) for r in rows]
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def acquire_lease(
+        self, run_id: str, owner: str, ttl_s: float, *, status: int = cpb.RUN_STATUS_RUNNING
+    ) -> int | None:
+        """Take the lease of a run in `status` that is free, expired or already ours.
+
+        Returns:
+            The new fencing token, or None when another owner holds a live lease.
+        """
+        now = time.time()
+        free = or_(RunRow.lease_owner == "", RunRow.lease_expires_s < now, RunRow.lease_owner == owner)
+        async with self.db.write() as conn:
+            result = await conn.execute(
+                update(RunRow)
+                .where(RunRow.run_id == run_id, RunRow.status == status, free)
+                .values(
+                    lease_owner=owner, lease_expires_s=now + ttl_s, fencing_token=RunRow.fencing_token + 1
+                )
+            )
+            if result.rowcount == 0:
+                return None
+            return await conn.scalar(select(RunRow.fencing_token).where(RunRow.run_id == run_id))
+
+    async def renew_leases(
+        self, owner: str, tokens: dict[str, int], ttl_s: float
+    ) -> tuple[set[str], set[str]]:
+        """Extend the leases owner holds; one transaction.
+
+        Returns:
+            (run ids whose lease was lost, run ids whose cancellation was requested).
+        """
+        lost: set[str] = set()
+        canceled: set[str] = set()
+        if not tokens:
+            return lost, canceled
+        expires = time.time() + ttl_s
+        async with self.db.write() as conn:
+            for run_id, token in tokens.items():
+                result = await conn.execute(
+                    update(RunRow)
+                    .where(
+                        RunRow.run_id == run_id, RunRow.lease_owner == owner, RunRow.fencing_token == token
+                    )
+                    .values(lease_expires_s=expires)
+                )
+                if result.rowcount == 0:
+                    lost.add(run_id)
+            rows = await conn.execute(
+                select(RunRow.run_id).where(
+                    RunRow.run_id.in_(list(tokens)), RunRow.cancel_requested.is_(True)
+                )
+            )
+            canceled = {r[0] for r in rows}
+        return lost, canceled
+
+    async def release_lease(self, run_id: str, token: int) -> None:
+        """Give the lease up (expire it now) if token is still current."""
+        async with self.db.write() as conn:
+            await conn.execute(
+                update(RunRow)
+                .where(RunRow.run_id == run_id, RunRow.fencing_token == token)
+                .values(lease_owner="", lease_expires_s=0.0)
+            )
+
+    async def expired_runs(self) -> list[str]:
+        """Return ids of RUNNING runs whose lease has expired (takeover candidates)."""
+        now = time.time()
+        async with self.db.read() as conn:
+            rows = await conn.execute(
+                select(RunRow.run_id).where(
+                    RunRow.status == cpb.RUN_STATUS_RUNNING, RunRow.lease_expires_s < now
+                )
+            )
+            return [r[0] for r in rows]
+
+    # -- events ---------------------------------------------------------------------------
+
+    async def read_events(self, run_id: str, after: int, upto: int | None = None) -> list[StoredEvent]:
+        """Return the run's stored events with after < seq <= upto, in seq order."""
+        query = select(RunEventRow).where(RunEventRow.run_id == run_id, RunEventRow.seq > after)
+        if upto is not None:
+            query = query.where(RunEventRow.seq <= upto)
+        async with self.db.read() as conn:
+            rows = (await conn.execute(query.order_by(RunEventRow.seq))).all()
+        return [_stored(r) for r in rows]
+
+    async def read_session_events(
+        self, tenant: str, session_id: str, after: int, upto: int | None = None
+    ) -> list[StoredEvent]:
+        """Return the session's stored events with after < session_seq <= upto, in order."""
+        query = select(RunEventRow).where(
+            RunEventRow.tenant == tenant,
+            RunEventRow.session_id == session_id,
+            RunEventRow.session_seq > after,
+        )
+        if upto is not None:
+            query = query.where(RunEventRow.session_seq <= upto)
+        async with self.db.read() as conn:
+            rows = (await conn.execute(query.order_by(RunEventRow.session_seq))).all()
+        return [_stored(r) for r in rows]
+
+    async def event_heads(self, run_id: str, tenant: str, session_id: str) -> tuple[int, int]:
+        """Return (highest stored seq of the run, highest stored session_seq of its session)."""
+        async with self.db.read() as conn:
+            seq = await conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id))
+            sseq = await conn.scalar(
+                select(func.max(RunEventRow.session_seq)).where(
+                    RunEventRow.tenant == tenant, RunEventRow.session_id == session_id
+                )
+            )
+        return seq or 0, sseq or 0
+
+
+class SessionBusy(Exception):
+    """The session already has an unfinished run (its id is the argument)."""
+
+
+def _busy_query(tenant: str, session_id: str) -> Any:
+    return (
+        select(RunRow.run_id)
+        .where(
+            RunRow.tenant == tenant,
+            RunRow.session_id == session_id,
+            RunRow.status.in_([cpb.RUN_STATUS_RUNNING, cpb.RUN_STATUS_SUSPENDED]),
+        )
+        .limit(1)
+    )
+
+
+async def _append_log(conn: AsyncConnection, run_id: str, entries: list[tuple[str, dict[str, Any]]]) -> None:
+    if not entries:
+        return
+    last = await conn.scalar(select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == run_id)) or 0
+    now = time.time()
+    rows = [
+        {"run_id": run_id, "seq": last + i, "kind": kind, "payload": json.dumps(payload), "time_s": now}
+        for i, (kind, payload) in enumerate(entries, start=1)
+    ]
+    await conn.execute(insert(RunLogRow), rows)
+
+
+async def _insert_events(
+    conn: AsyncConnection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
+) -> list[StoredEvent]:
+    if not events:
+        return []
+    seq = await conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)) or 0
+    sseq = (
+        await conn.scalar(
+            select(func.max(RunEventRow.session_seq)).where(
+                RunEventRow.tenant == tenant, RunEventRow.session_id == session_id
+            )
+        )
+        or 0
+    )
+    stored = []
+    for i, event in enumerate(events, start=1):
+        event.seq = seq + i
+        ev = StoredEvent(run_id, seq + i, tenant, session_id, sseq + i, event)
+        await conn.execute(insert(RunEventRow).values(**_event_values(ev)))
+        stored.append(ev)
+    return stored
+
+
+def _event_values(ev: StoredEvent) -> dict[str, Any]:
+    return {
+        "run_id": ev.run_id,
+        "seq": ev.seq,
+        "tenant": ev.tenant,
+        "session_id": ev.session_id,
+        "session_seq": ev.session_seq,
+        "event": ev.event.SerializeToString(),
+    }
+
+
+def _stored(row: Any) -> StoredEvent:
+    m = row._mapping
+    return StoredEvent(
+        m["run_id"],
+        m["seq"],
+        m["tenant"],
+        m["session_id"],
+        m["session_seq"],
+        pb.RunEvent.FromString(m["event"]),
+    )

@@ -1,0 +1,264 @@
+"""The tool phase of a turn: partition calls, then execute them (004 §2.2 steps 3–7, §2.7).
+
+`plan_calls` decides, per call and in call order, what happens to it:
+- the runtime answers it at once: an unknown tool ("Tool 'X' not found."), arguments that
+  were not a JSON object, a denied approval, a result the client submitted for its own
+  tool, or a call beyond the run's tool-call budget;
+- it waits: for an approval (catalog or agent policy, unless approved "always") or for
+  the client's result (a client-declared tool);
+- it runs through the tool service.
+If any call waits, the whole turn pauses and nothing runs (004 §2.2 step 4).
+
+`execute_calls` runs the runnable calls concurrently up to the cap (one `sequential`
+tool serializes the batch), and returns every result in call order, whatever the
+completion order. A tool failure is a result with is_error; a tool service that is down
+is an error of the run, reported for the lowest call index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from agentrt.core.decide import Call
+from agentrt.core.errors import MeshError, Reason, Status, invalid
+from agentrt.runs.convert import call_out
+from agentrt.runs.peers import Peers
+from agentrt.runs.persistence import RUNTIME_DETAILS
+from agentrt.runs.turn import RunFailed, failure
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import tool_service_pb2 as tpb
+
+INVALID_ARGS_TEXT = (
+    "The arguments of this call were not a valid JSON object, so the tool did not run. "
+    "Send the call again with its arguments as one JSON object that matches the tool's schema."
+)
+BUDGET_TEXT = "The run's tool-call budget is spent, so this call did not run. Answer with what you have."
+DENIED_TEXT = "A person denied this call, so it did not run."
+
+
+def runtime_result(call: Call, content: str, status: int, *, is_error: bool = True) -> cpb.ToolResult:
+    """Return a result the runtime writes for a call that did not reach the tool service."""
+    return cpb.ToolResult(
+        call_id=call.call_id,
+        name=call.name,
+        content=content,
+        is_error=is_error,
+        status=status,  # type: ignore[arg-type]
+        summary=content.split(".")[0][:120],
+        details_json=RUNTIME_DETAILS,
+    )
+
+
+@dataclass
+class Planned:
+    """What happens to one call: `result` set = answered; `pending` set = waits; else runs."""
+
+    call: Call
+    spec: cpb.ToolSpec | None = None
+    result: cpb.ToolResult | None = None
+    pending: int = pb.PENDING_CALL_KIND_UNSPECIFIED
+
+    @property
+    def runs(self) -> bool:
+        """True when the call goes to the tool service."""
+        return self.result is None and self.pending == pb.PENDING_CALL_KIND_UNSPECIFIED
+
+
+def plan_calls(
+    calls: Sequence[Call],
+    specs: Mapping[str, cpb.ToolSpec],
+    always_approved: set[str],
+    answers: pb.ResumeRunRequest,
+    budget_left: int | None,
+) -> list[Planned]:
+    """Partition calls (see the module docstring); pure.
+
+    Args:
+        calls: the decision's calls in call order.
+        specs: offered tool specs by name (agent overrides applied).
+        always_approved: tools approved for every later call of this run.
+        answers: decisions and external results received so far.
+        budget_left: calls the run may still execute; None = unlimited.
+    """
+    decisions = {d.call_id: d for d in answers.decisions}
+    results = {r.call_id: r for r in answers.results}
+    out = []
+    for call in calls:
+        spec = specs.get(call.name)
+        plan = Planned(call, spec)
+        if spec is None:
+            plan.result = runtime_result(call, f"Tool '{call.name}' not found.", cpb.TOOL_RESULT_STATUS_ERROR)
+        elif call.has_invalid_arguments:
+            plan.result = runtime_result(call, INVALID_ARGS_TEXT, cpb.TOOL_RESULT_STATUS_ERROR)
+        elif spec.external:
+            given = results.get(call.call_id)
+            if given is None:
+                plan.pending = pb.PENDING_CALL_KIND_EXTERNAL_RESULT
+            else:
+                plan.result = cpb.ToolResult()
+                plan.result.CopyFrom(given)
+                plan.result.name = call.name
+                if plan.result.status == cpb.TOOL_RESULT_STATUS_UNSPECIFIED:
+                    plan.result.status = (
+                        cpb.TOOL_RESULT_STATUS_ERROR if given.is_error else cpb.TOOL_RESULT_STATUS_OK
+                    )
+        elif spec.needs_approval and call.name not in always_approved:
+            decision = decisions.get(call.call_id)
+            if decision is None:
+                plan.pending = pb.PENDING_CALL_KIND_APPROVAL
+            elif not decision.approved:
+                text = f"{DENIED_TEXT} {decision.message}".strip() if decision.message else DENIED_TEXT
+                plan.result = runtime_result(call, text, cpb.TOOL_RESULT_STATUS_DENIED)
+        if plan.runs and budget_left is not None:
+            if budget_left <= 0:
+                plan.result = runtime_result(call, BUDGET_TEXT, cpb.TOOL_RESULT_STATUS_NOT_EXECUTED)
+            budget_left -= 1
+        out.append(plan)
+    return out
+
+
+def pending_calls(planned: Sequence[Planned]) -> list[pb.PendingCall]:
+    """Return the calls that wait, in call order."""
+    return [pb.PendingCall(call=call_out(p.call), kind=p.pending) for p in planned if p.pending]  # type: ignore[arg-type]
+
+
+#: Waits between re-sends of a call another process is still running (a takeover), seconds.
+IN_PROGRESS_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
+IN_PROGRESS_ATTEMPTS = 120
+
+
+async def _execute(peers: Peers, tenant: str, request: tpb.ExecuteToolRequest) -> cpb.ToolResult:
+    """ExecuteTool, re-sent while the tool service says the call still runs elsewhere.
+
+    After a takeover the dead replica's call may still be running in the tool service; the
+    journal answers ABORTED/EXECUTION_IN_PROGRESS until it ends, then the recorded result.
+    """
+    for attempt in range(IN_PROGRESS_ATTEMPTS):
+        try:
+            return (await peers.execute(tenant, request)).result
+        except MeshError as err:
+            if err.status != Status.ABORTED or err.reason != Reason.EXECUTION_IN_PROGRESS:
+                raise
+            await asyncio.sleep(IN_PROGRESS_BACKOFF_S[min(attempt, len(IN_PROGRESS_BACKOFF_S) - 1)])
+    return (await peers.execute(tenant, request)).result
+
+
+async def execute_calls(
+    planned: Sequence[Planned],
+    *,
+    peers: Peers,
+    tenant: str,
+    run_id: str,
+    workspace: str,
+    concurrency: int,
+    on_result: Callable[[cpb.ToolResult], None],
+) -> list[cpb.ToolResult]:
+    """Run the runnable calls; return all results in call order (004 §2.2 step 5).
+
+    Args:
+        planned: the plan; answered calls are returned as they are.
+        peers: the tool service.
+        tenant: the run's tenant.
+        run_id: the run (with the call id, the tool service's idempotency key).
+        workspace: absolute directory the calls run in; "" = the tool service's default.
+        concurrency: calls executing at once (>= 1).
+        on_result: called with each result as it completes (for live events).
+
+    Raises:
+        MeshError: the tool service failed for a reason other than the call itself
+            (lowest call index wins).
+    """
+    if any(p.runs and p.spec is not None and p.spec.sequential for p in planned):
+        concurrency = 1
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def run_one(p: Planned) -> cpb.ToolResult:
+        request = tpb.ExecuteToolRequest(run_id=run_id, call=call_out(p.call), workspace=workspace)
+        if p.spec is not None and p.spec.HasField("timeout"):
+            request.timeout.CopyFrom(p.spec.timeout)
+        async with gate:
+            try:
+                result = await _execute(peers, tenant, request)
+            except MeshError as err:
+                if err.metadata.get("field") == "workspace":
+                    raise RunFailed(
+                        failure(
+                            "invalid_workspace",
+                            f"The run's workspace cannot be used: {err.message}",
+                            debug=str(err),
+                            reason=str(err.reason),
+                        )
+                    ) from err
+                if err.status not in (Status.INVALID_ARGUMENT, Status.FAILED_PRECONDITION, Status.NOT_FOUND):
+                    raise
+                result = runtime_result(
+                    p.call, f"The tool could not run: {err.message}", cpb.TOOL_RESULT_STATUS_ERROR
+                )
+        result.call_id, result.name = p.call.call_id, p.call.name
+        on_result(result)
+        return result
+
+    tasks = {i: asyncio.ensure_future(run_one(p)) for i, p in enumerate(planned) if p.runs}
+    try:
+        if tasks:
+            await asyncio.wait(tasks.values())
+    finally:
+        for task in tasks.values():
+            task.cancel()
+    for i in sorted(tasks):
+        error = None if tasks[i].cancelled() else tasks[i].exception()
+        if error is not None:
+            raise error
+    out = []
+    for i, p in enumerate(planned):
+        if i in tasks:
+            out.append(tasks[i].result())
+        else:
+            assert p.result is not None
+            on_result(p.result)
+            out.append(p.result)
+    return out
+
+
+def merge_answers(
+    pending: Sequence[pb.PendingCall],
+    previous: pb.ResumeRunRequest,
+    always_approved: Sequence[str],
+    req: pb.ResumeRunRequest,
+) -> tuple[pb.ResumeRunRequest, set[str]]:
+    """Validate a resume's answers against the pending calls; merge them with earlier ones.
+
+    Returns:
+        (all answers so far, tool names approved for every later call).
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/INVALID_VALUE for a call that is not pending with that
+            kind, or answered twice in one request.
+    """
+    kinds = {p.call.call_id: (p.kind, p.call.name) for p in pending}
+    seen: set[str] = set()
+    merged = pb.ResumeRunRequest()
+    merged.CopyFrom(previous)
+    always = set(always_approved)
+    for i, d in enumerate(req.decisions):
+        if kinds.get(d.call_id, (0,))[0] != pb.PENDING_CALL_KIND_APPROVAL or d.call_id in seen:
+            raise invalid(Reason.INVALID_VALUE, f"call {d.call_id!r} is not waiting for an approval",
+                          field=f"decisions[{i}].call_id")  # fmt: skip
+        seen.add(d.call_id)
+        kept = [x for x in merged.decisions if x.call_id != d.call_id]
+        del merged.decisions[:]
+        merged.decisions.extend([*kept, d])
+        if d.approved and d.always:
+            always.add(kinds[d.call_id][1])
+    for i, r in enumerate(req.results):
+        if kinds.get(r.call_id, (0,))[0] != pb.PENDING_CALL_KIND_EXTERNAL_RESULT or r.call_id in seen:
+            raise invalid(Reason.INVALID_VALUE, f"call {r.call_id!r} is not waiting for an external result",
+                          field=f"results[{i}].call_id")  # fmt: skip
+        seen.add(r.call_id)
+        kept_r = [x for x in merged.results if x.call_id != r.call_id]
+        del merged.results[:]
+        merged.results.extend([*kept_r, r])
+    return merged, always

@@ -1,0 +1,188 @@
+"""The model half of a turn: build the request, stream the call, classify failures.
+
+- `build_request`: render the session's context (seed 000) into a provider-neutral
+  ModelRequest with the snapshot's instructions, tools and settings (004 §2.3b: the turn
+  reads the snapshot, never a live agent).
+- `stream_model`: one StreamGenerate call; text deltas go to a callback as they arrive;
+  the final response is returned. A stream with no final response is an error: nothing
+  partial is ever accepted (gateway contract).
+- `failure_of` and the run-level failures: structured failures with a stable kind, a
+  retryable flag and a user-safe message (002 "Failures are structured").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import jsonschema
+
+from agentrt.core import render
+from agentrt.core.errors import MeshError, Reason, Status
+from agentrt.runs.agents import limits_of, offered_specs
+from agentrt.runs.convert import history_of, messages_out
+from agentrt.runs.peers import Peers
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import gateway_service_pb2 as gpb
+from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import session_service_pb2 as spb
+
+
+def build_request(snap: pb.AgentSpec, run_id: str, tenant: str, entries: list[spb.Entry]) -> gpb.ModelRequest:
+    """Return the turn's ModelRequest rendered from the session's context entries.
+
+    Raises:
+        ValueError: the context does not open with a user message (a bug upstream).
+    """
+    limits = limits_of(snap)
+    history = history_of(entries)
+    messages = render.messages(
+        history, recent_results=limits.recent_results, result_max_bytes=limits.result_max_bytes
+    )
+    settings = cpb.ModelSettings()
+    settings.CopyFrom(snap.settings)
+    if snap.tool_call_mode == pb.TOOL_CALL_MODE_SINGLE:
+        settings.disable_parallel_tool_calls = True
+    if snap.output_json_schema and not settings.output_json_schema:
+        settings.output_json_schema = snap.output_json_schema
+    return gpb.ModelRequest(
+        model=snap.model,
+        system=snap.instructions,
+        messages=messages_out(messages),
+        tools=offered_specs(snap),
+        settings=settings,
+        tenant=tenant,
+        run_id=run_id,
+    )
+
+
+async def stream_model(
+    peers: Peers, tenant: str, request: gpb.ModelRequest, on_delta: Callable[[str], None]
+) -> cpb.ModelResponse:
+    """Make the turn's model call; return its final response.
+
+    Raises:
+        MeshError: the gateway's error, or UNAVAILABLE/PROVIDER_UNAVAILABLE when the stream
+            ended without a final response.
+    """
+    final: cpb.ModelResponse | None = None
+    async for message in peers.generate(tenant, request):
+        kind = message.WhichOneof("event")
+        if kind == "text_delta" and message.text_delta:
+            on_delta(message.text_delta)
+        elif kind == "final":
+            final = message.final.response
+    if final is None:
+        raise MeshError(
+            Status.UNAVAILABLE, Reason.PROVIDER_UNAVAILABLE, "the model stream ended without a response"
+        )
+    return final
+
+
+class RunFailed(Exception):
+    """The run ends with this structured failure."""
+
+    def __init__(self, failure: cpb.FailureInfo) -> None:
+        """Carry failure."""
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def failure(
+    kind: str, message: str, *, retryable: bool = False, debug: str = "", reason: str = ""
+) -> cpb.FailureInfo:
+    """Return a structured failure."""
+    return cpb.FailureInfo(
+        kind=kind, retryable=retryable, message=message, debug_message=debug, reason=reason
+    )
+
+
+_BY_REASON: dict[str, tuple[str, bool, str]] = {
+    Reason.RATE_LIMITED: (
+        "rate_limited",
+        True,
+        "The model provider is rate limiting requests; try again later.",
+    ),
+    Reason.PROVIDER_UNAVAILABLE: ("unavailable", True, "The model provider is unavailable; try again later."),
+    Reason.DEPENDENCY_UNAVAILABLE: ("unavailable", True, "A service the run depends on is unavailable."),
+    Reason.CONTEXT_OVERFLOW: (
+        "context_overflow",
+        False,
+        "The conversation no longer fits the model's context.",
+    ),
+    Reason.PROVIDER_AUTHENTICATION: ("authentication", False, "The model provider rejected the credentials."),
+    Reason.SESSION_NOT_FOUND: ("session_gone", False, "The run's session no longer exists."),
+}
+_BY_STATUS: dict[Status, tuple[str, bool, str]] = {
+    Status.UNAVAILABLE: (
+        "unavailable",
+        True,
+        "A service the run depends on is unavailable; try again later.",
+    ),
+    Status.RESOURCE_EXHAUSTED: ("rate_limited", True, "A service the run depends on is over its limits."),
+    Status.DEADLINE_EXCEEDED: ("timeout", True, "A call the run made timed out."),
+    Status.INVALID_ARGUMENT: ("invalid_request", False, "The model request was rejected as invalid."),
+    Status.FAILED_PRECONDITION: (
+        "invalid_request",
+        False,
+        "The model request cannot be served as configured.",
+    ),
+    Status.UNAUTHENTICATED: (
+        "authentication",
+        False,
+        "A service the run depends on refused its credentials.",
+    ),
+}
+
+
+def failure_of(err: MeshError) -> cpb.FailureInfo:
+    """Classify a peer's error into a structured failure (kind from the reason, then the status)."""
+    kind, retryable, message = _BY_REASON.get(
+        str(err.reason),
+        _BY_STATUS.get(err.status, ("internal", False, "The run failed because of an internal error.")),
+    )
+    return failure(kind, message, retryable=retryable, debug=err.message, reason=str(err.reason))
+
+
+def add_usage(total: cpb.Usage, usage: cpb.Usage) -> cpb.Usage:
+    """Return total + usage (a response that reports no request count counts as one)."""
+    out = cpb.Usage()
+    out.CopyFrom(total)
+    out.input_tokens += usage.input_tokens
+    out.output_tokens += usage.output_tokens
+    out.cached_input_tokens += usage.cached_input_tokens
+    out.reasoning_tokens += usage.reasoning_tokens
+    out.requests += usage.requests or 1
+    return out
+
+
+def check_budget(turn: int, max_turns: int, budget_s: float, created_s: float) -> None:
+    """Refuse a model call beyond the turn budget or the time budget (004 §2.9).
+
+    Raises:
+        RunFailed: kind "max_turns", or "timeout" (retryable) once budget_s seconds have
+            passed since created_s; budget_s 0 = no time budget.
+    """
+    if turn > max_turns:
+        raise RunFailed(failure("max_turns", f"The run used its {max_turns} turns without a final answer."))
+    if budget_s and time.time() - created_s > budget_s:
+        raise RunFailed(failure("timeout", "The run used its time budget.", retryable=True))
+
+
+def check_final_output(schema_text: str, text: str) -> None:
+    """Validate a final answer against the agent's output schema ("" = plain text, 004 §2.3).
+
+    Raises:
+        RunFailed: kind "invalid_final_output" when the text is not JSON matching the schema.
+    """
+    if not schema_text:
+        return
+    try:
+        jsonschema.validate(json.loads(text), json.loads(schema_text))
+    except (ValueError, jsonschema.ValidationError) as exc:
+        raise RunFailed(
+            failure(
+                "invalid_final_output", "The final answer did not match the output schema.", debug=str(exc)
+            )
+        ) from exc

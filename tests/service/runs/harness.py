@@ -1,0 +1,193 @@
+"""The mesh for RunService tests: the four production servers in-process on 127.0.0.1:0.
+
+Helpers live here (one module object however it is imported); conftest.py only exposes the
+fixtures.
+
+Sessions, tools, gateway and runs are each built by their own `build_server()` with
+SQLite files and a workspace root under tmp_path; the gateway's OpenAI and Anthropic
+providers point at the wire emulator. Tests talk to RunService (and read the session
+store) over real channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+
+import grpc
+
+from agentrt.gateway.config import GatewayConfig, ProviderSettings
+from agentrt.gateway.server import build_server as build_gateway
+from agentrt.mesh.config import ServerConfig
+from agentrt.mesh.db import sqlite_url
+from agentrt.runs.config import RunsConfig
+from agentrt.runs.server import build_server as build_runs
+from agentrt.sessions.config import SessionsConfig
+from agentrt.sessions.server import build_server as build_sessions
+from agentrt.tools.config import ToolsConfig
+from agentrt.tools.server import build_server as build_tools
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import run_service_pb2_grpc as pb_grpc
+from agentrt.v1 import session_service_pb2 as spb
+from agentrt.v1 import session_service_pb2_grpc as spb_grpc
+from tests.emulators.providers import ProviderEmulator
+
+#: Upper bound on waiting for a run to reach a state, seconds (a bound, not a sleep).
+WAIT_S = 30.0
+#: Set to a PostgreSQL server URL (postgresql+asyncpg://user@host:port) to run RunService's
+#: own tables on PostgreSQL: each mesh gets a fresh database there, dropped afterwards.
+PG_ENV = "AGENTRT_TEST_RUNS_PG"
+_PG_DATABASES: list[str] = []
+
+
+async def drop_pg_databases() -> None:
+    """Drop the databases runs_db_url created (no-op without PG_ENV)."""
+    server = os.environ.get(PG_ENV, "")
+    if not server or not _PG_DATABASES:
+        return
+    import asyncpg
+
+    conn = await asyncpg.connect(server.replace("postgresql+asyncpg", "postgresql") + "/postgres")
+    try:
+        while _PG_DATABASES:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{_PG_DATABASES.pop()}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def runs_db_url(tmp: str) -> str:
+    server = os.environ.get(PG_ENV, "")
+    if not server:
+        return sqlite_url(tmp, "runs")
+    import uuid
+
+    import asyncpg
+
+    name = f"runs_test_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(server.replace("postgresql+asyncpg", "postgresql") + "/postgres")
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    _PG_DATABASES.append(name)
+    return f"{server}/{name}"
+
+
+@dataclass
+class Mesh:
+    runs: pb_grpc.RunServiceStub
+    sessions: spb_grpc.SessionServiceStub
+    emu: ProviderEmulator
+    workspace_root: str
+    runs_address: str
+    runs_server: object
+    addresses: dict[str, str]
+    tmp: str
+    work: str = ""
+
+    async def events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None, until: str = ""
+    ) -> list[pb.RunEvent]:
+        """Read the run's stream to its end (or `limit` events, or the first `until` event),
+        bounded by WAIT_S."""
+        out: list[pb.RunEvent] = []
+
+        async def read() -> None:
+            call = self.runs.StreamRunEvents(pb.StreamRunEventsRequest(run_id=run_id, after_seq=after_seq))
+            async for msg in call:
+                out.append(msg.event)
+                if (limit is not None and len(out) >= limit) or msg.event.WhichOneof("payload") == until:
+                    call.cancel()
+                    return
+
+        await asyncio.wait_for(read(), WAIT_S)
+        return out
+
+    async def wait_status(self, run_id: str, *statuses: int) -> pb.Run:
+        """Poll GetRun until the run is in one of statuses (bounded by WAIT_S)."""
+
+        async def poll() -> pb.Run:
+            while True:
+                run = (await self.runs.GetRun(pb.GetRunRequest(run_id=run_id))).run
+                if run.status in statuses:
+                    return run
+                await asyncio.sleep(0.02)
+
+        return await asyncio.wait_for(poll(), WAIT_S)
+
+    async def entries(self, session_id: str) -> list[spb.Entry]:
+        resp = await self.sessions.ListEntries(
+            spb.ListEntriesRequest(session=spb.SessionRef(session_id=session_id))
+        )
+        return list(resp.entries)
+
+
+def agent(provider: str = "openai", **kw: object) -> pb.AgentSpec:
+    """An inline agent on the emulator's model."""
+    model = {"openai": "gpt-test", "anthropic": "claude-test", "openai-chat": "gpt-test"}[provider]
+    return pb.AgentSpec(model=cpb.ModelRef(provider=provider, model=model), **kw)  # type: ignore[arg-type]
+
+
+async def start_mesh(start_server, tmp_path, emu: ProviderEmulator, **runs_kw: object) -> Mesh:
+    tmp = str(tmp_path / "state")
+    os.makedirs(tmp, exist_ok=True)
+    sessions = await start_server(
+        build_sessions(
+            SessionsConfig(server=ServerConfig(port=0, db_url=sqlite_url(tmp, "sessions"), state_dir=tmp))
+        )
+    )
+    workspace_root = str(tmp_path / "workspaces")
+    os.makedirs(tmp_path / "work", exist_ok=True)
+    tools = await start_server(
+        build_tools(
+            ToolsConfig(
+                server=ServerConfig(port=0, db_url=sqlite_url(tmp, "tools"), state_dir=tmp),
+                workspace_root=workspace_root,
+                heartbeat_seconds=0.5,
+            )
+        )
+    )
+    remote = {"api_key": "test-key", "enabled": True}
+    gateway = await start_server(
+        build_gateway(
+            GatewayConfig(
+                server=ServerConfig(port=0),
+                openai=ProviderSettings(base_url=emu.base_url + "/v1", default_model="gpt-test", **remote),
+                openai_chat=ProviderSettings(
+                    base_url=emu.base_url + "/v1", default_model="gpt-test", **remote
+                ),
+                anthropic=ProviderSettings(base_url=emu.base_url, default_model="claude-test", **remote),
+                max_retries=1,
+                initial_backoff_seconds=0.01,
+                max_backoff_seconds=0.02,
+                max_retry_after_seconds=0.05,
+            )
+        )
+    )
+    addresses = {"gateway": gateway, "tools": tools, "sessions": sessions}
+    runs_config = RunsConfig(
+        server=ServerConfig(port=0, db_url=await runs_db_url(tmp), state_dir=tmp),
+        gateway_address=gateway,
+        tools_address=tools,
+        sessions_address=sessions,
+        tasks_address="",
+        default_model="openai:gpt-test",
+        **runs_kw,  # type: ignore[arg-type]
+    )
+    runs_server = build_runs(runs_config)
+    runs = await start_server(runs_server)
+    channel = grpc.aio.insecure_channel(runs)
+    schannel = grpc.aio.insecure_channel(sessions)
+    return Mesh(
+        runs=pb_grpc.RunServiceStub(channel),
+        sessions=spb_grpc.SessionServiceStub(schannel),
+        emu=emu,
+        workspace_root=workspace_root,
+        runs_address=runs,
+        runs_server=runs_server,
+        addresses=addresses,
+        tmp=tmp,
+        work=str(tmp_path / "work"),
+    )

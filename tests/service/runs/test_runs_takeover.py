@@ -1,0 +1,97 @@
+"""A replica dies mid-run; another takes the expired lease over and continues from the log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import grpc
+
+from agentrt.core.decide import mint_call_id
+from agentrt.core.render import INTERRUPTED_TEXT
+from agentrt.mesh.config import ServerConfig
+from agentrt.runs.config import RunsConfig
+from agentrt.runs.server import build_server as build_runs
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import run_service_pb2_grpc as pb_grpc
+from agentrt.v1 import tool_service_pb2 as tpb
+from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
+from tests.emulators.providers import Reply, ToolCallReply
+from tests.service.runs.harness import WAIT_S, agent, start_mesh
+
+
+def crash(server) -> None:
+    """Stop a runs replica the way a killed process stops: no lease released, nothing recorded."""
+    manager = server.manager
+    manager._loop_task.cancel()
+    for _, task in list(manager._executors.values()):
+        task.cancel()
+
+
+async def until(predicate, what: str):
+    async def poll():
+        while not await predicate():
+            await asyncio.sleep(0.02)
+
+    try:
+        await asyncio.wait_for(poll(), WAIT_S)
+    except TimeoutError as exc:
+        raise AssertionError(f"timed out waiting for {what}") from exc
+
+
+async def test_takeover_continues_from_the_log(start_server, tmp_path, emulator):
+    mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
+    emulator.script(
+        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 20"}')]), Reply(text="recovered")]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
+    tools = tpb_grpc.ToolServiceStub(grpc.aio.insecure_channel(mesh.addresses["tools"]))
+    call_id = mint_call_id(started.run_id, 1, 0)
+
+    async def tool_running() -> bool:
+        got = await tools.GetExecution(tpb.GetExecutionRequest(run_id=started.run_id, call_id=call_id))
+        return got.state == tpb.EXECUTION_STATE_STARTED
+
+    await until(tool_running, "the tool call to be running in the tool service")
+    crash(mesh.runs_server)
+
+    replica_b = build_runs(
+        RunsConfig(
+            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
+            gateway_address=mesh.addresses["gateway"],
+            tools_address=mesh.addresses["tools"],
+            sessions_address=mesh.addresses["sessions"],
+            tasks_address="",
+            lease_seconds=0.6,
+            replica_id="replica-b",
+        )
+    )
+    address = await start_server(replica_b)
+    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(address))
+
+    async def completed() -> bool:
+        run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+        return run.status == cpb.RUN_STATUS_COMPLETED
+
+    await until(completed, "replica b to finish the run")
+    run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert run.final_output == "recovered"
+    # the recorded model response of turn 1 was not requested again
+    assert len(emulator.requests) == 2
+    # the tool call was re-sent to the tool service, which answered from its journal:
+    # the call was interrupted when replica a died, and the model is told to ask again
+    entries = await mesh.entries(started.session_id)
+    result = [e.item.tool_result for e in entries if e.item.HasField("tool_result")][0]
+    assert result.status == cpb.TOOL_RESULT_STATUS_INTERRUPTED
+    assert INTERRUPTED_TEXT in json.dumps(emulator.requests[-1][1])
+    # one timeline across both replicas
+    events = []
+    async for msg in stub.StreamRunEvents(pb.StreamRunEventsRequest(run_id=started.run_id)):
+        events.append(msg.event)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[-1].WhichOneof("payload") == "stream_end"
+    log = await replica_b.manager.store.read_log(started.run_id)
+    responses = [p["turn"] for _, kind, p in log if kind == "model_responded"]
+    assert responses == [1, 2]
+    assert [kind for _, kind, _ in log].count("tools_started") == 2  # a's, then b's re-send

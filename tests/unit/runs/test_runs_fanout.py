@@ -1,0 +1,115 @@
+"""Event fan-out and following (004 §2.11): bounded buffers, gaps, replay + live, resets."""
+
+from __future__ import annotations
+
+from agentrt.runs.events import EventHub, GapMarker, Subscription, run_topic, session_topic
+from agentrt.runs.records import StoredEvent
+from agentrt.runs.stream import follow
+from agentrt.v1 import run_service_pb2 as pb
+
+
+def ev(seq: int, kind: str = "turn_started") -> pb.RunEvent:
+    if kind == "stream_end":
+        return pb.RunEvent(seq=seq, run_id="r", stream_end=pb.StreamEnd())
+    return pb.RunEvent(seq=seq, run_id="r", turn_started=pb.TurnStarted(turn=seq))
+
+
+async def test_full_buffer_drops_and_reports_a_gap_before_the_next_event():
+    sub = Subscription(run_topic("r"), capacity=2)
+    for seq in range(1, 6):
+        sub.offer(seq, ev(seq))  # never blocks: 3, 4, 5 are dropped
+    assert (await sub.next(0))[0] == 1
+    assert (await sub.next(0))[0] == 2
+    sub.offer(6, ev(6))
+    assert await sub.next(0) == GapMarker(last_good=2, dropped=3, next=6)
+    assert (await sub.next(0))[0] == 6
+    assert await sub.next(0) is None  # nothing buffered: timeout 0 returns at once
+
+
+async def test_a_drop_with_nothing_after_it_is_still_reported():
+    sub = Subscription(run_topic("r"), capacity=1)
+    sub.offer(1, ev(1))
+    sub.offer(2, ev(2))  # dropped, and nothing is ever published again
+    assert (await sub.next(0))[0] == 1
+    assert await sub.next(0) == GapMarker(last_good=1, dropped=1, next=0)
+
+
+def stored(seq: int, session_seq: int | None = None, kind: str = "turn_started") -> StoredEvent:
+    return StoredEvent("r", seq, "t", "s", session_seq or seq, ev(seq, kind))
+
+
+class FakeStorage:
+    def __init__(self, events: list[StoredEvent]) -> None:
+        self.events = events
+
+    async def read(self, after: int, upto: int | None) -> list[StoredEvent]:
+        return [e for e in self.events if e.seq > after and (upto is None or e.seq <= upto)]
+
+
+async def collect(agen, n: int) -> list[pb.RunEvent]:
+    out = []
+    async for e in agen:
+        out.append(e)
+        if len(out) == n:
+            break
+    return out
+
+
+async def test_replay_then_live_then_end():
+    hub = EventHub(capacity=8)
+    storage = FakeStorage([stored(1), stored(2)])
+    channel = hub.open("r", "t", "s", seq=2, session_seq=2)
+    agen = follow(hub, run_topic("r"), storage.read, 0, poll_seconds=5)
+    first = await agen.__anext__()
+    assert first.seq == 1
+    channel.publish(1, turn_started=pb.TurnStarted(turn=1))  # seq 3, live
+    channel.publish(1, stream_end=pb.StreamEnd())  # seq 4
+    rest = [e async for e in agen]
+    assert [e.seq for e in rest] == [2, 3, 4]
+
+
+async def test_dropped_events_are_filled_from_storage():
+    hub = EventHub(capacity=1)
+    storage = FakeStorage([])
+    channel = hub.open("r", "t", "s", seq=0, session_seq=0)
+    channel.publish(1, turn_started=pb.TurnStarted(turn=1))
+    agen = follow(hub, run_topic("r"), storage.read, 0, poll_seconds=5)
+    assert (await agen.__anext__()).seq == 1  # the follower is subscribed from here on
+    for _ in range(3):
+        channel.publish(1, turn_started=pb.TurnStarted(turn=1))  # 2 is buffered; 3 and 4 overflow
+    channel.publish(1, stream_end=pb.StreamEnd())  # 5 overflows too
+    rest = [e async for e in agen]
+    assert [e.seq for e in rest] == [2, 3, 4, 5]
+    assert all(e.WhichOneof("payload") != "gap" for e in rest)
+
+
+async def test_what_storage_cannot_fill_is_a_gap():
+    hub = EventHub(capacity=8)
+    storage = FakeStorage([stored(1), stored(4, kind="stream_end")])  # 2 and 3 are gone
+    events = [e async for e in follow(hub, run_topic("r"), storage.read, 0, poll_seconds=5)]
+    assert [e.WhichOneof("payload") for e in events] == ["turn_started", "gap", "stream_end"]
+    gap = events[1].gap
+    assert (gap.last_good, gap.dropped, gap.next) == (1, 2, 4) and events[1].seq == 1
+
+
+async def test_cursor_ahead_of_the_timeline_resets():
+    hub = EventHub()
+    storage = FakeStorage([stored(1), stored(2, kind="stream_end")])
+    events = [e async for e in follow(hub, run_topic("r"), storage.read, 99, poll_seconds=5)]
+    assert events[0].gap.last_good == 0 and events[0].gap.dropped == 99 and events[0].gap.next == 1
+    assert [e.seq for e in events[1:]] == [1, 2]
+
+
+async def test_session_topic_uses_session_seqs():
+    hub = EventHub()
+    storage = FakeStorage([stored(7, session_seq=1), stored(8, session_seq=2)])
+
+    async def read(after: int, upto: int | None) -> list[StoredEvent]:
+        return [
+            e for e in storage.events if e.session_seq > after and (upto is None or e.session_seq <= upto)
+        ]
+
+    agen = follow(hub, session_topic("t", "s"), read, 0, poll_seconds=5)
+    events = await collect(agen, 2)
+    assert [e.seq for e in events] == [1, 2]
+    await agen.aclose()
