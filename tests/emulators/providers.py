@@ -237,6 +237,9 @@ def _handler_for(emu: ProviderEmulator) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in separate writes; with Nagle on, the second waits for
+        # the client's delayed ACK (~40 ms), which would make every model call look slow.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             pass

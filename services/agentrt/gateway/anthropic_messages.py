@@ -32,11 +32,22 @@ from agentrt.gateway import canonical as cn
 from agentrt.gateway.config import ProviderSettings
 from agentrt.gateway.errors import classify, unavailable
 from agentrt.gateway.jsonspans import content_sources
-from agentrt.gateway.provider import Call, StreamItem, TokenCount, text_delta, thinking_delta, tool_delta
+from agentrt.gateway.provider import (
+    Call,
+    StreamItem,
+    TokenCount,
+    sdk_kwargs,
+    text_delta,
+    thinking_delta,
+    tool_delta,
+)
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 
 PROVIDER = "anthropic"
+#: Arguments sent as extra_body (see provider.sdk_kwargs); `messages` is required by the SDK.
+_HEAVY = ("messages", "system", "tools", "tool_choice", "output_config")
+_REQUIRED = {"messages": []}
 _STOPS = {
     "tool_use": c.STOP_REASON_TOOL_USE,
     "max_tokens": c.STOP_REASON_MAX_TOKENS,
@@ -318,7 +329,9 @@ class AnthropicMessagesProvider:
         """See Provider.generate."""
         params = build_params(call, self._max_tokens)
         try:
-            raw = await self._client.messages.with_raw_response.create(**params, timeout=call.timeout_seconds)
+            raw = await self._client.messages.with_raw_response.create(
+                **sdk_kwargs(params, _HEAVY, _REQUIRED), timeout=call.timeout_seconds
+            )
             body = await raw.text()
             return map_body(body)
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
@@ -329,7 +342,9 @@ class AnthropicMessagesProvider:
         params = build_params(call, self._max_tokens)
         acc = _EventAccumulator()
         try:
-            events = await self._client.messages.create(**params, stream=True, timeout=call.timeout_seconds)
+            events = await self._client.messages.create(
+                **sdk_kwargs(params, _HEAVY, _REQUIRED), stream=True, timeout=call.timeout_seconds
+            )
             async with events:
                 async for event in events:
                     for delta in acc.add(event.to_dict()):
@@ -345,7 +360,8 @@ class AnthropicMessagesProvider:
         keep = ("model", "messages", "system", "tools", "tool_choice")
         try:
             counted = await self._client.messages.count_tokens(
-                **{k: v for k, v in params.items() if k in keep}, timeout=call.timeout_seconds
+                **sdk_kwargs({k: v for k, v in params.items() if k in keep}, _HEAVY, _REQUIRED),
+                timeout=call.timeout_seconds,
             )
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
             raise classify(exc, PROVIDER) from exc

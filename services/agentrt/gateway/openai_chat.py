@@ -25,11 +25,22 @@ from agentrt.core.errors import Reason, precondition
 from agentrt.gateway import canonical as cn
 from agentrt.gateway.config import ProviderSettings
 from agentrt.gateway.errors import classify, unavailable
-from agentrt.gateway.provider import Call, StreamItem, TokenCount, text_delta, thinking_delta, tool_delta
+from agentrt.gateway.provider import (
+    Call,
+    StreamItem,
+    TokenCount,
+    sdk_kwargs,
+    text_delta,
+    thinking_delta,
+    tool_delta,
+)
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 
 PROVIDER = "openai-chat"
+#: Arguments sent as extra_body (see provider.sdk_kwargs); `messages` is required by the SDK.
+_HEAVY = ("messages", "tools", "tool_choice", "response_format")
+_REQUIRED = {"messages": []}
 
 
 def render_messages(request: g.ModelRequest) -> list[dict[str, Any]]:
@@ -287,7 +298,7 @@ class OpenAIChatProvider:
         params = build_params(call)
         try:
             raw = await self._client.chat.completions.with_raw_response.create(
-                **params, timeout=call.timeout_seconds
+                **sdk_kwargs(params, _HEAVY, _REQUIRED), timeout=call.timeout_seconds
             )
             data = json.loads(raw.text)
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
@@ -301,7 +312,7 @@ class OpenAIChatProvider:
         acc = _ChunkAccumulator()
         try:
             chunks = await self._client.chat.completions.create(
-                **params, stream=True, timeout=call.timeout_seconds
+                **sdk_kwargs(params, _HEAVY, _REQUIRED), stream=True, timeout=call.timeout_seconds
             )
             async with chunks:
                 async for chunk in chunks:

@@ -27,12 +27,22 @@ from agentrt.core.errors import Reason, invalid
 from agentrt.gateway import canonical as cn
 from agentrt.gateway.config import ProviderSettings
 from agentrt.gateway.errors import classify, from_error_body, unavailable
-from agentrt.gateway.provider import Call, StreamItem, TokenCount, text_delta, thinking_delta, tool_delta
+from agentrt.gateway.provider import (
+    Call,
+    StreamItem,
+    TokenCount,
+    sdk_kwargs,
+    text_delta,
+    thinking_delta,
+    tool_delta,
+)
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 
 PROVIDER = "openai"
 _TERMINAL = ("response.completed", "response.incomplete")
+#: Arguments sent as extra_body (see provider.sdk_kwargs): the transcript, schemas and formats.
+_HEAVY = ("input", "tools", "text", "tool_choice")
 
 
 def render_input(request: g.ModelRequest) -> list[dict[str, Any]]:
@@ -246,7 +256,7 @@ class OpenAIResponsesProvider:
         params = build_params(call)
         try:
             raw = await self._client.responses.with_raw_response.create(
-                **params, timeout=call.timeout_seconds
+                **sdk_kwargs(params, _HEAVY), timeout=call.timeout_seconds
             )
             data = json.loads(raw.text)
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
@@ -258,7 +268,9 @@ class OpenAIResponsesProvider:
         params = build_params(call)
         calls: dict[int, int] = {}
         try:
-            events = await self._client.responses.create(**params, stream=True, timeout=call.timeout_seconds)
+            events = await self._client.responses.create(
+                **sdk_kwargs(params, _HEAVY), stream=True, timeout=call.timeout_seconds
+            )
             async with events:
                 async for event in events:
                     kind = event.type
@@ -293,7 +305,8 @@ class OpenAIResponsesProvider:
         keep = ("model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text")
         try:
             counted = await self._client.responses.input_tokens.count(
-                **{k: v for k, v in params.items() if k in keep}, timeout=call.timeout_seconds
+                **sdk_kwargs({k: v for k, v in params.items() if k in keep}, _HEAVY),
+                timeout=call.timeout_seconds,
             )
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
             raise classify(exc, PROVIDER) from exc

@@ -13,9 +13,9 @@ response, whatever the deltas showed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
@@ -105,3 +105,35 @@ def tool_delta(index: int, name: str, fragment: str) -> g.StreamGenerateResponse
     return g.StreamGenerateResponse(
         tool_call_delta=g.ToolCallDelta(index=index, name=name, arguments_delta=fragment)
     )
+
+
+def sdk_kwargs(
+    params: Mapping[str, Any], heavy: Sequence[str], required: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Return SDK keyword arguments with the `heavy` values sent through `extra_body`.
+
+    Why: the official SDKs walk every typed argument against its TypedDict before sending
+    (openai/anthropic `_transform`), which costs milliseconds per call and grows with the
+    transcript and the tool schemas. The adapters build these values as plain JSON already,
+    and the transform is an identity on them (their param types declare no aliases or
+    formats), so passing them as `extra_body` sends the same body while the SDK still
+    makes the HTTP call, owns the connection pool and raises its error classes.
+
+    Args:
+        params: the adapter's keyword arguments (may hold an `extra_body` of its own).
+        heavy: names moved into extra_body when present.
+        required: placeholders for arguments the SDK signature requires (e.g. messages=[]);
+            the real value rides in extra_body, which wins when the body is merged.
+
+    Returns:
+        New keyword arguments; `params` is not modified.
+    """
+    out = {k: v for k, v in params.items() if k not in heavy and k != "extra_body"}
+    extra = {k: params[k] for k in heavy if k in params}
+    extra.update(params.get("extra_body") or {})
+    for name, placeholder in (required or {}).items():
+        if name in extra:
+            out[name] = placeholder
+    if extra:
+        out["extra_body"] = extra
+    return out

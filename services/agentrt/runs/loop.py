@@ -88,6 +88,10 @@ class RunExecutor:
         self.cancel_message = ""
         self.turn = record.turns
         self._stopping = asyncio.Event()
+        #: Log entries (and their run-row changes) recorded but not written yet: they ride
+        #: on the next save, which always comes before anything acts on them (see _defer).
+        self._deferred_log: list[tuple[str, dict[str, Any]]] = []
+        self._deferred_changes: dict[str, Any] = {}
 
     def stop(self, reason: str, message: str = "") -> None:
         """Ask the run to stop at its next wait: "cancel", "shutdown" or "lease_lost".
@@ -154,26 +158,43 @@ class RunExecutor:
             self.r.phase = phase
             self._publish(phase_changed=pb.PhaseChanged(phase=phase))  # type: ignore[arg-type]
 
+    def _defer(self, kind: str, payload: dict[str, Any], **changes: Any) -> None:
+        """Record a transition to be written by the next `_save`, in the same transaction.
+
+        Only for a transition nothing outside this process acts on before the next save
+        point: the model's response of a turn that goes on to its tool phase (written with
+        tools_started/suspended, before any tool runs), and a tool phase's results (written
+        with the turn's save point; a takeover in between re-sends the calls and the tool
+        service answers from its journal). The changes apply to the in-memory record now.
+        """
+        self._deferred_log.append((kind, payload))
+        self._deferred_changes.update(changes)
+        for name, value in changes.items():
+            setattr(self.r, name, value)
+
     async def _save(
         self, kind: str, payload: dict[str, Any], *, staged: list[StoredEvent] | None = None, **changes: Any
     ) -> None:
-        """Write a transition: run row changes, one log entry, the events so far; one transaction.
+        """Write a transition: run row changes, log entries, the events so far; one transaction.
 
-        `staged` events are written too and delivered only after the commit.
+        Deferred transitions (see `_defer`) are written first, in order. `staged` events are
+        written too and delivered only after the commit.
         """
         drop = changes.pop("_drop_inputs", ())
         events = self.channel.take() + list(staged or ())
+        changes = {**self._deferred_changes, **changes}
         changes.setdefault("phase", self.r.phase)
         done = await self.deps.store.save(
             self.r.run_id,
             changes=changes,
-            log=[(kind, payload)],
+            log=[*self._deferred_log, (kind, payload)],
             events=events,
             token=self.token,
             drop_inputs=drop,
         )
         if done is None:
             raise LeaseLost()
+        self._deferred_log, self._deferred_changes = [], {}
         self.channel.flushed(events)
         if staged:
             self.deps.hub.deliver(list(staged))
@@ -278,11 +299,15 @@ class RunExecutor:
                 reason=decision.reason,
             )
         )
-        await self._save(
-            "model_responded",
-            {"turn": turn, "response": _b64(response), "decision": str(decision.kind)},
-            usage=turnmod.add_usage(r.usage, response.usage),
-        )
+        payload = {"turn": turn, "response": _b64(response), "decision": str(decision.kind)}
+        usage = turnmod.add_usage(r.usage, response.usage)
+        if decision.kind == DecisionKind.TOOL_CALLS and decision.calls:
+            # Written with the tool phase's first save, before any tool runs.
+            self._defer("model_responded", payload, usage=usage)
+        else:
+            # A final answer or refusal goes to the session next: the response must be on
+            # record first, or a takeover could ask again and log a different one.
+            await self._save("model_responded", payload, usage=usage)
         return response, decision
 
     async def _tool_phase(
@@ -322,7 +347,7 @@ class RunExecutor:
                 on_result=lambda res: self._publish(tool_returned=pb.ToolReturned(result=res)),
             )
         )
-        await self._save(
+        self._defer(
             "tools_finished",
             {"turn": turn, "results": [_b64(x) for x in results]},
             tool_calls=r.tool_calls + sum(1 for p in planned if p.runs),

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -88,8 +88,7 @@ class RunStore:
         query = select(RunRow).where(RunRow.run_id == run_id)
         if tenant is not None:
             query = query.where(RunRow.tenant == tenant)
-        async with self.db.read() as conn:
-            row = (await conn.execute(query)).first()
+        row = await self.db.read_sync(lambda conn: conn.execute(query).first())
         return decode(row) if row is not None else None
 
     async def find_idempotent(self, tenant: str, key: str) -> RunRecord | None:
@@ -196,31 +195,37 @@ class RunStore:
             cond.append(RunRow.fencing_token == token)
         if expect_status is not None:
             cond.append(RunRow.status.in_(list(expect_status)))
+        log = list(log)
+
+        def transaction(conn: Connection) -> list[StoredEvent]:
+            result = conn.execute(update(RunRow).where(and_(*cond)).values(**values))
+            if result.rowcount == 0:
+                raise _GuardFailed()
+            if drop_inputs:
+                queued = conn.scalar(select(RunRow.pending_input_json).where(RunRow.run_id == run_id))
+                kept = [i for i in json.loads(queued or "[]") if i.get("id") not in set(drop_inputs)]
+                conn.execute(
+                    update(RunRow).where(RunRow.run_id == run_id).values(pending_input_json=json.dumps(kept))
+                )
+            if log:
+                last = conn.scalar(select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == run_id)) or 0
+                conn.execute(insert(RunLogRow), _log_rows(run_id, last, log))
+            if events:
+                # One executemany statement: a save point carries a turn's events.
+                conn.execute(insert(RunEventRow), [_event_values(ev) for ev in events])
+            if not new_events:
+                return []
+            assert session is not None
+            stored = _number_events(conn, run_id, session[0], session[1], new_events)
+            conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
+            return stored
+
+        # The whole save point runs as one transaction on the database's own thread
+        # (mesh.db write_sync): the hot path of every turn.
         try:
-            async with self.db.write() as conn:
-                result = await conn.execute(update(RunRow).where(and_(*cond)).values(**values))
-                if result.rowcount == 0:
-                    raise _GuardFailed()
-                if drop_inputs:
-                    queued = await conn.scalar(
-                        select(RunRow.pending_input_json).where(RunRow.run_id == run_id)
-                    )
-                    kept = [i for i in json.loads(queued or "[]") if i.get("id") not in set(drop_inputs)]
-                    await conn.execute(
-                        update(RunRow)
-                        .where(RunRow.run_id == run_id)
-                        .values(pending_input_json=json.dumps(kept))
-                    )
-                await _append_log(conn, run_id, list(log))
-                for ev in events:
-                    await conn.execute(insert(RunEventRow).values(**_event_values(ev)))
-                stored: list[StoredEvent] = []
-                if new_events:
-                    assert session is not None
-                    stored = await _insert_events(conn, run_id, session[0], session[1], new_events)
+            return await self.db.write_sync(transaction)
         except _GuardFailed:
             return None
-        return stored
 
     async def push_input(self, run_id: str, item: dict[str, Any]) -> int | None:
         """Queue injected input on an unfinished run; return its 1-based queue position.
@@ -244,8 +249,7 @@ class RunStore:
     async def read_log(self, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
         """Return the run log in order as (seq, kind, payload)."""
         query = select(RunLogRow.seq, RunLogRow.kind, RunLogRow.payload).where(RunLogRow.run_id == run_id)
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query.order_by(RunLogRow.seq))).all()
+        rows = await self.db.read_sync(lambda conn: conn.execute(query.order_by(RunLogRow.seq)).all())
         return [(r[0], r[1], json.loads(r[2])) for r in rows]
 
     # -- leases ---------------------------------------------------------------------------
@@ -382,12 +386,15 @@ async def _append_log(conn: AsyncConnection, run_id: str, entries: list[tuple[st
     if not entries:
         return
     last = await conn.scalar(select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == run_id)) or 0
+    await conn.execute(insert(RunLogRow), _log_rows(run_id, last, entries))
+
+
+def _log_rows(run_id: str, last: int, entries: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     now = time.time()
-    rows = [
+    return [
         {"run_id": run_id, "seq": last + i, "kind": kind, "payload": json.dumps(payload), "time_s": now}
         for i, (kind, payload) in enumerate(entries, start=1)
     ]
-    await conn.execute(insert(RunLogRow), rows)
 
 
 async def _insert_events(
@@ -395,9 +402,18 @@ async def _insert_events(
 ) -> list[StoredEvent]:
     if not events:
         return []
-    seq = await conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)) or 0
+    stored = await conn.run_sync(_number_events, run_id, tenant, session_id, events)
+    await conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
+    return stored
+
+
+def _number_events(
+    conn: Connection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
+) -> list[StoredEvent]:
+    """Number events after the highest stored seqs of the run and of its session (max + 1)."""
+    seq = conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)) or 0
     sseq = (
-        await conn.scalar(
+        conn.scalar(
             select(func.max(RunEventRow.session_seq)).where(
                 RunEventRow.tenant == tenant, RunEventRow.session_id == session_id
             )
@@ -407,9 +423,7 @@ async def _insert_events(
     stored = []
     for i, event in enumerate(events, start=1):
         event.seq = seq + i
-        ev = StoredEvent(run_id, seq + i, tenant, session_id, sseq + i, event)
-        await conn.execute(insert(RunEventRow).values(**_event_values(ev)))
-        stored.append(ev)
+        stored.append(StoredEvent(run_id, seq + i, tenant, session_id, sseq + i, event))
     return stored
 
 

@@ -15,8 +15,9 @@ import base64
 import binascii
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -29,6 +30,8 @@ from agentrt.sessions import tree
 from agentrt.sessions.domain import Entry, Ref, SessionInfo, check_ref
 from agentrt.sessions.rows import session_from_row
 from agentrt.sessions.watch import Notifier
+
+T = TypeVar("T")
 
 MAX_PAGE = 10_000
 DEFAULT_LIST_PAGE = 100
@@ -80,12 +83,17 @@ class SessionReads:
             async with self._db.write() if write else self._db.read() as conn:
                 yield conn
         except (OperationalError, InterfaceError, OSError) as exc:
-            raise MeshError(
-                Status.UNAVAILABLE,
-                Reason.DEPENDENCY_UNAVAILABLE,
-                f"the session database is unavailable: {type(exc).__name__}",
-                retry_after_seconds=1.0,
-            ) from exc
+            raise _unavailable(exc) from exc
+
+    async def _run(self, body: Callable[[AsyncConnection], Coroutine[Any, Any, T]], *, write: bool) -> T:
+        """Run a transaction body in one hop (mesh.db write_tx/read_tx); failures as `_tx`.
+
+        For the hot path (AppendEntries, GetContext): the body awaits only the connection.
+        """
+        try:
+            return await (self._db.write_tx(body) if write else self._db.read_tx(body))
+        except (OperationalError, InterfaceError, OSError) as exc:
+            raise _unavailable(exc) from exc
 
     async def get(self, tenant: str, ref: Ref) -> SessionInfo:
         """Return a session with its folds (last seq, entry count).
@@ -176,8 +184,11 @@ class SessionReads:
         """
         check_ref(ref)
         _check_cursor(after_seq)
-        async with self._tx(write=False) as conn:
-            log = await q.log(conn, tenant, await q.resolve(conn, tenant, ref))
+
+        async def body(conn: AsyncConnection) -> list[Entry]:
+            return await q.log(conn, tenant, await q.resolve(conn, tenant, ref))
+
+        log = await self._run(body, write=False)
         view = tree.context_view(log, include_unprojected=include_unprojected)
         limit = max(-MAX_PAGE, min(limit, MAX_PAGE))
         return tree.page(view, after_seq, limit), (log[-1].seq if log else 0), tree.current_leaf(log)
@@ -229,3 +240,12 @@ def _read_token(token: str) -> tuple[int, str]:
     except (ValueError, TypeError, binascii.Error):
         raise invalid(Reason.INVALID_VALUE, "page_token is malformed", field="page_token") from None
     return t, sid
+
+
+def _unavailable(exc: Exception) -> MeshError:
+    return MeshError(
+        Status.UNAVAILABLE,
+        Reason.DEPENDENCY_UNAVAILABLE,
+        f"the session database is unavailable: {type(exc).__name__}",
+        retry_after_seconds=1.0,
+    )

@@ -262,27 +262,29 @@ class SessionStore(SessionReads):
     async def _guarded(
         self, tenant: str, ref: Ref, expected: int | None, entries: list[Entry], replace: bool
     ) -> tuple[list[Entry], int]:
+        async def body(conn: AsyncConnection) -> tuple[list[Entry], q.Row]:
+            # The transaction body: it awaits only the connection (see SessionReads._run).
+            session = await q.claim(conn, tenant, ref, self._now_us())
+            last = await q.tail(conn, tenant, session)
+            last_seq = last.seq if last is not None else 0
+            if expected is not None and expected != last_seq:
+                raise MeshError(
+                    Status.ABORTED,
+                    Reason.SEQ_MISMATCH,
+                    f"the session's last seq is {last_seq}, not {expected}",
+                    {"last_seq": str(last_seq)},
+                )
+            if replace:
+                await self._check_kept(conn, tenant, session, entries)
+                await q.delete_entries(conn, tenant, session["session_id"], session["generation"])
+                stored = await self._write(conn, tenant, session, entries, "", keep=True)
+            else:
+                await self._check_against_log(conn, tenant, session, entries)
+                stored = await self._write(conn, tenant, session, entries, tree.leaf_after(last), keep=False)
+            return stored, session
+
         try:
-            async with self._tx(write=True) as conn:
-                session = await q.claim(conn, tenant, ref, self._now_us())
-                last = await q.tail(conn, tenant, session)
-                last_seq = last.seq if last is not None else 0
-                if expected is not None and expected != last_seq:
-                    raise MeshError(
-                        Status.ABORTED,
-                        Reason.SEQ_MISMATCH,
-                        f"the session's last seq is {last_seq}, not {expected}",
-                        {"last_seq": str(last_seq)},
-                    )
-                if replace:
-                    await self._check_kept(conn, tenant, session, entries)
-                    await q.delete_entries(conn, tenant, session["session_id"], session["generation"])
-                    stored = await self._write(conn, tenant, session, entries, "", keep=True)
-                else:
-                    await self._check_against_log(conn, tenant, session, entries)
-                    stored = await self._write(
-                        conn, tenant, session, entries, tree.leaf_after(last), keep=False
-                    )
+            stored, session = await self._run(body, write=True)
         except IntegrityError:
             # The unique positions are the backstop; the row lock makes this unreachable.
             raise MeshError(

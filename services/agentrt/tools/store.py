@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.mesh.db import Database
 from agentrt.tools.models import Execution, SandboxRow
@@ -83,8 +85,12 @@ class ToolStore:
 
     async def get(self, key: CallKey) -> ExecRecord | None:
         """Return the record of a call, or None when it never started here."""
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(Execution).where(*_key_where(key)))).mappings().first()
+
+        async def body(conn: AsyncConnection) -> Any:
+            return (await conn.execute(select(Execution).where(*_key_where(key)))).mappings().first()
+
+        # Hot path of every call: one hop to the database thread (mesh.db read_tx).
+        row = await self.db.read_tx(body)
         if row is None:
             return None
         outcome = Outcome.from_json(row["result_json"]) if row["result_json"] else None
@@ -123,23 +129,25 @@ class ToolStore:
     async def record(self, key: CallKey, tool: str, fingerprint: str, owner: str, outcome: Outcome) -> bool:
         """Insert a FINISHED record at once (read-only calls); False when one already exists."""
         now = utcnow()
+        statement = insert(Execution).values(
+            tenant=key.tenant,
+            run_id=key.run_id,
+            call_id=key.call_id,
+            tool=tool,
+            fingerprint=fingerprint,
+            state=FINISHED,
+            owner=owner,
+            started_at=now,
+            heartbeat_at=now,
+            finished_at=now,
+            result_json=outcome.to_json(),
+        )
+
+        async def body(conn: AsyncConnection) -> None:
+            await conn.execute(statement)
+
         try:
-            async with self.db.write() as conn:
-                await conn.execute(
-                    insert(Execution).values(
-                        tenant=key.tenant,
-                        run_id=key.run_id,
-                        call_id=key.call_id,
-                        tool=tool,
-                        fingerprint=fingerprint,
-                        state=FINISHED,
-                        owner=owner,
-                        started_at=now,
-                        heartbeat_at=now,
-                        finished_at=now,
-                        result_json=outcome.to_json(),
-                    )
-                )
+            await self.db.write_tx(body)  # the read-only calls' one journal write, in one hop
         except IntegrityError:
             return False
         return True
