@@ -342,12 +342,15 @@ class AnthropicMessagesProvider:
         params = build_params(call, self._max_tokens)
         acc = _EventAccumulator()
         try:
-            events = await self._client.messages.create(
+            raw = await self._client.messages.with_raw_response.create(
                 **sdk_kwargs(params, _HEAVY, _REQUIRED), stream=True, timeout=call.timeout_seconds
             )
+            # Events as the JSON the SDK decoded, not typed models: the SDK's per-event
+            # construction validates against its whole event union (see openai_responses).
+            events = await raw.parse(to=anthropic.AsyncStream[object])
             async with events:
                 async for event in events:
-                    for delta in acc.add(event.to_dict()):
+                    for delta in acc.add(event if isinstance(event, dict) else {}):
                         yield delta
             final = acc.response()
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified

@@ -311,12 +311,14 @@ class OpenAIChatProvider:
         params["stream_options"] = {"include_usage": True}
         acc = _ChunkAccumulator()
         try:
-            chunks = await self._client.chat.completions.create(
+            raw = await self._client.chat.completions.with_raw_response.create(
                 **sdk_kwargs(params, _HEAVY, _REQUIRED), stream=True, timeout=call.timeout_seconds
             )
+            # Chunks as the JSON the SDK decoded, not typed models (see openai_responses).
+            chunks = raw.parse(to=openai.AsyncStream[object])
             async with chunks:
                 async for chunk in chunks:
-                    for delta in acc.add(chunk.to_dict()):
+                    for delta in acc.add(chunk if isinstance(chunk, dict) else {}):
                         yield delta
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
             raise classify(exc, PROVIDER) from exc

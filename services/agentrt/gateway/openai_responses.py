@@ -43,6 +43,14 @@ PROVIDER = "openai"
 _TERMINAL = ("response.completed", "response.incomplete")
 #: Arguments sent as extra_body (see provider.sdk_kwargs): the transcript, schemas and formats.
 _HEAVY = ("input", "tools", "text", "tool_choice")
+#: The SDK's stream yielding each event's decoded JSON untouched (cast to `object` is the
+#: identity; see OpenAIResponsesProvider.stream).
+_JsonEvents = openai.AsyncStream[object]
+
+
+def _field(event: dict[str, Any], name: str) -> dict[str, Any]:
+    value = event.get(name)
+    return value if isinstance(value, dict) else {}
 
 
 def render_input(request: g.ModelRequest) -> list[dict[str, Any]]:
@@ -264,37 +272,42 @@ class OpenAIResponsesProvider:
         return map_response(data)
 
     async def stream(self, call: Call) -> AsyncIterator[StreamItem]:
-        """See Provider.stream."""
+        """See Provider.stream.
+
+        Events are read as the JSON objects the SDK decoded from the SSE stream, not as
+        typed models: the SDK's per-event model construction (a validation against its
+        whole event union) was the largest single cost of a streamed call, and the
+        adapter maps plain JSON anyway. The SDK still makes the call, decodes the stream
+        and raises its error classes (HTTP errors, `error` data events).
+        """
         params = build_params(call)
         calls: dict[int, int] = {}
         try:
-            events = await self._client.responses.create(
+            raw = await self._client.responses.with_raw_response.create(
                 **sdk_kwargs(params, _HEAVY), stream=True, timeout=call.timeout_seconds
             )
+            events = raw.parse(to=_JsonEvents)
             async with events:
-                async for event in events:
-                    kind = event.type
+                async for data in events:
+                    event: dict[str, Any] = data if isinstance(data, dict) else {}
+                    kind = event.get("type")
+                    index, item = event.get("output_index", 0), _field(event, "item")
                     if kind == "response.output_text.delta":
-                        yield text_delta(event.delta)
+                        yield text_delta(event.get("delta") or "")
                     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                        yield thinking_delta(event.delta)
-                    elif (
-                        kind == "response.output_item.added"
-                        and getattr(event.item, "type", "") == "function_call"
-                    ):
-                        calls[event.output_index] = len(calls)
-                        yield tool_delta(
-                            calls[event.output_index], event.item.name, event.item.arguments or ""
-                        )
+                        yield thinking_delta(event.get("delta") or "")
+                    elif kind == "response.output_item.added" and item.get("type") == "function_call":
+                        calls[index] = len(calls)
+                        yield tool_delta(calls[index], item.get("name") or "", item.get("arguments") or "")
                     elif kind == "response.function_call_arguments.delta":
-                        yield tool_delta(calls.get(event.output_index, 0), "", event.delta)
+                        yield tool_delta(calls.get(index, 0), "", event.get("delta") or "")
                     elif kind in _TERMINAL:
-                        yield map_response(event.response.to_dict())
+                        yield map_response(_field(event, "response"))
                         return
                     elif kind == "response.failed":
-                        raise from_error_body(PROVIDER, event.response.to_dict().get("error"))
+                        raise from_error_body(PROVIDER, _field(event, "response").get("error"))
                     elif kind == "error":
-                        raise from_error_body(PROVIDER, event.to_dict())
+                        raise from_error_body(PROVIDER, event)
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
             raise classify(exc, PROVIDER) from exc
         raise unavailable(PROVIDER, "openai stream ended before response.completed")

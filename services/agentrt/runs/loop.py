@@ -30,6 +30,7 @@ from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.core.errors import MeshError
 from agentrt.runs import turn as turnmod
 from agentrt.runs.agents import limits_of, offered_specs
+from agentrt.runs.context_cache import ContextCache
 from agentrt.runs.convert import call_out, kind_out, response_in
 from agentrt.runs.events import EventHub
 from agentrt.runs.peers import Peers
@@ -39,6 +40,7 @@ from agentrt.runs.tools_phase import execute_calls, pending_calls, plan_calls
 from agentrt.runs.turn import RunFailed
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import session_service_pb2 as spb
 
 log = logging.getLogger("agentrt.runs")
 
@@ -92,6 +94,8 @@ class RunExecutor:
         #: on the next save, which always comes before anything acts on them (see _defer).
         self._deferred_log: list[tuple[str, dict[str, Any]]] = []
         self._deferred_changes: dict[str, Any] = {}
+        #: The session's context view as this executor last read or wrote it.
+        self._context = ContextCache()
 
     def stop(self, reason: str, message: str = "") -> None:
         """Ask the run to stop at its next wait: "cancel", "shutdown" or "lease_lost".
@@ -270,18 +274,41 @@ class RunExecutor:
     async def _persist_input(self) -> None:
         r = self.r
         entry = input_entry(r.run_id, r.agent.name, r.input)
-        last_seq, count = await write_batch(
+        last_seq, count, stored = await write_batch(
             self.deps.peers, r.tenant, r.session_id, [entry], r.session_last_seq
         )
+        self._wrote(stored)
         self._publish(items_persisted=pb.ItemsPersisted(last_seq=last_seq, entries=count))
         await self._save("input_persisted", {"session_seq": last_seq}, session_last_seq=last_seq)
+
+    async def _read_context(self) -> list[spb.Entry]:
+        """Return the session's context view (the copy brought up to date, or a full read).
+
+        The copy is extended from the log's tail (one ListEntries after the known seq);
+        with no copy, or a tail that could change it, the whole view is read (GetContext).
+        """
+        r, cache = self.r, self._context
+        if cache.loaded:
+            tail, last_seq = await self.deps.peers.tail(r.tenant, r.session_id, cache.last_seq)
+            if cache.extend(tail, last_seq):
+                return cache.entries()
+        entries, last_seq, leaf = await self.deps.peers.context(r.tenant, r.session_id)
+        cache.reset(entries, last_seq, leaf)
+        return cache.entries()
+
+    def _wrote(self, stored: list[spb.Entry] | None) -> None:
+        """Extend the cached view with a batch as stored (None: not known, drop the copy)."""
+        if stored is None:
+            self._context.drop()
+        else:
+            self._context.extend(stored)
 
     async def _model_turn(self, turn: int) -> tuple[cpb.ModelResponse, Decision]:
         r = self.r
         self._publish(turn_started=pb.TurnStarted(turn=turn))
         self.r.phase = cpb.RUN_PHASE_PLANNING  # announced on every turn, not only on a change
         self._publish(phase_changed=pb.PhaseChanged(phase=cpb.RUN_PHASE_PLANNING))
-        context, _ = await self._interruptible(self.deps.peers.context(r.tenant, r.session_id))
+        context = await self._interruptible(self._read_context())
         request = turnmod.build_request(r.agent, r.run_id, r.tenant, context)
         response = await self._interruptible(
             turnmod.stream_model(
@@ -367,13 +394,13 @@ class RunExecutor:
         Returns True when injected input that extends a finishing run was consumed.
         """
         r = self.r
-        fresh = await self.deps.store.get_run(r.run_id)
-        queued = [i for i in (fresh.pending_input if fresh else []) if i.get("kind") in consume]
+        queued = [i for i in await self.deps.store.pending_input(r.run_id) if i.get("kind") in consume]
         entries = turn_entries(r.run_id, turn, r.agent.name, response, decision, results)
         entries += [injected_entry(r.run_id, turn, r.agent.name, i["text"], i["id"]) for i in queued]
-        last_seq, count = await write_batch(
+        last_seq, count, stored = await write_batch(
             self.deps.peers, r.tenant, r.session_id, entries, r.session_last_seq
         )
+        self._wrote(stored)
         self._publish(items_persisted=pb.ItemsPersisted(last_seq=last_seq, entries=count))
         errors = r.consecutive_error_turns
         if results:
@@ -399,8 +426,7 @@ class RunExecutor:
     ) -> None:
         r = self.r
         phase = _TERMINAL_PHASE[status]  # type: ignore[index]
-        fresh = await self.deps.store.get_run(r.run_id)
-        left = fresh.pending_input if fresh else []
+        left = await self.deps.store.pending_input(r.run_id)
         if left:
             self._publish(
                 diagnostic=pb.Diagnostic(

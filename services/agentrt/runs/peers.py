@@ -84,11 +84,23 @@ class Peers:
             raise from_rpc_error(err) from err
         return resp.session
 
-    async def context(self, tenant: str, session_id: str) -> tuple[list[spb.Entry], int]:
-        """Return (the session's context entries in order, its last seq)."""
+    async def context(self, tenant: str, session_id: str) -> tuple[list[spb.Entry], int, str]:
+        """Return (the session's context entries in order, its last seq, the active leaf id)."""
         try:
             resp = await self.client.session_service.GetContext(
                 spb.GetContextRequest(session=spb.SessionRef(session_id=session_id)),
+                metadata=_md(tenant),
+                timeout=SESSION_CALL_TIMEOUT_S,
+            )
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from err
+        return list(resp.entries), resp.last_seq, resp.leaf_entry_id
+
+    async def tail(self, tenant: str, session_id: str, after_seq: int) -> tuple[list[spb.Entry], int]:
+        """Return (the raw log entries after a seq, in seq order; the highest seq stored)."""
+        try:
+            resp = await self.client.session_service.ListEntries(
+                spb.ListEntriesRequest(session=spb.SessionRef(session_id=session_id), after_seq=after_seq),
                 metadata=_md(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
             )
@@ -98,15 +110,7 @@ class Peers:
 
     async def entries_after(self, tenant: str, session_id: str, after_seq: int) -> list[spb.Entry]:
         """Return the raw log entries after a seq."""
-        try:
-            resp = await self.client.session_service.ListEntries(
-                spb.ListEntriesRequest(session=spb.SessionRef(session_id=session_id), after_seq=after_seq),
-                metadata=_md(tenant),
-                timeout=SESSION_CALL_TIMEOUT_S,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
-        return list(resp.entries)
+        return (await self.tail(tenant, session_id, after_seq))[0]
 
     async def append(
         self, tenant: str, session_id: str, entries: Sequence[spb.Entry], expected_last_seq: int | None

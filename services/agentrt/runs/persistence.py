@@ -115,16 +115,20 @@ def turn_entries(
 
 async def write_batch(
     peers: Peers, tenant: str, session_id: str, entries: Sequence[spb.Entry], expected_last_seq: int
-) -> tuple[int, int]:
-    """Append a batch once; return (highest session seq after it, entries in the batch).
+) -> tuple[int, int, list[spb.Entry] | None]:
+    """Append a batch once.
 
     The batch is recognised by its entries' run_id and display batch name.
+
+    Returns:
+        (highest session seq after it, entries in the batch, the entries as stored, or
+        None when a previous attempt had written them and they were not read back here).
 
     Raises:
         MeshError: the session store's error other than the handled SEQ_MISMATCH.
     """
     if not entries:
-        return expected_last_seq, 0
+        return expected_last_seq, 0, []
     try:
         stored = await peers.append(tenant, session_id, entries, expected_last_seq)
     except MeshError as err:
@@ -134,6 +138,6 @@ async def write_batch(
         run_id, batch = entries[0].run_id, display_extra(entries[0]).get("batch")
         mine = [e for e in later if e.run_id == run_id and display_extra(e).get("batch") == batch]
         if mine:
-            return max(e.seq for e in later), len(mine)
+            return max(e.seq for e in later), len(mine), None
         stored = await peers.append(tenant, session_id, entries, None)
-    return max(e.seq for e in stored), len(stored)
+    return max(e.seq for e in stored), len(stored), stored

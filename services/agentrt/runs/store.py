@@ -91,6 +91,15 @@ class RunStore:
         row = await self.db.read_sync(lambda conn: conn.execute(query).first())
         return decode(row) if row is not None else None
 
+    async def pending_input(self, run_id: str) -> list[dict[str, Any]]:
+        """Return the run's queued injected input, oldest first ([] for an unknown run).
+
+        Reads the one column: a save point asks this every turn.
+        """
+        query = select(RunRow.pending_input_json).where(RunRow.run_id == run_id)
+        raw = await self.db.read_sync(lambda conn: conn.scalar(query))
+        return json.loads(raw or "[]")
+
     async def find_idempotent(self, tenant: str, key: str) -> RunRecord | None:
         """Return the tenant's run started with idempotency key, or None."""
         async with self.db.read() as conn:

@@ -163,13 +163,17 @@ class SessionReads:
         check_ref(ref)
         _check_cursor(after_seq)
         count = min(abs(limit) or MAX_PAGE, MAX_PAGE)
-        async with self._tx(write=False) as conn:
+
+        async def body(conn: AsyncConnection) -> tuple[list[Entry], int]:
             session = await q.resolve(conn, tenant, ref)
             found = await q.entries(
                 conn, tenant, session["session_id"], session["generation"], after_seq, count, newest=limit < 0
             )
             last = await q.tail(conn, tenant, session)
-        return found, last.seq if last is not None else 0
+            return found, last.seq if last is not None else 0
+
+        # One hop (the run loop reads its session's tail this way every turn).
+        return await self._run(body, write=False)
 
     async def context(
         self, tenant: str, ref: Ref, after_seq: int = 0, limit: int = 0, include_unprojected: bool = False
