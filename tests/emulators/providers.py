@@ -357,24 +357,28 @@ def _handler_for(emu: ProviderEmulator) -> type[BaseHTTPRequestHandler]:
             self._json(status, payload, headers)
 
         def _sse(self, events: list[tuple[str | None, str]], reply: Reply) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("connection", "close")
-            self.end_headers()
-            self.close_connection = True
             if reply.stream_malformed:
                 half = len(events) // 2
                 # Named like its neighbour, so SDKs that skip unnamed events still parse it.
                 events = [*events[:half], (events[half][0], "{this is not json"), *events[half:]]
+            frames = [
+                ((f"event: {name}\n" if name else "") + f"data: {data}\n\n").encode() for name, data in events
+            ]
+            # The whole stream's length is known up front, so the connection can stay open
+            # for the next request, as a real provider's keep-alive connection would.
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("content-length", str(sum(len(f) for f in frames)))
+            self.end_headers()
             try:
-                for name, data in events:
-                    frame = (f"event: {name}\n" if name else "") + f"data: {data}\n\n"
-                    self.wfile.write(frame.encode())
+                for frame in frames:
+                    self.wfile.write(frame)
                     self.wfile.flush()
                     if reply.event_delay:
                         time.sleep(reply.event_delay)
             except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
                 emu._note_abort()
 
     return Handler
