@@ -16,7 +16,9 @@ from agentrt.v1 import session_service_pb2_grpc as pb_grpc
 
 
 async def test_stream_calls_carry_token_and_tenant(start_server, tmp_path):
-    config = SessionsConfig(server=ServerConfig(port=0, db_url=sqlite_url(str(tmp_path), "s"), auth_token="tok"))
+    config = SessionsConfig(
+        server=ServerConfig(port=0, db_url=sqlite_url(str(tmp_path), "s"), auth_token="tok")
+    )
     address = await start_server(build_server(config))
     mine = open_channel(address, token="tok", tenant="acme")
     other = open_channel(address, token="tok", tenant="globex")
@@ -24,7 +26,9 @@ async def test_stream_calls_carry_token_and_tenant(start_server, tmp_path):
         stub = pb_grpc.SessionServiceStub(mine)
         created = await stub.CreateSession(pb.CreateSessionRequest(session_id="s1"))
         await stub.AppendEntries(
-            pb.AppendEntriesRequest(session=pb.SessionRef(session_id="s1"), entries=[pb.Entry(kind="annotation")])
+            pb.AppendEntriesRequest(
+                session=pb.SessionRef(session_id="s1"), entries=[pb.Entry(kind="annotation")]
+            )
         )
         # server streaming: the tenant must travel, or the session would be NOT_FOUND
         stream = stub.WatchSession(pb.WatchSessionRequest(session=pb.SessionRef(session_id="s1")))

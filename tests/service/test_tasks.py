@@ -57,7 +57,9 @@ async def test_bad_input_gets_status_and_reason(tasks, method, request_, code, r
 async def test_non_utf8_string_is_invalid_argument(tasks):
     # field 1 (task_id), wire type 2, length 2, bytes that are not UTF-8
     raw = bytes([0x0A, 0x02, 0xFF, 0xFE])
-    call = tasks.unary_unary("/agentrt.v1.TaskService/GetTask", request_serializer=None, response_deserializer=None)
+    call = tasks.unary_unary(
+        "/agentrt.v1.TaskService/GetTask", request_serializer=None, response_deserializer=None
+    )
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await call(raw)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

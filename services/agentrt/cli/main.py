@@ -1,11 +1,44 @@
-"""Entry point of the `agentrt` command (placeholder until the CLI lands)."""
+"""Entry point of the `agentrt` command: parses the command line and dispatches.
+
+Subcommands, one module each:
+- `serve <service>` (cli/serve.py): one service in the foreground.
+- `up` (cli/supervise.py over cli/up.py): the whole mesh as five processes.
+- `run "<task>"` (cli/run.py, cli/render.py): a run, live.
+- `demo` (cli/demo.py): mesh + local model + one run, offline.
+Also runnable as `python -m agentrt.cli.main`, which is how `agentrt up` starts services.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+
+from agentrt.cli import demo, run, serve, supervise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argparse parser of the whole command."""
+    parser = argparse.ArgumentParser(
+        prog="agentrt",
+        description="agentrt: a runtime for LLM agents served as a mesh of five gRPC services.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve.add_parser(sub)
+    supervise.add_parser(sub)
+    run.add_parser(sub)
+    demo.add_parser(sub)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command; return the exit status."""
-    print("agentrt: CLI not built yet", file=sys.stderr)
-    return 2
+    """Run the command with argv (default sys.argv[1:]); return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

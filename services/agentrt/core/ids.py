@@ -31,6 +31,8 @@ def new_id(prefix: str) -> str:
 
 
 def valid_id(value: str) -> bool:
-    """Return True when value is an acceptable caller-chosen id: 1..128 chars of
-    letters, digits and ``_ . : -``, starting with a letter or digit."""
+    """Return True when value is an acceptable caller-chosen id.
+
+    Acceptable: 1..128 chars of letters, digits and ``_ . : -``, starting with a letter or digit.
+    """
     return bool(_ID_RE.match(value))

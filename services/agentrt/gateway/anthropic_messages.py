@@ -47,7 +47,7 @@ from agentrt.v1 import gateway_service_pb2 as g
 PROVIDER = "anthropic"
 #: Arguments sent as extra_body (see provider.sdk_kwargs); `messages` is required by the SDK.
 _HEAVY = ("messages", "system", "tools", "tool_choice", "output_config")
-_REQUIRED = {"messages": []}
+_REQUIRED: dict[str, Any] = {"messages": []}
 _STOPS = {
     "tool_use": c.STOP_REASON_TOOL_USE,
     "max_tokens": c.STOP_REASON_MAX_TOKENS,

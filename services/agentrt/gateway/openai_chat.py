@@ -40,7 +40,7 @@ from agentrt.v1 import gateway_service_pb2 as g
 PROVIDER = "openai-chat"
 #: Arguments sent as extra_body (see provider.sdk_kwargs); `messages` is required by the SDK.
 _HEAVY = ("messages", "tools", "tool_choice", "response_format")
-_REQUIRED = {"messages": []}
+_REQUIRED: dict[str, Any] = {"messages": []}
 
 
 def render_messages(request: g.ModelRequest) -> list[dict[str, Any]]:

@@ -94,7 +94,9 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
             sent = metadata.get("authorization", "")
             expected = b"Bearer " + self._token
             if not hmac.compare_digest(sent.encode(), expected):
-                return MeshError(Status.UNAUTHENTICATED, Reason.UNAUTHENTICATED, "missing or wrong bearer token")
+                return MeshError(
+                    Status.UNAUTHENTICATED, Reason.UNAUTHENTICATED, "missing or wrong bearer token"
+                )
         tenant = metadata.get(TENANT_HEADER, DEFAULT_TENANT)
         if not valid_tenant(tenant):
             return invalid(Reason.INVALID_ID, f"malformed tenant in {TENANT_HEADER}", field=TENANT_HEADER)

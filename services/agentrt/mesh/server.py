@@ -48,8 +48,11 @@ class ServiceBinding:
 
 
 def server_options(config: ServerConfig) -> list[tuple[str, int]]:
-    """gRPC server options: the hard size bound is twice the checked bound, so a request
-    between the two gets the interceptor's clear INVALID_ARGUMENT/REQUEST_TOO_LARGE."""
+    """Return the gRPC server options.
+
+    The hard size bound is twice the checked bound, so a request between the two gets the
+    interceptor's clear INVALID_ARGUMENT/REQUEST_TOO_LARGE.
+    """
     hard = config.max_request_bytes * 2
     return [
         ("grpc.so_reuseport", 0),

@@ -64,7 +64,8 @@ def details_of(error: grpc.RpcError) -> tuple[str, dict[str, str], float | None]
         status = rpc_status.from_call(error)  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - a malformed trailer reads as "no details"
         status = None
-    reason, meta, retry = "", {}, None
+    reason, retry = "", None
+    meta: dict[str, str] = {}
     if status is None:
         return reason, meta, retry
     for detail in status.details:

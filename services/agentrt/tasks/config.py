@@ -20,9 +20,14 @@ class TasksConfig:
     runs_address: str = ""
 
     @classmethod
-    def from_env(cls, port: int | None = None, db_url: str | None = None, runs: str | None = None) -> TasksConfig:
-        """Build from flags, falling back to AGENTRT_TASKS_PORT, AGENTRT_TASKS_DB,
-        AGENTRT_RUNS_ADDR, AGENTRT_AUTH_TOKEN, AGENTRT_STATE_DIR, AGENTRT_HOST."""
+    def from_env(
+        cls, port: int | None = None, db_url: str | None = None, runs: str | None = None
+    ) -> TasksConfig:
+        """Build from flags, falling back to the environment.
+
+        Variables: AGENTRT_TASKS_PORT, AGENTRT_TASKS_DB, AGENTRT_RUNS_ADDR, AGENTRT_AUTH_TOKEN,
+        AGENTRT_STATE_DIR, AGENTRT_HOST.
+        """
         state_dir = env("STATE_DIR", ".agentrt")
         return cls(
             server=ServerConfig(

@@ -16,13 +16,17 @@ from agentrt.v1 import task_service_pb2_grpc as pb_grpc
 
 
 def _not_yet(what: str) -> MeshError:
-    return MeshError(Status.UNIMPLEMENTED, Reason.NOT_IMPLEMENTED_YET, f"{what} is not available in this release")
+    return MeshError(
+        Status.UNIMPLEMENTED, Reason.NOT_IMPLEMENTED_YET, f"{what} is not available in this release"
+    )
 
 
 class TaskServicer(pb_grpc.TaskServiceServicer):
     """TaskService over no tasks (see the module docstring)."""
 
-    async def SpawnTask(self, request: pb.SpawnTaskRequest, context: grpc.aio.ServicerContext) -> pb.SpawnTaskResponse:
+    async def SpawnTask(
+        self, request: pb.SpawnTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SpawnTaskResponse:
         """Validate, then UNIMPLEMENTED/NOT_IMPLEMENTED_YET.
 
         Raises INVALID_ARGUMENT/MISSING_FIELD without parent_session_id, agent_name or input.
@@ -32,25 +36,33 @@ class TaskServicer(pb_grpc.TaskServiceServicer):
                 raise missing(name)
         raise _not_yet("spawning tasks")
 
-    async def GetTask(self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext) -> pb.GetTaskResponse:
+    async def GetTask(
+        self, request: pb.GetTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetTaskResponse:
         """INVALID_ARGUMENT/MISSING_FIELD without task_id; NOT_FOUND/TASK_NOT_FOUND otherwise."""
         if not request.task_id:
             raise missing("task_id")
         raise not_found(Reason.TASK_NOT_FOUND, f"task {request.task_id!r} not found")
 
-    async def ListTasks(self, request: pb.ListTasksRequest, context: grpc.aio.ServicerContext) -> pb.ListTasksResponse:
+    async def ListTasks(
+        self, request: pb.ListTasksRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTasksResponse:
         """Return no tasks. INVALID_ARGUMENT/MISSING_FIELD without parent_session_id."""
         if not request.parent_session_id:
             raise missing("parent_session_id")
         return pb.ListTasksResponse()
 
-    async def RetryTask(self, request: pb.RetryTaskRequest, context: grpc.aio.ServicerContext) -> pb.RetryTaskResponse:
+    async def RetryTask(
+        self, request: pb.RetryTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RetryTaskResponse:
         """INVALID_ARGUMENT/MISSING_FIELD without task_id; NOT_FOUND/TASK_NOT_FOUND otherwise."""
         if not request.task_id:
             raise missing("task_id")
         raise not_found(Reason.TASK_NOT_FOUND, f"task {request.task_id!r} not found")
 
-    async def StopTask(self, request: pb.StopTaskRequest, context: grpc.aio.ServicerContext) -> pb.StopTaskResponse:
+    async def StopTask(
+        self, request: pb.StopTaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StopTaskResponse:
         """INVALID_ARGUMENT/MISSING_FIELD without task_id; NOT_FOUND/TASK_NOT_FOUND otherwise."""
         if not request.task_id:
             raise missing("task_id")

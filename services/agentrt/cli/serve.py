@@ -1,0 +1,148 @@
+"""`agentrt serve <service>`: run one service of the mesh in this process.
+
+Owns the process edge of a service: it turns flags into the service's config (flags win,
+`AGENTRT_*` variables are the fallback, read by each service's `config.from_env`), sets up
+logging on stderr, and runs `serve(config)` until SIGTERM/SIGINT drains it.
+
+Exit status: 0 after a clean drain; `EXIT_PORT_TAKEN` (98, like EADDRINUSE) when the port
+cannot be bound, so `agentrt up` can tell a taken port from a crash; 1 on any other
+startup failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import dataclasses
+import importlib
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from agentrt.mesh.config import env
+
+#: The five services, in the order `agentrt up` lists them.
+SERVICES = ("runs", "gateway", "tools", "sessions", "tasks")
+
+#: Peers each service calls; each becomes a `--<peer>-addr` flag (AGENTRT_<PEER>_ADDR fallback).
+PEERS: dict[str, tuple[str, ...]] = {
+    "runs": ("gateway", "tools", "sessions", "tasks"),
+    "gateway": (),
+    "tools": (),
+    "sessions": (),
+    "tasks": ("runs",),
+}
+
+#: Config class of each service, as "module:ClassName".
+CONFIGS = {
+    "runs": "agentrt.runs.config:RunsConfig",
+    "gateway": "agentrt.gateway.config:GatewayConfig",
+    "tools": "agentrt.tools.config:ToolsConfig",
+    "sessions": "agentrt.sessions.config:SessionsConfig",
+    "tasks": "agentrt.tasks.config:TasksConfig",
+}
+
+EXIT_PORT_TAKEN = 98
+
+log = logging.getLogger("agentrt.cli")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the `serve` subcommand on an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "serve",
+        help="run one service of the mesh in the foreground",
+        description="Run one service; SIGTERM or Ctrl-C drains in-flight calls and exits 0.",
+    )
+    p.add_argument("service", choices=SERVICES, help="which service to run")
+    p.add_argument(
+        "--port", type=int, default=None, help="TCP port (default AGENTRT_<SVC>_PORT or the service's)"
+    )
+    p.add_argument("--host", default=None, help="interface to bind (default AGENTRT_HOST or 127.0.0.1)")
+    p.add_argument(
+        "--db", default=None, metavar="URL", help="SQLAlchemy async URL (default SQLite in the state dir)"
+    )
+    for peer in SERVICES:
+        p.add_argument(
+            f"--{peer}-addr",
+            default=None,
+            metavar="HOST:PORT",
+            help=f"address of the {peer} service (default AGENTRT_{peer.upper()}_ADDR)",
+        )
+    p.set_defaults(func=run_serve)
+
+
+def build_config(
+    service: str, port: int | None, db_url: str | None, host: str | None, peers: dict[str, str]
+) -> Any:
+    """Return the service's config: its `from_env` with the given flags, then the host override.
+
+    Args:
+        service: one of SERVICES.
+        port: the port flag, None for the env/default.
+        db_url: the --db flag, None for the env/default.
+        host: the --host flag, None for the env/default.
+        peers: peer name -> "host:port" from flags (only names in PEERS[service] are passed).
+
+    Raises:
+        ImportError: the service package is not importable.
+    """
+    module_name, class_name = CONFIGS[service].split(":")
+    config_cls = getattr(importlib.import_module(module_name), class_name)
+    kwargs = {name: peers[name] for name in PEERS[service] if peers.get(name)}
+    config = config_cls.from_env(port=port, db_url=db_url, **kwargs)
+    if host:
+        config = dataclasses.replace(config, server=dataclasses.replace(config.server, host=host))
+    return config
+
+
+def _die_with_supervisor(supervisor_pid: str) -> None:
+    """Ask Linux for SIGTERM when the `agentrt up` that started us dies (PR_SET_PDEATHSIG).
+
+    A supervisor killed outright (SIGKILL, a crash) then leaves no orphaned service. If it
+    already died before the request was made, exit at once.
+    """
+    if not supervisor_pid or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != supervisor_pid:
+        raise SystemExit(f"agentrt serve: the supervisor (pid {supervisor_pid}) is gone")
+
+
+def _setup_logging() -> None:
+    level = env("LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, level, logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve `args.service` until drained; return the exit status (see the module docstring)."""
+    from agentrt.mesh.server import PortInUseError
+
+    _die_with_supervisor(env("SUPERVISOR_PID", ""))
+    _setup_logging()
+    peers = {name: getattr(args, f"{name}_addr") for name in SERVICES}
+    config = build_config(args.service, args.port, args.db, args.host, peers)
+    server_module = importlib.import_module(f"agentrt.{args.service}.server")
+    address = config.server.address
+    log.info("starting %s on %s", args.service, address)
+    try:
+        asyncio.run(server_module.serve(config))
+    except PortInUseError as exc:
+        print(f"agentrt serve {args.service}: port {config.server.port} is taken ({exc})", file=sys.stderr)
+        return EXIT_PORT_TAKEN
+    except KeyboardInterrupt:
+        # serve() handles SIGINT itself; this only catches one that lands before it installs.
+        return 0
+    log.info("%s stopped", args.service)
+    return 0

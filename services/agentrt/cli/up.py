@@ -1,0 +1,361 @@
+"""Start the whole mesh as five processes and watch them: `agentrt up`, the demo and the e2e tests.
+
+`start_mesh()` is the one way the mesh is started on a machine. It checks every port
+before spawning anything, spawns each service as its own process
+(`python -m agentrt.cli.main serve <svc> --port P --host H`, in its own session so a
+terminal's Ctrl-C reaches only the supervisor; on Linux a child also dies with its
+supervisor), wires peers through `AGENTRT_<PEER>_ADDR`, and returns only once every
+grpc.health.v1 check answers SERVING. A child that dies before that (a port taken at bind,
+a crash) stops the others and raises; a mesh that is not ready within the bound raises
+naming the services that are not.
+
+Invariants: the returned `Mesh` owns its children; `stop()` always leaves none running
+(SIGTERM, a grace, then SIGKILL) and may be called twice. Children log to
+`<state_dir>/logs/<svc>.log`; `write_manifest()` (called by `agentrt up`) leaves
+`mesh.json` in the state dir naming each address and pid until `stop()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentrt.cli.serve import EXIT_PORT_TAKEN, SERVICES
+from agentrt.mesh.config import DEFAULT_PORTS
+
+#: How long start_mesh waits for every health check to answer SERVING, in seconds.
+READY_TIMEOUT_SECONDS = 120.0
+#: How long stop() lets children drain after SIGTERM before SIGKILL, in seconds.
+STOP_GRACE_SECONDS = 10.0
+_POLL_SECONDS = 0.1
+_LOG_TAIL_LINES = 15
+
+
+class MeshStartError(RuntimeError):
+    """The mesh could not start; nothing it spawned is left running.
+
+    Attributes:
+        service: the service at fault ("" when several are).
+        log_tail: the last lines of that service's log.
+    """
+
+    def __init__(self, message: str, service: str = "", log_tail: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.service = service
+        self.log_tail = list(log_tail)
+
+
+class PortTakenError(MeshStartError):
+    """A service's port is already in use on the host."""
+
+    def __init__(self, service: str, host: str, port: int, log_tail: Sequence[str] = ()) -> None:
+        super().__init__(
+            f"port {port} on {host} for the {service} service is already in use", service, log_tail
+        )
+        self.host = host
+        self.port = port
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    """A service process that ended.
+
+    Attributes:
+        name: the service.
+        returncode: its exit status (negative: killed by that signal).
+        log_tail: the last lines of its log, oldest first (at most 15).
+    """
+
+    name: str
+    returncode: int
+    log_tail: list[str]
+
+    def describe(self) -> str:
+        """Return a one-line account, e.g. "gateway exited with status 1"."""
+        if self.returncode < 0:
+            try:
+                how = f"was killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                how = f"was killed by signal {-self.returncode}"
+        else:
+            how = f"exited with status {self.returncode}"
+        return f"{self.name} {how}"
+
+
+@dataclass
+class _Child:
+    name: str
+    host: str
+    port: int
+    log_path: Path
+    process: subprocess.Popen[bytes]
+    log_file: IO[bytes]
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> list[str]:
+    """Return the last `lines` lines of a log file (decoded leniently); [] if it is missing."""
+    try:
+        data = path.read_bytes()[-64 * 1024 :]
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
+
+
+@dataclass
+class Mesh:
+    """A running mesh started by `start_mesh` (see the module docstring).
+
+    Attributes:
+        state_dir: absolute state directory (SQLite files, workspaces, logs).
+        host: the interface every service listens on.
+    """
+
+    state_dir: Path
+    host: str
+    _children: dict[str, _Child] = field(default_factory=dict)
+    _stopped: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        """Service name -> "host:port", in SERVICES order."""
+        return {name: child.address for name, child in self._children.items()}
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """Service name -> process id."""
+        return {name: child.process.pid for name, child in self._children.items()}
+
+    @property
+    def log_paths(self) -> dict[str, Path]:
+        """Service name -> its log file."""
+        return {name: child.log_path for name, child in self._children.items()}
+
+    def client_env(self) -> dict[str, str]:
+        """Return AGENTRT_<SVC>_ADDR for every service, for clients and child processes."""
+        return {f"AGENTRT_{name.upper()}_ADDR": addr for name, addr in self.addresses.items()}
+
+    def exited(self) -> ChildExit | None:
+        """Return the first service process that has ended, or None while all run."""
+        for child in self._children.values():
+            code = child.process.poll()
+            if code is not None:
+                child.log_file.flush()
+                return ChildExit(child.name, code, log_tail(child.log_path))
+        return None
+
+    def wait_exit(self, timeout: float | None = None) -> ChildExit | None:
+        """Wait until some service process ends; return it, or None after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            gone = self.exited()
+            if gone is not None:
+                return gone
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(_POLL_SECONDS)
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> dict[str, int]:
+        """Stop every child: SIGTERM, wait up to `grace` seconds in total, then SIGKILL.
+
+        Returns:
+            Service name -> exit status (negative: the signal that ended it).
+        """
+        with self._lock:
+            if not self._stopped:
+                self._stopped = True
+                _terminate([c.process for c in self._children.values()], grace)
+                for child in self._children.values():
+                    child.log_file.close()
+                with contextlib.suppress(OSError):
+                    (self.state_dir / "mesh.json").unlink()
+        return {name: c.process.returncode for name, c in self._children.items()}
+
+    def write_manifest(self) -> Path:
+        """Write `<state_dir>/mesh.json` ({service: {address, pid, log}}); return its path."""
+        path = self.state_dir / "mesh.json"
+        data = {
+            name: {"address": c.address, "pid": c.process.pid, "log": str(c.log_path)}
+            for name, c in self._children.items()
+        }
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        return path
+
+    def __enter__(self) -> Mesh:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _terminate(processes: Sequence[subprocess.Popen[bytes]], grace: float) -> None:
+    for proc in processes:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in processes:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+
+
+def port_taken(host: str, port: int) -> bool:
+    """Return True when something already listens on (or holds) host:port.
+
+    SO_REUSEADDR is set as gRPC sets it, so a port left in TIME_WAIT by a previous mesh
+    counts as free, while a listening socket still refuses the bind.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Return `count` distinct ports the OS reports free right now (a later bind may still race)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            socks.append(sock)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def ports_from_base(base_port: int | None) -> dict[str, int]:
+    """Return service -> port: DEFAULT_PORTS, or base_port, base_port+1, ... in SERVICES order."""
+    if base_port is None:
+        return {name: DEFAULT_PORTS[name] for name in SERVICES}
+    return {name: base_port + i for i, name in enumerate(SERVICES)}
+
+
+def _spawn(name: str, host: str, port: int, state_dir: Path, env: Mapping[str, str]) -> _Child:
+    log_path = state_dir / "logs" / f"{name}.log"
+    log_file = log_path.open("wb")
+    cmd = [sys.executable, "-m", "agentrt.cli.main", "serve", name, "--host", host, "--port", str(port)]
+    child_env = dict(env)
+    # The child asks the kernel for SIGTERM when its supervisor dies (serve.py). The kernel
+    # ties that to the *thread* that forked, so it is only asked for from the main thread.
+    if threading.current_thread() is threading.main_thread():
+        child_env["AGENTRT_SUPERVISOR_PID"] = str(os.getpid())
+    process = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        env=child_env,
+        cwd=state_dir,
+        start_new_session=True,
+    )
+    return _Child(name, host, port, log_path, process, log_file)
+
+
+def _health_status(address: str, timeout: float) -> int:
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            resp = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+        except grpc.RpcError:
+            return health_pb2.HealthCheckResponse.UNKNOWN
+        return int(resp.status)
+
+
+def _failure_of(mesh: Mesh, gone: ChildExit) -> MeshStartError:
+    child = mesh._children[gone.name]
+    if gone.returncode == EXIT_PORT_TAKEN:
+        return PortTakenError(gone.name, child.host, child.port, gone.log_tail)
+    return MeshStartError(f"{gone.describe()} while starting", gone.name, gone.log_tail)
+
+
+def start_mesh(
+    state_dir: str | os.PathLike[str],
+    *,
+    host: str = "127.0.0.1",
+    ports: Mapping[str, int] | None = None,
+    base_port: int | None = None,
+    env: Mapping[str, str] | None = None,
+    ready_timeout: float = READY_TIMEOUT_SECONDS,
+) -> Mesh:
+    """Start the five services as separate processes and wait until all are SERVING.
+
+    Args:
+        state_dir: where SQLite files, workspaces and logs go (created; made absolute).
+        host: interface to listen on.
+        ports: service -> port; missing services use `ports_from_base(base_port)`.
+        base_port: first of five consecutive ports (SERVICES order); None = DEFAULT_PORTS.
+        env: extra environment for every child (e.g. provider base URLs); it wins over
+            this process's environment, and the peer addresses win over both.
+        ready_timeout: bound on the wait for SERVING, in seconds.
+
+    Returns:
+        The running Mesh; the caller must `stop()` it (or use it as a context manager).
+
+    Raises:
+        PortTakenError: a port is in use (checked before spawning, and again when a
+            child exits at bind). Nothing was left running.
+        MeshStartError: a child died while starting (its name, status and log tail), or
+            some service was not SERVING within `ready_timeout` (named). Nothing was left running.
+    """
+    root = Path(state_dir).resolve()
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    chosen = {**ports_from_base(base_port), **(ports or {})}
+    for name in SERVICES:
+        if port_taken(host, chosen[name]):
+            raise PortTakenError(name, host, chosen[name])
+    mesh = Mesh(state_dir=root, host=host)
+    child_env = {**os.environ, **(env or {}), "AGENTRT_STATE_DIR": str(root), "PYTHONUNBUFFERED": "1"}
+    child_env.update({f"AGENTRT_{n.upper()}_ADDR": f"{host}:{chosen[n]}" for n in SERVICES})
+    try:
+        for name in SERVICES:
+            mesh._children[name] = _spawn(name, host, chosen[name], root, child_env)
+        _wait_ready(mesh, ready_timeout)
+    except BaseException:
+        mesh.stop(grace=2.0)
+        raise
+    return mesh
+
+
+def _wait_ready(mesh: Mesh, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    pending = dict(mesh.addresses)
+    while pending:
+        gone = mesh.exited()
+        if gone is not None:
+            raise _failure_of(mesh, gone)
+        for name, address in list(pending.items()):
+            if _health_status(address, timeout=1.0) == health_pb2.HealthCheckResponse.SERVING:
+                del pending[name]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            names = ", ".join(f"{n} ({a})" for n, a in pending.items())
+            raise MeshStartError(f"not SERVING after {timeout:.0f} s: {names}", next(iter(pending)))
+        time.sleep(_POLL_SECONDS)

@@ -1,0 +1,90 @@
+"""Helpers of the end-to-end tests: free ports, waiting for files and processes with a bound."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from agentrt.cli.serve import SERVICES
+from agentrt.cli.up import free_ports, port_taken
+
+T = TypeVar("T")
+
+#: Bound on waiting for a mesh or a process to reach a state, in seconds.
+STATE_TIMEOUT = 120.0
+
+
+def free_port_map(host: str = "127.0.0.1") -> dict[str, int]:
+    """Return service -> a port free right now (not consecutive)."""
+    return dict(zip(SERVICES, free_ports(len(SERVICES), host), strict=True))
+
+
+def free_base_port(host: str = "127.0.0.1") -> int:
+    """Return a base port such that base..base+4 are all free right now."""
+    for _ in range(200):
+        base = random.randint(20000, 40000)
+        if not any(port_taken(host, base + i) for i in range(len(SERVICES))):
+            return base
+    raise RuntimeError("no five consecutive free ports found")
+
+
+def wait_for(predicate: Callable[[], T | None], what: str, timeout: float = STATE_TIMEOUT) -> T:
+    """Poll `predicate` until it returns a truthy value; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def read_manifest(state_dir: Path) -> dict[str, dict[str, object]] | None:
+    """Return mesh.json of a running `agentrt up`, or None while it is not written."""
+    path = state_dir / "mesh.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def agentrt(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, **kw) -> subprocess.Popen:
+    """Start `python -m agentrt.cli.main ARGS` with stdout and stderr to files under cwd."""
+    out_dir = cwd or Path.cwd()
+    stdout = open(out_dir / "stdout.txt", "wb")  # noqa: SIM115 - closed with the process by the caller
+    stderr = open(out_dir / "stderr.txt", "wb")  # noqa: SIM115
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentrt.cli.main", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env={**os.environ, **(env or {})},
+        cwd=out_dir,
+        **kw,
+    )
+
+
+def output_of(cwd: Path) -> str:
+    """Return what a process started by `agentrt()` in cwd printed (stdout, then stderr)."""
+    return (cwd / "stdout.txt").read_text(errors="replace") + (cwd / "stderr.txt").read_text(errors="replace")
+
+
+def pid_alive(pid: int) -> bool:
+    """Return True while a process with this pid exists (and is not a zombie of ours)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
