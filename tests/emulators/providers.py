@@ -168,6 +168,17 @@ def reply_from_json(item: dict[str, Any]) -> ScriptItem:
     return Reply(**data)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-request (a cancelled stream) is ordinary here, not news."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class ProviderEmulator:
     """The emulator server (see the module docstring). Also a context manager."""
 
@@ -181,7 +192,7 @@ class ProviderEmulator:
         self.aborted_streams = 0
         #: Answer of the count endpoints; None estimates from the body size.
         self.token_count: int | None = None
-        self._server = ThreadingHTTPServer((host, port), _handler_for(self))
+        self._server = _QuietServer((host, port), _handler_for(self))
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.base_url = f"http://{host}:{self.port}"
