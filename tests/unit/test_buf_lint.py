@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-import pytest
+from tests.needs import unavailable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -20,6 +20,6 @@ def _buf() -> str | None:
 def test_buf_lint_passes():
     buf = _buf()
     if buf is None:
-        pytest.skip("buf is not installed (pip install buf-bin)")
+        unavailable("buf is not installed (pip install buf-bin)")
     result = subprocess.run([buf, "lint"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -20,6 +20,7 @@ from agentrt.mesh.db import sqlite_url
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
+from tests.needs import unavailable
 
 
 @pytest.fixture(params=BACKENDS)
@@ -28,7 +29,7 @@ async def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "sqlite":
         return sqlite_url(str(tmp_path), "sessions")
     if not await pg_reachable():
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
     return PG_URL
 
 

@@ -20,6 +20,7 @@ from agentrt.sessions.server import build_server
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
+from tests.needs import unavailable
 
 # One server per backend for the whole module (each test is a tenant of its own), so the
 # many cases below cost a request each rather than a server start each.
@@ -276,7 +277,7 @@ async def shared_server(request, tmp_path_factory):
     elif await pg_reachable():
         url = PG_URL
     else:
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
     server = build_server(SessionsConfig(server=ServerConfig(port=0, db_url=url)))
     port = await server.start()
     yield f"127.0.0.1:{port}", url

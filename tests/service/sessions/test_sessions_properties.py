@@ -26,6 +26,7 @@ from agentrt.sessions.domain import Entry, Ref
 from agentrt.sessions.migrate import upgrade
 from agentrt.sessions.store import SessionStore
 from agentrt.v1 import session_service_pb2 as pb
+from tests.needs import unavailable
 
 SIDS = ["s1", "s2", "f1"]
 OPS = [
@@ -204,5 +205,5 @@ def test_store_invariants_hold_under_random_operations_sqlite(sqlite_db, script)
 @given(st.lists(step, min_size=10, max_size=30))
 def test_store_invariants_hold_under_random_operations_postgres(script):
     if not asyncio.run(pg_reachable()):
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
     asyncio.run(_run(PG_URL, [("create", 0, 0, 0), *script]))

@@ -25,6 +25,7 @@ from agentrt.tools.store import CallKey, ToolStore
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
+from tests.needs import unavailable
 
 APPEND = {"cmd": "echo ran >> count.txt; wc -l < count.txt"}
 
@@ -35,7 +36,7 @@ async def jt(request, start_server, tmp_path) -> ToolsEnv:
     tenant = "default"
     if request.param == "postgres":
         if not await pg_reachable():
-            pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+            unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
         db_url, tenant = PG_URL, "t-" + uuid.uuid4().hex[:20]
     config = make_config(tmp_path, db_url=db_url)
     address = await start_server(build_server(config))
