@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.mesh.config import ServerConfig
@@ -34,6 +35,19 @@ async def test_health_serving(tasks):
         ("GetTask", pb.GetTaskRequest(), grpc.StatusCode.INVALID_ARGUMENT, "MISSING_FIELD"),
         ("GetTask", pb.GetTaskRequest(task_id="t1"), grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND"),
         ("StopTask", pb.StopTaskRequest(), grpc.StatusCode.INVALID_ARGUMENT, "MISSING_FIELD"),
+        ("StopTask", pb.StopTaskRequest(task_id="../x"), grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ID"),
+        (
+            "GetTask",
+            pb.GetTaskRequest(task_id="t1", wait=duration_pb2.Duration(seconds=-1)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_VALUE",
+        ),
+        (
+            "ListTasks",
+            pb.ListTasksRequest(parent_session_id="s", page_size=-1),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_VALUE",
+        ),
         ("RetryTask", pb.RetryTaskRequest(task_id="x"), grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND"),
         ("SpawnTask", pb.SpawnTaskRequest(), grpc.StatusCode.INVALID_ARGUMENT, "MISSING_FIELD"),
         (
@@ -64,6 +78,16 @@ async def test_non_utf8_string_is_invalid_argument(tasks):
         await call(raw)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason_of(info.value) == "INVALID_UTF8"
+
+
+async def test_corrupt_bytes_are_malformed_request(tasks):
+    call = tasks.unary_unary(
+        "/agentrt.v1.TaskService/GetTask", request_serializer=None, response_deserializer=None
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call(b"\xff\xff\xff\xff")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason_of(info.value) == "MALFORMED_REQUEST"
 
 
 async def test_oversize_request_is_invalid_argument(start_server):

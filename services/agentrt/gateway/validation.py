@@ -30,8 +30,8 @@ def validate_request(request: g.ModelRequest) -> None:
         MeshError: INVALID_ARGUMENT with reason REQUEST_TOO_LARGE (bytes, values, depth;
             metadata `limit` says which), INVALID_JSON (a schema that is not a JSON object),
             MISSING_FIELD (no messages, a tool call without id or name), INVALID_VALUE
-            (bad role, empty block, bad tool name, bad setting) or UNKNOWN_TOOL (a named
-            tool choice that is not among the tools).
+            (bad role, empty block, bad tool name, bad setting, negative max_queue_wait) or
+            UNKNOWN_TOOL (a named tool choice that is not among the tools).
     """
     size = request.ByteSize()
     if size > MAX_REQUEST_BYTES:
@@ -42,6 +42,10 @@ def validate_request(request: g.ModelRequest) -> None:
         )
     if not request.messages:
         raise missing("messages")
+    if request.HasField("max_queue_wait") and (
+        request.max_queue_wait.seconds < 0 or request.max_queue_wait.nanos < 0
+    ):
+        raise invalid(Reason.INVALID_VALUE, "max_queue_wait must not be negative", field="max_queue_wait")
     budget = _Budget()
     names = _validate_tools(request.tools, budget)
     _validate_messages(request.messages, budget)

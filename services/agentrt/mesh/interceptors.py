@@ -3,8 +3,8 @@
 For each RPC (health and reflection excepted, so probes need no token) it:
 - checks the bearer token when the service has one (UNAUTHENTICATED otherwise);
 - reads the tenant from `x-agentrt-tenant` (INVALID_ARGUMENT/INVALID_ID when malformed);
-- turns a request that could not be parsed (e.g. a string field that is not UTF-8) into
-  INVALID_ARGUMENT/INVALID_UTF8 instead of gRPC's INTERNAL;
+- turns a request that could not be parsed into INVALID_ARGUMENT instead of gRPC's INTERNAL:
+  reason INVALID_UTF8 for a string field that is not UTF-8, MALFORMED_REQUEST otherwise;
 - refuses a request larger than the configured bound (INVALID_ARGUMENT/REQUEST_TOO_LARGE);
 - maps a raised MeshError to its status + ErrorInfo, and any other exception to
   INTERNAL/INTERNAL (logged with its stack), so a server never dies of a request.
@@ -106,7 +106,14 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
         if failure is not None:
             return failure
         if isinstance(request, _Unparsable):
-            return invalid(Reason.INVALID_UTF8, f"request could not be parsed: {request.error}")
+            text = str(request.error)
+            # The protobuf runtime reports both as DecodeError; only its text tells them apart.
+            reason = (
+                Reason.INVALID_UTF8
+                if "UTF-8" in text or isinstance(request.error, UnicodeError)
+                else (Reason.MALFORMED_REQUEST)
+            )
+            return invalid(reason, f"request could not be parsed: {text}")
         size = request.ByteSize()
         if size > self._max:
             return invalid(

@@ -47,8 +47,11 @@ def _bad_requests() -> list[tuple[str, pb.GenerateRequest, grpc.StatusCode, str]
             content=[c.ContentBlock(tool_use=c.ToolCall(call_id="a", name="t", arguments="{"))],
         ),
     )
+    negative_wait = generate("openai")
+    negative_wait.request.max_queue_wait.seconds = -1
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     return [
+        ("negative max_queue_wait", negative_wait, invalid, "INVALID_VALUE"),
         ("missing request", pb.GenerateRequest(), invalid, "MISSING_FIELD"),
         ("unknown provider", unknown, invalid, "UNKNOWN_PROVIDER"),
         ("schema not JSON", _with_tool_schema("{not json"), invalid, "INVALID_JSON"),
