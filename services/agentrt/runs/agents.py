@@ -15,6 +15,7 @@ Decisions where the contract is silent (see docs/services/runs.md):
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ from agentrt.v1 import run_service_pb2 as pb
 AGENT_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 DEFAULT_AGENT_NAME = "agent"
+#: Providers the gateway routes (mirrors agentrt.gateway.gateway.KNOWN_PROVIDERS; a unit
+#: test keeps the two equal without the run loop importing the gateway).
+KNOWN_PROVIDERS = ("local", "openai", "openai-chat", "anthropic")
 DEFAULT_TOOLS = ("exec_command", "read_file", "write_file", "list_files")
 DEFAULT_INSTRUCTIONS = (
     "You are an agent working in a workspace directory. Use the tools to inspect and change "
@@ -92,9 +96,13 @@ def validate_agent(spec: pb.AgentSpec, *, require_name: bool, field: str = "agen
 
     Raises:
         MeshError: INVALID_ARGUMENT with INVALID_AGENT (bad or missing name, bad or
-            duplicate tool name), INVALID_JSON (output schema or a tool's parameter schema
-            not a JSON object), INVALID_VALUE (negative limits, a spec on a catalog tool);
-            UNIMPLEMENTED/NOT_IMPLEMENTED_YET when handoffs are named.
+            duplicate tool name, unknown model provider), INVALID_JSON (an output schema or
+            a tool's parameter schema not a JSON object), INVALID_VALUE (negative limits or
+            timeouts, a spec on a catalog tool, temperature outside 0..2 or top_p outside
+            0..1 or not finite, max_output_tokens <= 0, a NAMED tool choice without a name
+            or naming none of the agent's tools, an enum number outside its enum); metadata
+            field names the offending field. UNIMPLEMENTED/NOT_IMPLEMENTED_YET when
+            handoffs are named.
     """
     if spec.name or require_name:
         if not AGENT_NAME.match(spec.name):
@@ -141,10 +149,81 @@ def validate_agent(spec: pb.AgentSpec, *, require_name: bool, field: str = "agen
     for name in ("recent_results", "result_max_bytes"):
         if getattr(spec, name) < 0:
             raise invalid(Reason.INVALID_VALUE, f"{field}.{name} must be >= 0", field=f"{field}.{name}")
-    if spec.settings.HasField("max_output_tokens") and spec.settings.max_output_tokens <= 0:
-        raise invalid(Reason.INVALID_VALUE, f"{field}.settings.max_output_tokens must be > 0", field=field)
+    _validate_model(spec, field)
+    _validate_enums(spec, field)
     if spec.handoffs:
         raise MeshError(Status.UNIMPLEMENTED, Reason.NOT_IMPLEMENTED_YET, "handoffs are not available yet")
+
+
+def _validate_model(spec: pb.AgentSpec, field: str) -> None:
+    """Refuse a model or settings the gateway would refuse on the first turn."""
+    if spec.model.provider and spec.model.provider not in KNOWN_PROVIDERS:
+        raise invalid(
+            Reason.INVALID_AGENT,
+            f"{field}.model.provider {spec.model.provider!r} is not one of {', '.join(KNOWN_PROVIDERS)}",
+            field=f"{field}.model.provider",
+        )
+    settings = spec.settings
+    for name, high in (("temperature", 2.0), ("top_p", 1.0)):
+        if settings.HasField(name):
+            value = getattr(settings, name)
+            if not math.isfinite(value) or not 0.0 <= value <= high:
+                raise invalid(
+                    Reason.INVALID_VALUE,
+                    f"{field}.settings.{name} must be a number from 0 to {high:g}",
+                    field=f"{field}.settings.{name}",
+                )
+    if settings.HasField("max_output_tokens") and settings.max_output_tokens <= 0:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"{field}.settings.max_output_tokens must be > 0",
+            field=f"{field}.settings.max_output_tokens",
+        )
+    if settings.output_json_schema:
+        _json_object(settings.output_json_schema, f"{field}.settings.output_json_schema")
+    choice = settings.tool_choice
+    if choice.mode not in cpb.ToolChoiceMode.values():
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"{field}.settings.tool_choice.mode {choice.mode} is not a ToolChoiceMode",
+            field=f"{field}.settings.tool_choice.mode",
+        )
+    if choice.mode == cpb.TOOL_CHOICE_MODE_NAMED:
+        if not choice.name:
+            raise invalid(
+                Reason.INVALID_VALUE,
+                f"{field}.settings.tool_choice.name is required when its mode is NAMED",
+                field=f"{field}.settings.tool_choice.name",
+            )
+        # An agent with no tools gets the defaults; `snapshot` checks the name against those.
+        if spec.tools and choice.name not in {t.name for t in spec.tools}:
+            raise _unknown_choice(choice.name, field)
+
+
+def _unknown_choice(name: str, field: str) -> MeshError:
+    return invalid(
+        Reason.INVALID_VALUE,
+        f"{field}.settings.tool_choice.name {name!r} is not one of the agent's tools",
+        field=f"{field}.settings.tool_choice.name",
+    )
+
+
+def _validate_enums(spec: pb.AgentSpec, field: str) -> None:
+    """Refuse enum numbers outside their enums (an old or foreign client's), and bad timeouts."""
+    if spec.tool_call_mode not in pb.ToolCallMode.values():
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"{field}.tool_call_mode {spec.tool_call_mode} is not a ToolCallMode",
+            field=f"{field}.tool_call_mode",
+        )
+    for i, tool in enumerate(spec.tools):
+        where = f"{field}.tools[{i}]"
+        if tool.HasField("timeout") and (tool.timeout.seconds < 0 or tool.timeout.nanos < 0):
+            raise invalid(Reason.INVALID_VALUE, f"{where}.timeout must be >= 0", field=f"{where}.timeout")
+        if tool.spec.HasField("timeout") and (tool.spec.timeout.seconds < 0 or tool.spec.timeout.nanos < 0):
+            raise invalid(
+                Reason.INVALID_VALUE, f"{where}.spec.timeout must be >= 0", field=f"{where}.spec.timeout"
+            )
 
 
 def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.ToolSpec]) -> pb.AgentSpec:
@@ -157,7 +236,8 @@ def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.T
 
     Raises:
         MeshError: INVALID_ARGUMENT/UNKNOWN_TOOL for a tool that is neither in the catalog
-            nor client-declared.
+            nor client-declared; INVALID_ARGUMENT/INVALID_VALUE for a NAMED tool choice
+            that names none of the snapshot's tools.
     """
     snap = pb.AgentSpec()
     snap.CopyFrom(spec)
@@ -181,6 +261,9 @@ def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.T
                 field=f"agent.tools[{i}].name",
             )
         tool.spec.CopyFrom(found)
+    choice = snap.settings.tool_choice
+    if choice.mode == cpb.TOOL_CHOICE_MODE_NAMED and choice.name not in {t.name for t in snap.tools}:
+        raise _unknown_choice(choice.name, "agent")
     return snap
 
 

@@ -32,6 +32,9 @@ class RunsConfig:
         poll_seconds: the longest an event stream waits before re-reading the database
             (events written by another replica), in seconds.
         tool_call_grace_seconds: added to a tool's own timeout for the ExecuteTool deadline.
+        peer_unavailable_seconds: how long a peer call waits for a peer that is not
+            reachable (not up yet after a restart, or restarting), re-sending with capped
+            backoff, before the run fails with kind "unavailable", in seconds.
     """
 
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -45,6 +48,7 @@ class RunsConfig:
     subscriber_buffer: int = 1024
     poll_seconds: float = 1.0
     tool_call_grace_seconds: float = 30.0
+    peer_unavailable_seconds: float = 30.0
 
     @classmethod
     def from_env(
@@ -62,7 +66,8 @@ class RunsConfig:
         AGENTRT_GATEWAY_ADDR, AGENTRT_TOOLS_ADDR, AGENTRT_SESSIONS_ADDR, AGENTRT_TASKS_ADDR
         (default 127.0.0.1 on DEFAULT_PORTS), AGENTRT_DEFAULT_MODEL (default
         "local:smollm2"), AGENTRT_STATE_DIR, AGENTRT_AUTH_TOKEN, AGENTRT_HOST,
-        AGENTRT_RUNS_REPLICA_ID and AGENTRT_RUNS_LEASE_SECONDS.
+        AGENTRT_RUNS_REPLICA_ID, AGENTRT_RUNS_LEASE_SECONDS and
+        AGENTRT_RUNS_PEER_UNAVAILABLE_SECONDS (default 30).
         """
         state_dir = env("STATE_DIR", ".agentrt")
         return cls(
@@ -80,4 +85,5 @@ class RunsConfig:
             default_model=env("DEFAULT_MODEL", DEFAULT_MODEL),
             replica_id=env("RUNS_REPLICA_ID", ""),
             lease_seconds=float(env("RUNS_LEASE_SECONDS", "30")),
+            peer_unavailable_seconds=float(env("RUNS_PEER_UNAVAILABLE_SECONDS", "30")),
         )

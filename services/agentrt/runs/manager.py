@@ -228,7 +228,10 @@ class RunManager:
         if req.agent_name:
             probe = pb.AgentSpec(name=req.agent_name)
             validate_agent(probe, require_name=True, field="agent_name")
-            return await self.get_agent(tenant, req.agent_name, req.agent_version)
+            registered = await self.get_agent(tenant, req.agent_name, req.agent_version)
+            # Registered before today's checks existed, a spec is checked again, not run.
+            validate_agent(registered, require_name=True, field="agent_name")
+            return registered
         if not req.HasField("agent"):
             raise invalid(Reason.MISSING_FIELD, "agent_name or agent is required", field="agent")
         validate_agent(req.agent, require_name=False)

@@ -4,19 +4,30 @@ The only module of the run loop that touches grpc. Every call goes over the long
 channels of one `MeshClient`, carries the run's tenant in metadata, and a failed call is
 re-raised as the peer's `MeshError` (status and reason preserved), so the loop and the
 servicer pass a peer's NOT_FOUND/SESSION_NOT_FOUND on unchanged.
+
+A peer that is not up yet (a restart brings the services up in any order, and a takeover
+can resume a run ~ms before its tool service serves) is waited for: a call that fails at
+the transport (UNAVAILABLE with no ErrorInfo from a server) is sent again with capped
+backoff for up to `unavailable_s` seconds, then the UNAVAILABLE/DEPENDENCY_UNAVAILABLE
+error is raised. Only calls that are safe to send twice are re-sent on any transport
+failure (reads, fenced appends, ExecuteTool which the tool service journals by
+run_id + call_id, a model stream that yielded nothing); CreateSession only when the
+connection was refused, i.e. nothing was sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import grpc
 
 from agentrt.client.channels import MeshClient
 from agentrt.core.errors import MeshError
 from agentrt.mesh.context import TENANT_HEADER
-from agentrt.mesh.status import from_rpc_error
+from agentrt.mesh.status import from_rpc_error, reason_of
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import session_service_pb2 as spb
@@ -24,6 +35,22 @@ from agentrt.v1 import tool_service_pb2 as tpb
 
 SESSION_CALL_TIMEOUT_S = 30.0
 CATALOG_TTL_S = 30.0
+#: Waits between re-sends to a peer that is not reachable, seconds (the last one repeats).
+UNAVAILABLE_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: Text of a transport failure in which no byte of the call reached the peer.
+_NOT_SENT = ("failed to connect", "connection refused")
+
+T = TypeVar("T")
+
+
+def _transport_failure(err: grpc.aio.AioRpcError) -> bool:
+    """True when the call failed below any server (UNAVAILABLE with no ErrorInfo reason)."""
+    return err.code() == grpc.StatusCode.UNAVAILABLE and not reason_of(err)
+
+
+def _not_sent(err: grpc.aio.AioRpcError) -> bool:
+    text = (err.details() or "").lower()
+    return _transport_failure(err) and any(marker in text for marker in _NOT_SENT)
 
 
 def _md(tenant: str) -> list[tuple[str, str]]:
@@ -33,16 +60,60 @@ def _md(tenant: str) -> list[tuple[str, str]]:
 class Peers:
     """Typed calls to the gateway, tools and sessions (see the module docstring)."""
 
-    def __init__(self, client: MeshClient, tool_grace_s: float = 30.0) -> None:
-        """Wrap a MeshClient whose gateway, tools and sessions addresses are set."""
+    def __init__(self, client: MeshClient, tool_grace_s: float = 30.0, unavailable_s: float = 30.0) -> None:
+        """Wrap a MeshClient whose gateway, tools and sessions addresses are set.
+
+        Args:
+            client: the long-lived channels.
+            tool_grace_s: added to a tool's own timeout for the ExecuteTool deadline, seconds.
+            unavailable_s: how long a call waits for an unreachable peer, seconds (0 = no wait).
+        """
         self.client = client
         self._tool_grace_s = tool_grace_s
+        self._unavailable_s = unavailable_s
+        #: Calls re-sent because a peer was unreachable (for operators and tests).
+        self.unavailable_retries = 0
         self._catalog: dict[str, cpb.ToolSpec] = {}
         self._catalog_time = 0.0
 
     async def close(self) -> None:
         """Close the channels."""
         await self.client.close()
+
+    async def _call(self, send: Callable[[], Awaitable[T]], *, safe: bool = True) -> T:
+        """Send a unary call; re-send it while the peer is unreachable (see the module docstring).
+
+        Args:
+            send: makes the call once.
+            safe: the call may be sent twice; False re-sends only when nothing was sent.
+
+        Raises:
+            MeshError: the peer's error; UNAVAILABLE/DEPENDENCY_UNAVAILABLE once the peer
+                stayed unreachable for `unavailable_s` seconds.
+        """
+        deadline = time.monotonic() + self._unavailable_s
+        attempt = 0
+        while True:
+            try:
+                return await send()
+            except grpc.aio.AioRpcError as err:
+                if not self._wait_more(err, safe, deadline, attempt):
+                    raise from_rpc_error(err) from err
+            await asyncio.sleep(self._backoff(attempt, deadline))
+            attempt += 1
+
+    def _wait_more(self, err: grpc.aio.AioRpcError, safe: bool, deadline: float, attempt: int) -> bool:
+        if not (_transport_failure(err) if safe else _not_sent(err)):
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        self.unavailable_retries += 1
+        return True
+
+    @staticmethod
+    def _backoff(attempt: int, deadline: float) -> float:
+        step = UNAVAILABLE_BACKOFF_S[min(attempt, len(UNAVAILABLE_BACKOFF_S) - 1)]
+        return max(0.0, min(step, deadline - time.monotonic()))
 
     async def catalog(self, tenant: str) -> dict[str, cpb.ToolSpec]:
         """Return the tool catalog by name (cached for CATALOG_TTL_S seconds).
@@ -52,60 +123,56 @@ class Peers:
         """
         if self._catalog and time.monotonic() - self._catalog_time < CATALOG_TTL_S:
             return self._catalog
-        try:
-            resp = await self.client.tool_service.ListTools(
+        resp = await self._call(
+            lambda: self.client.tool_service.ListTools(
                 tpb.ListToolsRequest(), metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
             )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
+        )
         self._catalog = {t.name: t for t in resp.tools}
         self._catalog_time = time.monotonic()
         return self._catalog
 
     async def create_session(self, tenant: str, title: str = "") -> str:
         """Create a session; return its id."""
-        try:
-            resp = await self.client.session_service.CreateSession(
+        resp = await self._call(
+            lambda: self.client.session_service.CreateSession(
                 spb.CreateSessionRequest(title=title), metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
-            )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
+            ),
+            safe=False,
+        )
         return resp.session.session_id
 
     async def get_session(self, tenant: str, session_id: str) -> spb.Session:
         """Return the session. Raises the session service's NOT_FOUND/SESSION_NOT_FOUND."""
-        try:
-            resp = await self.client.session_service.GetSession(
+        resp = await self._call(
+            lambda: self.client.session_service.GetSession(
                 spb.GetSessionRequest(session=spb.SessionRef(session_id=session_id)),
                 metadata=_md(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
             )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
+        )
         return resp.session
 
     async def context(self, tenant: str, session_id: str) -> tuple[list[spb.Entry], int, str]:
         """Return (the session's context entries in order, its last seq, the active leaf id)."""
-        try:
-            resp = await self.client.session_service.GetContext(
+        resp = await self._call(
+            lambda: self.client.session_service.GetContext(
                 spb.GetContextRequest(session=spb.SessionRef(session_id=session_id)),
                 metadata=_md(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
             )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
+        )
         return list(resp.entries), resp.last_seq, resp.leaf_entry_id
 
     async def tail(self, tenant: str, session_id: str, after_seq: int) -> tuple[list[spb.Entry], int]:
         """Return (the raw log entries after a seq, in seq order; the highest seq stored)."""
-        try:
-            resp = await self.client.session_service.ListEntries(
+        resp = await self._call(
+            lambda: self.client.session_service.ListEntries(
                 spb.ListEntriesRequest(session=spb.SessionRef(session_id=session_id), after_seq=after_seq),
                 metadata=_md(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
             )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
+        )
         return list(resp.entries), resp.last_seq
 
     async def entries_after(self, tenant: str, session_id: str, after_seq: int) -> list[spb.Entry]:
@@ -124,12 +191,13 @@ class Peers:
         req = spb.AppendEntriesRequest(session=spb.SessionRef(session_id=session_id), entries=entries)
         if expected_last_seq is not None:
             req.expected_last_seq = expected_last_seq
-        try:
-            resp = await self.client.session_service.AppendEntries(
+        # Fenced by expected_last_seq, a batch sent twice is refused (SEQ_MISMATCH), never doubled.
+        resp = await self._call(
+            lambda: self.client.session_service.AppendEntries(
                 req, metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
-            )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
+            ),
+            safe=expected_last_seq is not None,
+        )
         return list(resp.entries)
 
     async def generate(
@@ -140,16 +208,26 @@ class Peers:
         Raises:
             MeshError: the gateway's error (RATE_LIMITED, PROVIDER_UNAVAILABLE, ...).
         """
-        call = self.client.gateway_service.StreamGenerate(
-            gpb.StreamGenerateRequest(request=request), metadata=_md(tenant)
-        )
-        try:
-            async for message in call:
-                yield message
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
-        finally:
-            call.cancel()
+        deadline = time.monotonic() + self._unavailable_s
+        attempt = 0
+        while True:
+            call = self.client.gateway_service.StreamGenerate(
+                gpb.StreamGenerateRequest(request=request), metadata=_md(tenant)
+            )
+            received = False
+            try:
+                async for message in call:
+                    received = True
+                    yield message
+                return
+            except grpc.aio.AioRpcError as err:
+                # Once a delta went out, a second call could answer differently: never re-send.
+                if received or not self._wait_more(err, True, deadline, attempt):
+                    raise from_rpc_error(err) from err
+            finally:
+                call.cancel()
+            await asyncio.sleep(self._backoff(attempt, deadline))
+            attempt += 1
 
     async def execute(self, tenant: str, request: tpb.ExecuteToolRequest) -> tpb.ExecuteToolResponse:
         """Execute one tool call (idempotent on run_id + call_id at the tool service).
@@ -160,12 +238,11 @@ class Peers:
         timeout = (
             request.timeout.seconds + request.timeout.nanos / 1e9 if request.HasField("timeout") else 600.0
         )
-        try:
-            return await self.client.tool_service.ExecuteTool(
+        return await self._call(
+            lambda: self.client.tool_service.ExecuteTool(
                 request, metadata=_md(tenant), timeout=timeout + self._tool_grace_s
             )
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
+        )
 
 
 __all__ = ["MeshError", "Peers"]

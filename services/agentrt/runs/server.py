@@ -35,7 +35,9 @@ def build_server(config: RunsConfig) -> MeshServer:
         tasks=config.tasks_address,
         token=config.server.auth_token,
     )
-    peers = Peers(client, tool_grace_s=config.tool_call_grace_seconds)
+    peers = Peers(
+        client, tool_grace_s=config.tool_call_grace_seconds, unavailable_s=config.peer_unavailable_seconds
+    )
     deps = Deps(
         store=store,
         peers=peers,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from agentrt.mesh.status import reason_of
+from agentrt.mesh.status import details_of, reason_of
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from tests.emulators.providers import Reply
@@ -201,3 +201,72 @@ async def test_state_preconditions(mesh):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await call
         assert (info.value.code(), reason_of(info.value)) == (FP, reason)
+
+
+def _settings(**kw: object) -> cpb.ModelSettings:
+    return cpb.ModelSettings(**kw)  # type: ignore[arg-type]
+
+
+NAMED = cpb.TOOL_CHOICE_MODE_NAMED
+CHOICE = "settings.tool_choice"
+#: (spec fields, reason, metadata field without the "agent." prefix)
+BAD_SPECS = [
+    ({"model": cpb.ModelRef(provider="openia", model="gpt")}, "INVALID_AGENT", "model.provider"),
+    ({"settings": _settings(temperature=float("nan"))}, "INVALID_VALUE", "settings.temperature"),
+    ({"settings": _settings(temperature=float("inf"))}, "INVALID_VALUE", "settings.temperature"),
+    ({"settings": _settings(temperature=2.5)}, "INVALID_VALUE", "settings.temperature"),
+    ({"settings": _settings(temperature=-0.1)}, "INVALID_VALUE", "settings.temperature"),
+    ({"settings": _settings(top_p=1.5)}, "INVALID_VALUE", "settings.top_p"),
+    ({"settings": _settings(top_p=float("nan"))}, "INVALID_VALUE", "settings.top_p"),
+    ({"settings": _settings(max_output_tokens=-1)}, "INVALID_VALUE", "settings.max_output_tokens"),
+    ({"settings": _settings(output_json_schema="[")}, "INVALID_JSON", "settings.output_json_schema"),
+    ({"settings": _settings(tool_choice=cpb.ToolChoice(mode=NAMED))}, "INVALID_VALUE", f"{CHOICE}.name"),
+    (
+        {"settings": _settings(tool_choice=cpb.ToolChoice(mode=NAMED, name="write_file")),
+         "tools": [pb.AgentTool(name="read_file")]},
+        "INVALID_VALUE",
+        "settings.tool_choice.name",
+    ),
+    ({"settings": _settings(tool_choice=cpb.ToolChoice(mode=99))}, "INVALID_VALUE", f"{CHOICE}.mode"),
+    ({"tool_call_mode": 7}, "INVALID_VALUE", "tool_call_mode"),
+    (
+        {"tools": [pb.AgentTool(name="read_file", timeout={"seconds": -1})]},
+        "INVALID_VALUE",
+        "tools[0].timeout",
+    ),
+]  # fmt: skip
+
+
+async def test_bad_agent_specs_are_refused_up_front(mesh):
+    # RegisterAgent and StartRun refuse the spec; no run is created that would fail later
+    for fields, reason, field in BAD_SPECS:
+        spec = pb.AgentSpec(name="a", **fields)  # type: ignore[arg-type]
+        for method, request_ in (
+            ("RegisterAgent", pb.RegisterAgentRequest(agent=spec)),
+            ("StartRun", pb.StartRunRequest(agent=spec, input="x")),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await getattr(mesh.runs, method)(request_)
+            got_reason, meta, _ = details_of(info.value)
+            assert (info.value.code(), got_reason) == (IA, reason), (
+                f"{method}({fields}): {info.value.details()}"
+            )
+            assert meta.get("field") == f"agent.{field}", (method, fields, meta)
+            await still_serving(mesh)
+    assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
+
+
+async def test_named_tool_choice_is_checked_against_the_default_tools(mesh):
+    # an agent that lists no tools gets the default ones; a NAMED choice must name one of them
+    choice = cpb.ToolChoice(mode=NAMED, name="teleport")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await mesh.runs.StartRun(
+            pb.StartRunRequest(agent=agent(settings=_settings(tool_choice=choice)), input="x")
+        )
+    assert (info.value.code(), reason_of(info.value)) == (IA, "INVALID_VALUE")
+    assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
+    mesh.emu.script([Reply(text="done")])
+    choice = cpb.ToolChoice(mode=NAMED, name="read_file")
+    good = agent(settings=_settings(tool_choice=choice, temperature=0.0, top_p=1.0, max_output_tokens=64))
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=good, input="x"))
+    await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import grpc
 
 from agentrt.core.decide import mint_call_id
 from agentrt.core.render import INTERRUPTED_TEXT
 from agentrt.mesh.config import ServerConfig
+from agentrt.mesh.db import sqlite_url
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.server import build_server as build_runs
+from agentrt.tools.config import ToolsConfig
+from agentrt.tools.server import build_server as build_tools
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
@@ -95,3 +99,84 @@ async def test_takeover_continues_from_the_log(start_server, tmp_path, emulator)
     responses = [p["turn"] for _, kind, p in log if kind == "model_responded"]
     assert responses == [1, 2]
     assert [kind for _, kind, _ in log].count("tools_started") == 2  # a's, then b's re-send
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _take_over_with_tools_down(start_server, tmp_path, emulator, **runs_kw):
+    """Replica a dies while a tool runs; replica b takes over with its tool service not up."""
+    mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
+    emulator.script(
+        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 20"}')]), Reply(text="recovered")]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
+    tools = tpb_grpc.ToolServiceStub(grpc.aio.insecure_channel(mesh.addresses["tools"]))
+    call_id = mint_call_id(started.run_id, 1, 0)
+
+    async def tool_running() -> bool:
+        got = await tools.GetExecution(tpb.GetExecutionRequest(run_id=started.run_id, call_id=call_id))
+        return got.state == tpb.EXECUTION_STATE_STARTED
+
+    await until(tool_running, "the tool call to be running in the tool service")
+    crash(mesh.runs_server)
+    port = _free_port()
+    replica_b = build_runs(
+        RunsConfig(
+            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
+            gateway_address=mesh.addresses["gateway"],
+            tools_address=f"127.0.0.1:{port}",
+            sessions_address=mesh.addresses["sessions"],
+            tasks_address="",
+            lease_seconds=0.6,
+            replica_id="replica-b",
+            **runs_kw,
+        )
+    )
+    address = await start_server(replica_b)
+    return mesh, started, replica_b, pb_grpc.RunServiceStub(grpc.aio.insecure_channel(address)), port
+
+
+async def test_takeover_waits_for_a_tool_service_that_is_not_up_yet(start_server, tmp_path, emulator):
+    mesh, started, replica_b, stub, port = await _take_over_with_tools_down(start_server, tmp_path, emulator)
+
+    async def refused() -> bool:
+        return replica_b.manager.deps.peers.unavailable_retries > 0
+
+    await until(refused, "replica b to find the tool service not up")
+    await start_server(
+        build_tools(
+            ToolsConfig(
+                server=ServerConfig(port=port, db_url=sqlite_url(mesh.tmp, "tools"), state_dir=mesh.tmp),
+                workspace_root=mesh.workspace_root,
+                heartbeat_seconds=0.5,
+            )
+        )
+    )
+
+    async def completed() -> bool:
+        run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+        return run.status == cpb.RUN_STATUS_COMPLETED
+
+    await until(completed, "replica b to finish the run once the tool service serves")
+    run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert run.final_output == "recovered"
+
+
+async def test_takeover_fails_unavailable_when_the_peer_stays_down(start_server, tmp_path, emulator):
+    _, started, _, stub, _ = await _take_over_with_tools_down(
+        start_server, tmp_path, emulator, peer_unavailable_seconds=0.3
+    )
+
+    async def failed() -> bool:
+        run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+        return run.status == cpb.RUN_STATUS_FAILED
+
+    await until(failed, "the run to fail once the tool service stayed down past the bound")
+    run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert run.failure.kind == "unavailable"
+    assert run.failure.retryable
+    assert run.failure.reason == "DEPENDENCY_UNAVAILABLE"
