@@ -71,6 +71,7 @@ class Reason(enum.StrEnum):
     EXECUTION_IN_PROGRESS = "EXECUTION_IN_PROGRESS"  # ABORTED: the call runs in another process
     CALL_ID_REUSED = "CALL_ID_REUSED"  # INVALID_ARGUMENT: same run_id+call_id, different call
     CALLER_DEADLINE = "CALLER_DEADLINE"  # DEADLINE_EXCEEDED: the caller's deadline ended a tool call
+    CONTEXT_TOO_LARGE = "CONTEXT_TOO_LARGE"  # FAILED_PRECONDITION: a context view beyond the response bound
     # Providers and dependencies
     RATE_LIMITED = "RATE_LIMITED"
     PROVIDER_UNAVAILABLE = "PROVIDER_UNAVAILABLE"

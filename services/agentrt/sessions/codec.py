@@ -9,16 +9,23 @@ recovery (004 §2.5h).
 Rules for items (the run loop writes this shape, see docs/services/sessions.md):
 - exactly one of `message`, `tool_call`, `tool_result` is set;
 - a tool call is its own `tool_call` item; a message never carries tool_use or
-  tool_result blocks (INVALID_ENTRY), so recovery and call-id targeting see every call.
+  tool_result blocks (INVALID_ENTRY), so recovery and call-id targeting see every call;
+- a tool call's `arguments` is "" or JSON text (INVALID_JSON; non-JSON belongs in
+  `invalid_arguments`, and the two are never both set), kept byte for byte: a stored
+  non-JSON argument string would break every later model request of the session;
+- every enum anywhere in the item holds a value its enum defines (INVALID_ENTRY);
+- one entry is at most `MAX_ENTRY_BYTES` serialized (REQUEST_TOO_LARGE), so any stored
+  entry fits in a read response (`bounded_out`).
 """
 
 from __future__ import annotations
 
 import json
 
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agentrt.core.errors import Reason, invalid
+from agentrt.core.errors import Reason, invalid, precondition
 from agentrt.sessions.domain import (
     ITEM,
     ITEM_MESSAGE,
@@ -40,6 +47,13 @@ INTERRUPTED_OUTPUT = (
     "was recorded, so its outcome is unknown: it may or may not have taken effect. Do not "
     "assume it succeeded; check the current state before relying on it or repeating it."
 )
+
+#: Largest entry accepted on a write, serialized, in bytes (4 MiB).
+MAX_ENTRY_BYTES = 4 * 1024 * 1024
+#: Byte budget of the entries in one read response (8 MiB): ListEntries cuts its page
+#: before it, GetContext refuses a view beyond it. Well under the mesh's 32 MiB hard
+#: message limit; one entry (at most 4 MiB) always fits.
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
 def ref_in(ref: pb.SessionRef) -> Ref:
@@ -105,9 +119,35 @@ def _item_facts(item: pb.Item, index: int) -> tuple[str, str, str]:
                 )
         return ITEM_MESSAGE, "", ""
     if kind == "tool_call":
-        return ITEM_TOOL_CALL, item.tool_call.call_id, item.tool_call.name
+        call = item.tool_call
+        check_json(call.arguments, f"{where}.tool_call.arguments")
+        if call.arguments and call.invalid_arguments:
+            raise invalid(
+                Reason.INVALID_ENTRY,
+                f"{where}.tool_call: arguments and invalid_arguments are never both set",
+                field=f"{where}.tool_call",
+            )
+        return ITEM_TOOL_CALL, call.call_id, call.name
     check_json(item.tool_result.details_json, f"{where}.tool_result.details_json", want_object=True)
     return ITEM_TOOL_RESULT, item.tool_result.call_id, item.tool_result.name
+
+
+def _check_enums(msg: Message, where: str) -> None:
+    """Refuse enum values outside their enums anywhere in msg (proto3 enums are open on the wire)."""
+    for fd, value in msg.ListFields():
+        name = f"{where}.{fd.name}"
+        if fd.enum_type is not None:
+            values = value if fd.is_repeated else [value]
+            for v in values:
+                if v not in fd.enum_type.values_by_number:
+                    raise invalid(
+                        Reason.INVALID_ENTRY,
+                        f"{name}: {v} is not a value of {fd.enum_type.name}",
+                        field=name,
+                    )
+        elif fd.message_type is not None and not fd.message_type.GetOptions().map_entry:
+            for i, sub in enumerate(value if fd.is_repeated else [value]):
+                _check_enums(sub, f"{name}[{i}]" if fd.is_repeated else name)
 
 
 def entry_in(msg: pb.Entry, index: int) -> Entry:
@@ -117,8 +157,18 @@ def entry_in(msg: pb.Entry, index: int) -> Entry:
     (only ReplaceEntries honors it). Domain validation happens in the store.
 
     Raises:
-        MeshError: INVALID_ARGUMENT/INVALID_ENTRY or INVALID_JSON for a malformed item.
+        MeshError: INVALID_ARGUMENT with INVALID_ENTRY (malformed item, enum value out of
+            range), INVALID_JSON (tool-call arguments, tool-result details) or
+            REQUEST_TOO_LARGE (entry over `MAX_ENTRY_BYTES`), naming `entries[index]`.
     """
+    size = msg.ByteSize()
+    if size > MAX_ENTRY_BYTES:
+        raise invalid(
+            Reason.REQUEST_TOO_LARGE,
+            f"entries[{index}] is {size} bytes; the limit per entry is {MAX_ENTRY_BYTES}",
+            field=f"entries[{index}]",
+        )
+    _check_enums(msg, f"entries[{index}]")
     item_bytes: bytes | None = None
     item_type = call_id = tool_name = ""
     if msg.HasField("item"):
@@ -185,6 +235,54 @@ def entry_out(entry: Entry) -> pb.Entry:
     if entry.nested_usage is not None:
         msg.nested_usage.CopyFrom(_usage_out(entry.nested_usage))
     return msg
+
+
+def _wire_size(msg: pb.Entry) -> int:
+    # A repeated message field costs its bytes plus a tag byte and a length varint.
+    size = msg.ByteSize()
+    return size + 1 + (size.bit_length() + 6) // 7
+
+
+def bounded_out(entries: list[Entry], budget: int = MAX_RESPONSE_BYTES) -> tuple[list[pb.Entry], bool]:
+    """Return the proto entries of a read, cut before they would exceed `budget` bytes.
+
+    Args:
+        entries: the read's entries, in order.
+        budget: the most bytes the entries may take in the response.
+
+    Returns:
+        (the longest prefix within the budget, but always at least one entry; True when
+        entries were left off).
+    """
+    out: list[pb.Entry] = []
+    used = 0
+    for entry in entries:
+        msg = entry_out(entry)
+        used += _wire_size(msg)
+        if out and used > budget:
+            return out, True
+        out.append(msg)
+    return out, False
+
+
+def context_out(entries: list[Entry], budget: int = MAX_RESPONSE_BYTES) -> list[pb.Entry]:
+    """Return the proto entries of a context view page, whole or not at all.
+
+    A context view is never cut silently: a caller could not tell a cut view from a
+    short one and would send the model half a conversation.
+
+    Raises:
+        MeshError: FAILED_PRECONDITION/CONTEXT_TOO_LARGE when the page exceeds `budget`.
+    """
+    out = [entry_out(e) for e in entries]
+    if sum(_wire_size(m) for m in out) > budget:
+        raise precondition(
+            Reason.CONTEXT_TOO_LARGE,
+            f"the context view exceeds {budget} bytes; read it in pages with a positive "
+            "limit and after_seq (or compact the session)",
+            limit=str(budget),
+        )
+    return out
 
 
 def interrupted_output(call: Entry) -> Entry:

@@ -195,6 +195,9 @@ class SessionInfo:
 def check_json(text: str, where: str, *, want_object: bool = False) -> None:
     """Check that text ("" allowed) is JSON, an object when want_object.
 
+    JSON here is what Python's `json` reads, as the gateway's `canonical.is_json` decides
+    which tool-call arguments are JSON; nesting too deep to read is not JSON.
+
     Raises:
         MeshError: INVALID_ARGUMENT/INVALID_JSON naming `where`.
     """
@@ -202,7 +205,7 @@ def check_json(text: str, where: str, *, want_object: bool = False) -> None:
         return
     try:
         value = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise invalid(Reason.INVALID_JSON, f"{where} is not valid JSON: {exc}", field=where) from None
     if want_object and not isinstance(value, dict):
         raise invalid(Reason.INVALID_JSON, f"{where} must be a JSON object", field=where)

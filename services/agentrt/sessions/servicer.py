@@ -88,7 +88,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         """Append entries in one transaction (004 §2.5, §2.5b, §2.5d).
 
         Raises INVALID_ARGUMENT (MISSING_FIELD for no entries, INVALID_VALUE for more than
-        1,000, INVALID_ENTRY, INVALID_JSON, INVALID_ID), NOT_FOUND/ENTRY_NOT_FOUND (leaf
+        1,000, INVALID_ENTRY (also an enum value out of range), INVALID_JSON (also tool-call
+        arguments that are not JSON), INVALID_ID, REQUEST_TOO_LARGE for an entry over 4 MiB;
+        `field` names the entry), NOT_FOUND/ENTRY_NOT_FOUND (leaf
         move to an unknown entry), ABORTED/SEQ_MISMATCH (expected_last_seq moved),
         FAILED_PRECONDITION/USAGE_ALREADY_RECORDED (004 §2.7f).
         """
@@ -103,19 +105,25 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     ) -> pb.ListEntriesResponse:
         """Read the raw log on a seq cursor.
 
-        Raises INVALID_ARGUMENT/INVALID_VALUE for a negative after_seq.
+        A page stops before its entries would exceed 8 MiB (at least one entry), so it may
+        be shorter than `limit`; the caller continues with after_seq = the last seq returned
+        while that is below `last_seq`. Raises INVALID_ARGUMENT/INVALID_VALUE for a
+        negative after_seq.
         """
         entries, last_seq = await self._store.list_entries(
             current_tenant(), codec.ref_in(request.session), request.after_seq, request.limit
         )
-        return pb.ListEntriesResponse(entries=[codec.entry_out(e) for e in entries], last_seq=last_seq)
+        out, _ = codec.bounded_out(entries)
+        return pb.ListEntriesResponse(entries=out, last_seq=last_seq)
 
     async def GetContext(
         self, request: pb.GetContextRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetContextResponse:
-        """Read the context view (004 §2.5c).
+        """Read the context view (004 §2.5c), whole: never cut to fit a response.
 
-        Raises INVALID_ARGUMENT/INVALID_VALUE for a negative after_seq.
+        Raises INVALID_ARGUMENT/INVALID_VALUE for a negative after_seq,
+        FAILED_PRECONDITION/CONTEXT_TOO_LARGE when the requested page exceeds 8 MiB (read
+        it with a positive limit and after_seq).
         """
         entries, last_seq, leaf = await self._store.context(
             current_tenant(),
@@ -124,9 +132,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             request.limit,
             include_unprojected=request.include_unprojected,
         )
-        return pb.GetContextResponse(
-            entries=[codec.entry_out(e) for e in entries], last_seq=last_seq, leaf_entry_id=leaf
-        )
+        view = codec.context_out(entries)
+        return pb.GetContextResponse(entries=view, last_seq=last_seq, leaf_entry_id=leaf)
 
     async def SwitchBranch(
         self, request: pb.SwitchBranchRequest, context: grpc.aio.ServicerContext

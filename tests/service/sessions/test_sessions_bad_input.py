@@ -14,7 +14,7 @@ from sessions_helpers import BACKENDS, PG_URL, Env, call, new_session, pg_reacha
 from agentrt.client.channels import open_channel
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.db import sqlite_url
-from agentrt.mesh.status import reason_of
+from agentrt.mesh.status import details_of, reason_of
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.v1 import common_pb2 as cpb
@@ -143,6 +143,44 @@ CASES = [
         BAD,
         "INVALID_JSON",
     ),
+    # Tool-call arguments are "" or JSON text (common.proto ToolCall); non-JSON goes in
+    # invalid_arguments. A stored non-JSON string would break every later model request.
+    ("append-call-args-not-json", *app(call("c2", arguments="{{not json")), BAD, "INVALID_JSON"),
+    ("append-call-args-too-deep", *app(call("c2", arguments="[" * 100_000)), BAD, "INVALID_JSON"),
+    (
+        "append-call-args-and-invalid",
+        *app(
+            item_entry(tool_call=cpb.ToolCall(call_id="c", name="n", arguments="{}", invalid_arguments="{"))
+        ),
+        BAD,
+        "INVALID_ENTRY",
+    ),
+    (
+        "append-call-block-args-not-json",
+        *app(user("ok"), call("c2", arguments="[1,")),
+        BAD,
+        "INVALID_JSON",
+    ),
+    # Enum values outside their enums.
+    (
+        "append-role-out-of-range",
+        *app(item_entry(message=cpb.Message(role=77, content=[text_block]))),
+        BAD,
+        "INVALID_ENTRY",
+    ),
+    (
+        "append-source-out-of-range",
+        *app(item_entry(message=cpb.Message(role=cpb.ROLE_USER, content=[text_block]), source=99)),
+        BAD,
+        "INVALID_ENTRY",
+    ),
+    (
+        "append-status-out-of-range",
+        *app(item_entry(tool_result=cpb.ToolResult(call_id="c1", content="x", status=42))),
+        BAD,
+        "INVALID_ENTRY",
+    ),
+    ("append-entry-over-4mib", *app(user("x" * (4 * 1024 * 1024 + 1))), BAD, "REQUEST_TOO_LARGE"),
     ("append-bad-payload", *app(pb.Entry(kind="custom", payload_json="{not json")), BAD, "INVALID_JSON"),
     ("append-bad-extra", *app(user("x", display=pb.Display(extra_json="[1,"))), BAD, "INVALID_JSON"),
     ("append-extra-not-object", *app(user("x", display=pb.Display(extra_json="[1]"))), BAD, "INVALID_JSON"),
@@ -254,6 +292,33 @@ CASES = [
         "INVALID_JSON",
     ),
     (
+        "replace-call-args-not-json",
+        "ReplaceEntries",
+        pb.ReplaceEntriesRequest(
+            session=S, expected_last_seq=3, entries=[user("q"), call("c9", arguments="{{x")]
+        ),
+        BAD,
+        "INVALID_JSON",
+    ),
+    (
+        "replace-role-out-of-range",
+        "ReplaceEntries",
+        pb.ReplaceEntriesRequest(
+            session=S,
+            expected_last_seq=3,
+            entries=[item_entry(message=cpb.Message(role=77, content=[text_block]))],
+        ),
+        BAD,
+        "INVALID_ENTRY",
+    ),
+    (
+        "replace-entry-over-4mib",
+        "ReplaceEntries",
+        pb.ReplaceEntriesRequest(session=S, expected_last_seq=3, entries=[user("x" * (4 * 1024 * 1024 + 1))]),
+        BAD,
+        "REQUEST_TOO_LARGE",
+    ),
+    (
         "recover-bad-tool",
         "RecoverSession",
         pb.RecoverSessionRequest(session=S, retry_safe_tools=["a b"]),
@@ -314,6 +379,37 @@ async def test_bad_request_is_refused_and_changes_nothing(tenant_env, name, meth
     assert await _snapshot(env.stub) == before
     # The server keeps serving.
     await env.stub.AppendEntries(pb.AppendEntriesRequest(session=S, entries=[user("still here")]))
+
+
+@pytest.mark.parametrize(
+    ("entries", "field"),
+    [
+        ([user("q"), call("c2", arguments="{{not json")], "entries[1].item.tool_call.arguments"),
+        (
+            [user("q"), user("r"), item_entry(message=cpb.Message(role=77, content=[text_block]))],
+            "entries[2].item.message.role",
+        ),
+        (
+            [call("c2"), item_entry(tool_result=cpb.ToolResult(call_id="c2", status=42))],
+            "entries[1].item.tool_result.status",
+        ),
+    ],
+    ids=["arguments", "role", "status"],
+)
+async def test_refused_entry_is_named_and_the_session_still_runs(tenant_env, entries, field):
+    env = tenant_env
+    await new_session(env.stub, "s")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await env.stub.AppendEntries(pb.AppendEntriesRequest(session=S, entries=entries))
+    _, metadata, _ = details_of(info.value)
+    assert metadata["field"].startswith(field), metadata
+    # Nothing was stored, so the session's context stays renderable.
+    assert list((await env.stub.GetContext(pb.GetContextRequest(session=S))).entries) == []
+    # Valid arguments are kept exactly as sent (never re-serialized).
+    odd = '{ "b":1,"a" :[1.0, 2e3] }'
+    await env.stub.AppendEntries(pb.AppendEntriesRequest(session=S, entries=[call("c3", arguments=odd)]))
+    ctx = await env.stub.GetContext(pb.GetContextRequest(session=S))
+    assert ctx.entries[0].item.tool_call.arguments == odd
 
 
 async def test_watch_with_a_negative_cursor_is_invalid(tenant_env):
