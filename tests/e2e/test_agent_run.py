@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -155,6 +158,36 @@ def test_agentrt_run_command_shows_the_run_and_exits_zero(emulated_mesh, tmp_pat
         "usage",
     ):
         assert shown in out, f"{shown!r} missing from:\n{out}"
+
+
+def test_agentrt_run_reads_the_task_from_stdin_and_names_the_default_workspace(emulated_mesh, tmp_path):
+    emulated_mesh.emu.script(
+        [
+            Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "echo hi > hi.txt"}')]),
+            Reply(text="written"),
+        ]
+    )
+    task = "write hi.txt " + "x" * (200 * 1024)  # past one argv string's limit (128 KiB)
+    env = {**os.environ, **emulated_mesh.env(), "AGENTRT_STATE_DIR": str(emulated_mesh.root / "state")}
+    env.pop("AGENTRT_WORKSPACE_ROOT", None)
+    env.pop("AGENTRT_TENANT", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentrt.cli.main", "run", "-", "--model", "openai:gpt-test"],
+        input=task.encode(),
+        capture_output=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=STATE_TIMEOUT,
+    )
+    out = proc.stdout.decode() + proc.stderr.decode()
+    assert proc.returncode == 0, out
+    # the emulator saw the whole task, and the output says where the file went
+    assert task in json.dumps(emulated_mesh.emu.requests[-1][1])
+    line = next((ln for ln in out.splitlines() if ln.startswith("workspace ")), None)
+    assert line is not None, out
+    workspace = Path(line.removeprefix("workspace ").strip())
+    assert workspace.parts[-3:-1] == ("default", "runs"), line
+    assert (workspace / "hi.txt").read_text() == "hi\n"
 
 
 def test_agentrt_run_command_exits_nonzero_with_the_structured_failure(emulated_mesh, tmp_path):

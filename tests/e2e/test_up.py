@@ -21,7 +21,7 @@ from e2e_helpers import (
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.cli.serve import SERVICES
-from agentrt.cli.up import PortTakenError, free_ports, start_mesh
+from agentrt.cli.up import MeshStartError, PortTakenError, free_ports, start_mesh
 
 pytestmark = pytest.mark.slow
 
@@ -78,6 +78,20 @@ def test_start_mesh_refuses_a_taken_port_before_spawning(tmp_path):
     assert str(ports["tools"]) in str(info.value) and "tools" in str(info.value)
     # nothing was spawned: no log was even opened
     assert not (tmp_path / "state" / "logs" / "runs.log").exists()
+
+
+def test_start_mesh_starts_runs_only_after_its_peers_serve(tmp_path):
+    # sessions cannot start (a database URL of no supported driver): runs, which takes over
+    # unfinished runs at start through its peers, must never have been spawned.
+    state = tmp_path / "state"
+    with pytest.raises(MeshStartError) as info:
+        start_mesh(state, ports=free_port_map(), env={"AGENTRT_SESSIONS_DB": "garbage://x"})
+    assert info.value.service == "sessions", str(info.value)
+    assert "exited with status 2" in str(info.value)
+    assert any("unsupported database URL" in line for line in info.value.log_tail), info.value.log_tail
+    assert not (state / "logs" / "runs.log").exists()
+    for peer in ("gateway", "tools", "tasks"):
+        assert (state / "logs" / f"{peer}.log").exists()
 
 
 def test_up_refuses_a_taken_port_naming_port_and_service(tmp_path):

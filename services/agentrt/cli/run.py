@@ -27,10 +27,13 @@ import grpc
 from rich.console import Console
 from rich.markup import escape
 
+from agentrt.cli.args import read_task, task_text
 from agentrt.cli.render import RunRenderer, status_name
 from agentrt.client.channels import MeshClient
 from agentrt.mesh.config import DEFAULT_PORTS, env
+from agentrt.mesh.context import DEFAULT_TENANT
 from agentrt.mesh.status import reason_of
+from agentrt.tools.config import ToolsConfig
 from agentrt.v1 import common_pb2, run_service_pb2
 
 EXIT_FAILED = 1
@@ -120,7 +123,11 @@ def add_parser(subparsers: Any) -> None:
         help="run an agent on a task and watch it live",
         description="Start a run on the mesh (see `agentrt up`) and follow its events until it ends.",
     )
-    p.add_argument("task", help="what the agent should do")
+    p.add_argument(
+        "task",
+        type=task_text,
+        help='what the agent should do; "-" reads it from standard input (UTF-8, for long tasks)',
+    )
     p.add_argument(
         "--model",
         default=None,
@@ -304,17 +311,56 @@ async def _final_record(
     return run
 
 
-def print_outcome(console: Console, run: run_service_pb2.Run) -> None:
-    """Print the one-line ending: status, run id, session, workspace; the failure when failed."""
+def print_outcome(console: Console, run: run_service_pb2.Run, default_workspace: str = "") -> None:
+    """Print the ending: status, run id, session, workspace; the failure when failed.
+
+    Args:
+        console: where to print.
+        run: the run's record.
+        default_workspace: where the tool service put the files of a run with no workspace
+            of its own (see `default_workspace`); "" to say nothing about it.
+    """
     console.print(
         f"run {escape(run.run_id)} {status_name(run.status)} · session {escape(run.session_id)}"
         + (f" · workspace {escape(run.workspace)}" if run.workspace else "")
     )
+    if not run.workspace and default_workspace:
+        if os.path.isdir(default_workspace):
+            console.print(f"workspace {escape(default_workspace)}", highlight=False, soft_wrap=True)
+        else:
+            # The tool service runs with other settings (another state dir or workspace root),
+            # or no tool ran; say the rule rather than a path that may be wrong.
+            console.print(
+                f"workspace: made by the tool service at <workspace root>/{escape(_tenant())}/runs/"
+                f"{escape(run.run_id)} (root: AGENTRT_WORKSPACE_ROOT, else <state-dir>/workspaces; "
+                f"here that would be {escape(default_workspace)}, which does not exist)",
+                highlight=False,
+                soft_wrap=True,
+            )
     if run.status == common_pb2.RUN_STATUS_FAILED:
         f = run.failure
         console.print(
             f"[bold red]failure[/] kind={escape(f.kind)} message={escape(f.message)}", highlight=False
         )
+
+
+def _tenant() -> str:
+    return env("TENANT", "") or DEFAULT_TENANT
+
+
+def default_workspace(run_id: str) -> str:
+    """Return where the tool service puts the files of a run started without a workspace.
+
+    The rule is the tool service's (tools/sandboxes.py): `<root>/<tenant>/runs/<run_id>`,
+    root = AGENTRT_WORKSPACE_ROOT or `<state-dir>/workspaces`. It is computed from this
+    process's settings, which match those of an `agentrt up` started in the same directory
+    with the same environment; "" when those settings do not parse.
+    """
+    try:
+        root = ToolsConfig.from_env().resolved_workspace_root
+    except ValueError:
+        return ""
+    return os.path.join(root, _tenant(), "runs", run_id)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -329,6 +375,11 @@ def run_command(args: argparse.Namespace) -> int:
     if args.max_turns < 1:
         errors.print("agentrt run: --max-turns must be at least 1")
         return EXIT_USAGE
+    try:
+        task = read_task(sys.stdin.buffer) if args.task == "-" else args.task
+    except argparse.ArgumentTypeError as exc:
+        errors.print(f"agentrt run: {exc}")
+        return EXIT_USAGE
     workspace = ""
     if args.workspace:
         path = Path(args.workspace).expanduser().resolve()
@@ -336,7 +387,7 @@ def run_command(args: argparse.Namespace) -> int:
         workspace = str(path)
     request = run_service_pb2.StartRunRequest(
         agent=build_agent(model, args.max_turns),
-        input=args.task,
+        input=task,
         session_id=args.session,
         workspace=workspace,
     )
@@ -371,7 +422,7 @@ async def _run(
         return EXIT_UNREACHABLE
     finally:
         await client.close()
-    print_outcome(console, outcome.run)
+    print_outcome(console, outcome.run, default_workspace(outcome.run.run_id))
     return 0 if outcome.completed else EXIT_FAILED
 
 

@@ -5,8 +5,9 @@ Owns the process edge of a service: it turns flags into the service's config (fl
 logging on stderr, and runs `serve(config)` until SIGTERM/SIGINT drains it.
 
 Exit status: 0 after a clean drain; `EXIT_PORT_TAKEN` (98, like EADDRINUSE) when the port
-cannot be bound, so `agentrt up` can tell a taken port from a crash; 1 on any other
-startup failure.
+cannot be bound, so `agentrt up` can tell a taken port from a crash; 2 for a bad flag or
+`AGENTRT_*` value (a port outside 1..65535, a database URL of another driver); 1 on any
+other startup failure.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import signal
 import sys
 from typing import Any
 
+from agentrt.cli.args import check_db_url, db_url, port_number
 from agentrt.mesh.config import env
 
 #: The five services, in the order `agentrt up` lists them.
@@ -46,6 +48,7 @@ CONFIGS = {
 }
 
 EXIT_PORT_TAKEN = 98
+EXIT_USAGE = 2
 
 log = logging.getLogger("agentrt.cli")
 
@@ -59,11 +62,18 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("service", choices=SERVICES, help="which service to run")
     p.add_argument(
-        "--port", type=int, default=None, help="TCP port (default AGENTRT_<SVC>_PORT or the service's)"
+        "--port",
+        type=port_number,
+        default=None,
+        help="TCP port, 1..65535 (default AGENTRT_<SVC>_PORT or the service's)",
     )
     p.add_argument("--host", default=None, help="interface to bind (default AGENTRT_HOST or 127.0.0.1)")
     p.add_argument(
-        "--db", default=None, metavar="URL", help="SQLAlchemy async URL (default SQLite in the state dir)"
+        "--db",
+        type=db_url,
+        default=None,
+        metavar="URL",
+        help="sqlite+aiosqlite:///FILE or postgresql+asyncpg://… (default SQLite in the state dir)",
     )
     for peer in SERVICES:
         p.add_argument(
@@ -132,7 +142,18 @@ def run_serve(args: argparse.Namespace) -> int:
     _die_with_supervisor(env("SUPERVISOR_PID", ""))
     _setup_logging()
     peers = {name: getattr(args, f"{name}_addr") for name in SERVICES}
-    config = build_config(args.service, args.port, args.db, args.host, peers)
+    try:
+        config = build_config(args.service, args.port, args.db, args.host, peers)
+    except ValueError as exc:
+        # A bad AGENTRT_* value (config validation): a usage error, not a crash.
+        print(f"agentrt serve {args.service}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    # The URL may come from AGENTRT_<SVC>_DB, which the flag check did not see.
+    url = getattr(config, "db_url", "") or config.server.db_url
+    problem = check_db_url(url) if url else None
+    if problem:
+        print(f"agentrt serve {args.service}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     server_module = importlib.import_module(f"agentrt.{args.service}.server")
     address = config.server.address
     log.info("starting %s on %s", args.service, address)

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from agentrt.cli.args import MAX_BASE_PORT, base_port
 from agentrt.cli.up import ChildExit, Mesh, MeshStartError, PortTakenError, ports_from_base, start_mesh
 from agentrt.mesh.config import env
 
@@ -42,9 +43,10 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--base-port",
-        type=int,
+        type=base_port,
         default=None,
-        help="first of five consecutive ports: runs, gateway, tools, sessions, tasks (default 50051..50055)",
+        help="first of five consecutive ports: runs, gateway, tools, sessions, tasks; "
+        f"1..{MAX_BASE_PORT} (default 50051..50055)",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     p.set_defaults(func=run_up)

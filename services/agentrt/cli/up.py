@@ -1,7 +1,8 @@
 """Start the whole mesh as five processes and watch them: `agentrt up`, the demo and the e2e tests.
 
 `start_mesh()` is the one way the mesh is started on a machine. It checks every port
-before spawning anything, spawns each service as its own process
+before spawning anything, spawns each service as its own process (the peers first, then runs once they are all
+SERVING: see START_PHASES)
 (`python -m agentrt.cli.main serve <svc> --port P --host H`, in its own session so a
 terminal's Ctrl-C reaches only the supervisor; on Linux a child also dies with its
 supervisor), wires peers through `AGENTRT_<PEER>_ADDR`, and returns only once every
@@ -34,10 +35,14 @@ from typing import IO
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentrt.cli.args import MAX_BASE_PORT
 from agentrt.cli.serve import EXIT_PORT_TAKEN, SERVICES
 from agentrt.mesh.config import DEFAULT_PORTS
 
-#: How long start_mesh waits for every health check to answer SERVING, in seconds.
+#: Start order: every peer first, then runs once they all answer SERVING, because a runs
+#: replica takes over unfinished runs at start and drives them through its peers at once.
+START_PHASES: tuple[tuple[str, ...], ...] = (("sessions", "tools", "gateway", "tasks"), ("runs",))
+#: How long start_mesh waits for every health check to answer SERVING, in seconds (all phases).
 READY_TIMEOUT_SECONDS = 120.0
 #: How long stop() lets children drain after SIGTERM before SIGKILL, in seconds.
 STOP_GRACE_SECONDS = 10.0
@@ -134,20 +139,24 @@ class Mesh:
     _stopped: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def _ordered(self) -> list[_Child]:
+        # Children are spawned in START_PHASES order; every view lists them in SERVICES order.
+        return [self._children[name] for name in SERVICES if name in self._children]
+
     @property
     def addresses(self) -> dict[str, str]:
         """Service name -> "host:port", in SERVICES order."""
-        return {name: child.address for name, child in self._children.items()}
+        return {child.name: child.address for child in self._ordered()}
 
     @property
     def pids(self) -> dict[str, int]:
-        """Service name -> process id."""
-        return {name: child.process.pid for name, child in self._children.items()}
+        """Service name -> process id, in SERVICES order."""
+        return {child.name: child.process.pid for child in self._ordered()}
 
     @property
     def log_paths(self) -> dict[str, Path]:
-        """Service name -> its log file."""
-        return {name: child.log_path for name, child in self._children.items()}
+        """Service name -> its log file, in SERVICES order."""
+        return {child.name: child.log_path for child in self._ordered()}
 
     def client_env(self) -> dict[str, str]:
         """Return AGENTRT_<SVC>_ADDR for every service, for clients and child processes."""
@@ -155,7 +164,7 @@ class Mesh:
 
     def exited(self) -> ChildExit | None:
         """Return the first service process that has ended, or None while all run."""
-        for child in self._children.values():
+        for child in self._ordered():
             code = child.process.poll()
             if code is not None:
                 child.log_file.flush()
@@ -187,14 +196,14 @@ class Mesh:
                     child.log_file.close()
                 with contextlib.suppress(OSError):
                     (self.state_dir / "mesh.json").unlink()
-        return {name: c.process.returncode for name, c in self._children.items()}
+        return {c.name: c.process.returncode for c in self._ordered()}
 
     def write_manifest(self) -> Path:
         """Write `<state_dir>/mesh.json` ({service: {address, pid, log}}); return its path."""
         path = self.state_dir / "mesh.json"
         data = {
-            name: {"address": c.address, "pid": c.process.pid, "log": str(c.log_path)}
-            for name, c in self._children.items()
+            c.name: {"address": c.address, "pid": c.process.pid, "log": str(c.log_path)}
+            for c in self._ordered()
         }
         path.write_text(json.dumps(data, indent=2) + "\n")
         return path
@@ -251,9 +260,17 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 
 
 def ports_from_base(base_port: int | None) -> dict[str, int]:
-    """Return service -> port: DEFAULT_PORTS, or base_port, base_port+1, ... in SERVICES order."""
+    """Return service -> port: DEFAULT_PORTS, or base_port, base_port+1, ... in SERVICES order.
+
+    Raises:
+        ValueError: base_port..base_port+4 is not within 1..65535.
+    """
     if base_port is None:
         return {name: DEFAULT_PORTS[name] for name in SERVICES}
+    if not 1 <= base_port <= MAX_BASE_PORT:
+        raise ValueError(
+            f"base port must be within 1..{MAX_BASE_PORT} (five consecutive ports), not {base_port}"
+        )
     return {name: base_port + i for i, name in enumerate(SERVICES)}
 
 
@@ -313,7 +330,7 @@ def start_mesh(
         base_port: first of five consecutive ports (SERVICES order); None = DEFAULT_PORTS.
         env: extra environment for every child (e.g. provider base URLs); it wins over
             this process's environment, and the peer addresses win over both.
-        ready_timeout: bound on the wait for SERVING, in seconds.
+        ready_timeout: bound on the whole wait for SERVING (both phases), in seconds.
 
     Returns:
         The running Mesh; the caller must `stop()` it (or use it as a context manager).
@@ -333,19 +350,21 @@ def start_mesh(
     mesh = Mesh(state_dir=root, host=host)
     child_env = {**os.environ, **(env or {}), "AGENTRT_STATE_DIR": str(root), "PYTHONUNBUFFERED": "1"}
     child_env.update({f"AGENTRT_{n.upper()}_ADDR": f"{host}:{chosen[n]}" for n in SERVICES})
+    deadline = time.monotonic() + ready_timeout
     try:
-        for name in SERVICES:
-            mesh._children[name] = _spawn(name, host, chosen[name], root, child_env)
-        _wait_ready(mesh, ready_timeout)
+        for phase in START_PHASES:
+            for name in phase:
+                mesh._children[name] = _spawn(name, host, chosen[name], root, child_env)
+            _wait_ready(mesh, phase, deadline, ready_timeout)
     except BaseException:
         mesh.stop(grace=2.0)
         raise
     return mesh
 
 
-def _wait_ready(mesh: Mesh, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    pending = dict(mesh.addresses)
+def _wait_ready(mesh: Mesh, names: Sequence[str], deadline: float, timeout: float) -> None:
+    """Wait until the services `names` answer SERVING, up to `deadline` (time.monotonic)."""
+    pending = {name: mesh._children[name].address for name in names}
     while pending:
         gone = mesh.exited()
         if gone is not None:
