@@ -133,6 +133,9 @@ def _setup_logging() -> None:
         level=getattr(logging, level, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Alembic narrates its plugins at INFO when imported; in a service log that pushes the
+    # lines worth reading out of the tail `agentrt up` shows for a dead service.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -48,12 +48,14 @@ INTERRUPTED_OUTPUT = (
     "assume it succeeded; check the current state before relying on it or repeating it."
 )
 
-#: Largest entry accepted on a write, serialized, in bytes (4 MiB).
-MAX_ENTRY_BYTES = 4 * 1024 * 1024
-#: Byte budget of the entries in one read response (8 MiB): ListEntries cuts its page
-#: before it, GetContext refuses a view beyond it. Well under the mesh's 32 MiB hard
-#: message limit; one entry (at most 4 MiB) always fits.
-MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+#: Largest entry accepted on a write, serialized, in bytes (3 MiB).
+MAX_ENTRY_BYTES = 3 * 1024 * 1024
+#: Byte budget of the entries in one response (3.5 MiB), so that a client with gRPC's
+#: default 4 MiB receive limit can read every answer: ListEntries cuts its page before it,
+#: GetContext refuses a view beyond it, and a write whose stored entries (echoed in its
+#: response) would exceed it is refused before anything is written. One entry (at most
+#: 3 MiB) always fits.
+MAX_RESPONSE_BYTES = 3 * 1024 * 1024 + 512 * 1024
 
 
 def ref_in(ref: pb.SessionRef) -> Ref:
@@ -200,7 +202,20 @@ def entry_in(msg: pb.Entry, index: int) -> Entry:
 
 
 def entries_in(msgs: list[pb.Entry]) -> list[Entry]:
-    """Return the domain entries of a request's entries, in order (see `entry_in`)."""
+    """Return the domain entries of a request's entries, in order (see `entry_in`).
+
+    Raises:
+        MeshError: what `entry_in` raises, and INVALID_ARGUMENT/REQUEST_TOO_LARGE when the
+            batch is over `MAX_RESPONSE_BYTES`: its echo in the response could not be
+            received, and a write the caller saw fail would be retried into duplicates.
+    """
+    total = sum(m.ByteSize() for m in msgs)
+    if total > MAX_RESPONSE_BYTES:
+        raise invalid(
+            Reason.REQUEST_TOO_LARGE,
+            f"the entries are {total} bytes together; one write takes at most {MAX_RESPONSE_BYTES}",
+            field="entries",
+        )
     return [entry_in(m, i) for i, m in enumerate(msgs)]
 
 

@@ -89,7 +89,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
         Raises INVALID_ARGUMENT (MISSING_FIELD for no entries, INVALID_VALUE for more than
         1,000, INVALID_ENTRY (also an enum value out of range), INVALID_JSON (also tool-call
-        arguments that are not JSON), INVALID_ID, REQUEST_TOO_LARGE for an entry over 4 MiB;
+        arguments that are not JSON), INVALID_ID, REQUEST_TOO_LARGE for an entry over 3 MiB
+        or a write over 3.5 MiB;
         `field` names the entry), NOT_FOUND/ENTRY_NOT_FOUND (leaf
         move to an unknown entry), ABORTED/SEQ_MISMATCH (expected_last_seq moved),
         FAILED_PRECONDITION/USAGE_ALREADY_RECORDED (004 §2.7f).
@@ -105,7 +106,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     ) -> pb.ListEntriesResponse:
         """Read the raw log on a seq cursor.
 
-        A page stops before its entries would exceed 8 MiB (at least one entry), so it may
+        A page stops before its entries would exceed 3.5 MiB (at least one entry), so it may
         be shorter than `limit`; the caller continues with after_seq = the last seq returned
         while that is below `last_seq`. Raises INVALID_ARGUMENT/INVALID_VALUE for a
         negative after_seq.
@@ -122,7 +123,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         """Read the context view (004 §2.5c), whole: never cut to fit a response.
 
         Raises INVALID_ARGUMENT/INVALID_VALUE for a negative after_seq,
-        FAILED_PRECONDITION/CONTEXT_TOO_LARGE when the requested page exceeds 8 MiB (read
+        FAILED_PRECONDITION/CONTEXT_TOO_LARGE when the requested page exceeds 3.5 MiB (read
         it with a positive limit and after_seq).
         """
         entries, last_seq, leaf = await self._store.context(

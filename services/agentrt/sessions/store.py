@@ -400,7 +400,12 @@ class SessionStore(SessionReads):
         async with self._tx(write=True) as conn:
             session = await q.resolve(conn, tenant, ref, lock=True)
             log = await q.log(conn, tenant, session)
-            calls = [c for c in tree.dangling_calls(tree.branch(log)) if c.tool_name not in safe]
+            # A call is dangling when its branch holds no output for it, and also when the
+            # context view (what the model reads) shows the call but a compaction folded its
+            # output away: either way the model would read a call without its output.
+            dangling = {c.call_id: c for c in tree.dangling_calls(tree.context_view(log))}
+            dangling.update((c.call_id, c) for c in tree.dangling_calls(tree.branch(log)))
+            calls = sorted((c for c in dangling.values() if c.tool_name not in safe), key=lambda c: c.seq)
             if not calls:
                 return []
             session = await q.claim(conn, tenant, ref, self._now_us())

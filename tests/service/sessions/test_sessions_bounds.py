@@ -1,7 +1,7 @@
 """Read responses stay within what a peer can receive (docs/services/sessions.md, Limits).
 
-ListEntries cuts a page before 8 MiB of entries (at least one entry) and the caller pages
-on with after_seq; GetContext never cuts a view silently: beyond 8 MiB it answers
+ListEntries cuts a page before 3.5 MiB of entries (at least one entry) and the caller pages
+on with after_seq; GetContext never cuts a view silently: beyond 3.5 MiB it answers
 FAILED_PRECONDITION/CONTEXT_TOO_LARGE and the caller reads it in pages with a limit.
 """
 
@@ -15,7 +15,7 @@ from agentrt.mesh.status import reason_of
 from agentrt.sessions.codec import MAX_ENTRY_BYTES, MAX_RESPONSE_BYTES
 from agentrt.v1 import session_service_pb2 as pb
 
-BIG = 3 * 1024 * 1024  # three fit under the entry cap, two per 8 MiB page
+BIG = 1536 * 1024  # two fit in one response budget, three do not
 
 
 async def _big_session(env, n: int = 4) -> list[pb.Entry]:
@@ -74,3 +74,31 @@ async def test_entry_at_the_cap_is_accepted_and_readable(env):
     await append(env.stub, "s", entry)
     got = await env.stub.ListEntries(pb.ListEntriesRequest(session=ref("s")))
     assert got.entries[0].item.message.content[0].text.text == text
+
+
+async def test_a_write_whose_echo_would_not_fit_is_refused_and_writes_nothing(env):
+    await new_session(env.stub, "s")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await append(env.stub, "s", user("a" * BIG), user("b" * BIG), user("c" * BIG))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason_of(info.value) == "REQUEST_TOO_LARGE"
+    got = await env.stub.ListEntries(pb.ListEntriesRequest(session=ref("s")))
+    assert list(got.entries) == []
+
+
+async def test_every_answer_fits_a_default_client(env):
+    """Two near-cap entries read back through a channel with gRPC's default 4 MiB limit."""
+    stored = await _big_session(env, n=2)
+    async with grpc.aio.insecure_channel(env.address, interceptors=[]) as channel:
+        from agentrt.v1 import session_service_pb2_grpc as pb_grpc
+
+        stub = pb_grpc.SessionServiceStub(channel)
+        md = [("x-agentrt-tenant", env.tenant)]
+        seen: list[pb.Entry] = []
+        while not seen or seen[-1].seq < stored[-1].seq:
+            after = seen[-1].seq if seen else 0
+            page = await stub.ListEntries(
+                pb.ListEntriesRequest(session=ref("s"), after_seq=after), metadata=md
+            )
+            seen += page.entries
+        assert [e.entry_id for e in seen] == [e.entry_id for e in stored]
