@@ -246,7 +246,10 @@ class RunExecutor:
                 if finished is not None:
                     results = [cpb.ToolResult.FromString(base64.b64decode(x)) for x in finished["results"]]
                 else:
-                    maybe = await self._tool_phase(turn, decision, limits.concurrency, limits.max_tool_calls)
+                    announced = turn == next_turn and "tools_started" in recorded
+                    maybe = await self._tool_phase(
+                        turn, decision, limits.concurrency, limits.max_tool_calls, announced=announced
+                    )
                     if maybe is None:
                         return  # suspended; ResumeRun continues the turn
                     results = maybe
@@ -338,8 +341,23 @@ class RunExecutor:
         return response, decision
 
     async def _tool_phase(
-        self, turn: int, decision: Decision, concurrency: int, max_tool_calls: int
+        self,
+        turn: int,
+        decision: Decision,
+        concurrency: int,
+        max_tool_calls: int,
+        *,
+        announced: bool = False,
     ) -> list[cpb.ToolResult] | None:
+        """Run the turn's calls, or suspend the run when one waits for an answer.
+
+        `announced` is True when the log holds this turn's tools_started: its tool_called
+        events were stored in that same transaction, so a takeover re-sending the calls
+        publishes only their tool_returned, and a viewer sees each call started once.
+
+        Returns:
+            The calls' results in call order, or None when the run suspended.
+        """
         r = self.r
         specs = {s.name: s for s in offered_specs(r.agent)}
         budget = max_tool_calls - r.tool_calls if max_tool_calls else None
@@ -358,8 +376,9 @@ class RunExecutor:
             )
             return None
         self._phase(cpb.RUN_PHASE_EXECUTING_TOOLS)
-        for p in planned:
-            self._publish(tool_called=pb.ToolCalled(call=call_out(p.call)))
+        if not announced:
+            for p in planned:
+                self._publish(tool_called=pb.ToolCalled(call=call_out(p.call)))
         await self._save(
             "tools_started", {"turn": turn, "calls": [p.call.call_id for p in planned if p.runs]}
         )

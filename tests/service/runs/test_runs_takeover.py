@@ -95,6 +95,11 @@ async def test_takeover_continues_from_the_log(start_server, tmp_path, emulator)
         events.append(msg.event)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert events[-1].WhichOneof("payload") == "stream_end"
+    # the takeover re-sent the call without announcing it again: one tool_called per call_id
+    called = [e.tool_called.call.call_id for e in events if e.WhichOneof("payload") == "tool_called"]
+    assert called == [call_id]
+    returned = [e.tool_returned.result.call_id for e in events if e.WhichOneof("payload") == "tool_returned"]
+    assert returned == [call_id]
     log = await replica_b.manager.store.read_log(started.run_id)
     responses = [p["turn"] for _, kind, p in log if kind == "model_responded"]
     assert responses == [1, 2]
