@@ -41,25 +41,13 @@ def read_file(ws: Workspace, args: dict[str, Any], cap_bytes: int) -> Outcome:
         ArgError: path missing or not a string.
         PathRefused: the path escapes, or names no regular file.
     """
-    path = A.required_str(args, "path")
-    res = resolve(ws, path)
-    try:
-        if not res.name or not res.exists:
-            raise PathRefused(f"file {res.logical!r} does not exist", "NOT_FOUND")
-        try:
-            fd = os.open(
-                res.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=res.parent_fd
-            )
-        except OSError as exc:
-            raise PathRefused(f"cannot open {res.logical!r}: {exc.strerror}", "INVALID_PATH") from exc
-    finally:
-        os.close(res.parent_fd)
+    logical, fd = _open_existing(ws, A.required_str(args, "path"))
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise PathRefused(f"{res.logical!r} is a directory; use list_files", "NOT_A_FILE")
+            raise PathRefused(f"{logical!r} is a directory; use list_files", "NOT_A_FILE")
         if not stat.S_ISREG(st.st_mode):
-            raise PathRefused(f"{res.logical!r} is not a regular file", "NOT_A_FILE")
+            raise PathRefused(f"{logical!r} is not a regular file", "NOT_A_FILE")
         size = st.st_size
         if size <= cap_bytes:
             data, dropped = _read(fd, 0, size), 0
@@ -70,11 +58,11 @@ def read_file(ws: Workspace, args: dict[str, Any], cap_bytes: int) -> Outcome:
             tail = _read(fd, size - half, half)
     finally:
         os.close(fd)
-    details = {"path": res.logical, "size_bytes": size}
+    details = {"path": logical, "size_bytes": size}
     if b"\x00" in data[:_BINARY_SNIFF]:
         return Outcome(
-            content=f"[{res.logical} is a binary file of {size} bytes; not shown]",
-            summary=f"binary file {res.logical}",
+            content=f"[{logical} is a binary file of {size} bytes; not shown]",
+            summary=f"binary file {logical}",
             details=details,
         )
     text = data.decode("utf-8", errors="replace")
@@ -82,7 +70,7 @@ def read_file(ws: Workspace, args: dict[str, Any], cap_bytes: int) -> Outcome:
         text += marker(dropped) + tail.decode("utf-8", errors="replace")
     return Outcome(
         content=text,
-        summary=f"read {res.logical} ({size} bytes)",
+        summary=f"read {logical} ({size} bytes)",
         details=details,
         output_truncated=bool(dropped),
     )
@@ -178,25 +166,14 @@ def read_bytes(ws: Workspace, path: str, limit_bytes: int) -> tuple[str, bytes]:
     Raises:
         PathRefused: the path escapes, is missing, is not a regular file, or is too large.
     """
-    res = resolve(ws, path)
-    try:
-        if not res.name or not res.exists:
-            raise PathRefused(f"file {res.logical!r} does not exist", "NOT_FOUND")
-        try:
-            fd = os.open(
-                res.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=res.parent_fd
-            )
-        except OSError as exc:
-            raise PathRefused(f"cannot open {res.logical!r}: {exc.strerror}", "INVALID_PATH") from exc
-    finally:
-        os.close(res.parent_fd)
+    logical, fd = _open_existing(ws, path)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise PathRefused(f"{res.logical!r} is not a regular file", "NOT_A_FILE")
+            raise PathRefused(f"{logical!r} is not a regular file", "NOT_A_FILE")
         if st.st_size > limit_bytes:
-            raise PathRefused(f"{res.logical!r} is larger than {limit_bytes} bytes", "TOO_LARGE")
-        return res.logical, _read(fd, 0, st.st_size)
+            raise PathRefused(f"{logical!r} is larger than {limit_bytes} bytes", "TOO_LARGE")
+        return logical, _read(fd, 0, st.st_size)
     finally:
         os.close(fd)
 
@@ -300,3 +277,27 @@ def _walk(dir_fd: int, prefix: str, recursive: bool, lines: list[str]) -> bool:
         return False
     finally:
         os.close(dir_fd)
+
+
+def _open_existing(ws: Workspace, path: str) -> tuple[str, int]:
+    """Open an existing file of ws for reading; return (relative path, fd). The caller closes fd.
+
+    O_NOFOLLOW|O_NONBLOCK: a symlink planted as the last component is refused, and a FIFO
+    cannot hang the service.
+
+    Raises:
+        PathRefused: the path escapes, names nothing, or cannot be opened.
+    """
+    res = resolve(ws, path)
+    try:
+        if not res.name or not res.exists:
+            raise PathRefused(f"file {res.logical!r} does not exist", "NOT_FOUND")
+        try:
+            fd = os.open(
+                res.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=res.parent_fd
+            )
+        except OSError as exc:
+            raise PathRefused(f"cannot open {res.logical!r}: {exc.strerror}", "INVALID_PATH") from exc
+    finally:
+        os.close(res.parent_fd)
+    return res.logical, fd
