@@ -146,19 +146,13 @@ def _from_status(
         )
     if is_overflow_text(f"{code} {message}"):
         return ProviderError(Status.INVALID_ARGUMENT, Reason.CONTEXT_OVERFLOW, text, meta, provider=provider)
-    if (status is not None and (status >= 500 or status in (408, 409))) or labels & _UNAVAILABLE_TYPES:
-        return ProviderError(
-            Status.UNAVAILABLE,
-            Reason.PROVIDER_UNAVAILABLE,
-            text,
-            meta,
-            retry_after,
-            retryable=True,
-            provider=provider,
-        )
-    if status is not None and 400 <= status < 500:
+    transient = (
+        status is not None and (status >= 500 or status in (408, 409))
+    ) or labels & _UNAVAILABLE_TYPES
+    if not transient and status is not None and 400 <= status < 500:
         return ProviderError(Status.INVALID_ARGUMENT, Reason.INVALID_REQUEST, text, meta, provider=provider)
-    # Status 200 with an error we do not recognize (a stream error event), or no status.
+    # 5xx, 408/409, an overloaded/unavailable type, or status 200 with an error we do not
+    # recognize (a stream error event), or no status: all worth retrying.
     return ProviderError(
         Status.UNAVAILABLE,
         Reason.PROVIDER_UNAVAILABLE,
