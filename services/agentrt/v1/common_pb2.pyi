@@ -232,6 +232,14 @@ class ToolSpec(_message.Message):
     external: bool
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json_schema: _Optional[str] = ..., read_only: _Optional[bool] = ..., retry_safe: _Optional[bool] = ..., needs_approval: _Optional[bool] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., sequential: _Optional[bool] = ..., deferred: _Optional[bool] = ..., strict: _Optional[bool] = ..., external: _Optional[bool] = ...) -> None: ...
 
+class CommandPolicy(_message.Message):
+    __slots__ = ("allow", "deny")
+    ALLOW_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    allow: _containers.RepeatedScalarFieldContainer[str]
+    deny: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, allow: _Optional[_Iterable[str]] = ..., deny: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class Usage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens", "requests")
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]

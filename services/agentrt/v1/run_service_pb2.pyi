@@ -71,16 +71,18 @@ class AgentLimits(_message.Message):
     def __init__(self, max_turns: _Optional[int] = ..., max_consecutive_error_turns: _Optional[int] = ..., max_tool_concurrency: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., time_budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class AgentTool(_message.Message):
-    __slots__ = ("name", "needs_approval", "timeout", "spec")
+    __slots__ = ("name", "needs_approval", "timeout", "spec", "command_policy")
     NAME_FIELD_NUMBER: _ClassVar[int]
     NEEDS_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_POLICY_FIELD_NUMBER: _ClassVar[int]
     name: str
     needs_approval: bool
     timeout: _duration_pb2.Duration
     spec: _common_pb2.ToolSpec
-    def __init__(self, name: _Optional[str] = ..., needs_approval: _Optional[bool] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., spec: _Optional[_Union[_common_pb2.ToolSpec, _Mapping]] = ...) -> None: ...
+    command_policy: _common_pb2.CommandPolicy
+    def __init__(self, name: _Optional[str] = ..., needs_approval: _Optional[bool] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., spec: _Optional[_Union[_common_pb2.ToolSpec, _Mapping]] = ..., command_policy: _Optional[_Union[_common_pb2.CommandPolicy, _Mapping]] = ...) -> None: ...
 
 class AgentSpec(_message.Message):
     __slots__ = ("name", "version", "instructions", "model", "settings", "tools", "handoffs", "output_json_schema", "limits", "tool_call_mode", "recent_results", "result_max_bytes")

@@ -26,7 +26,7 @@ from agentrt.v1 import common_pb2 as agentrt_dot_v1_dot_common__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentrt/v1/tool_service.proto\x12\nagentrt.v1\x1a\x17\x61gentrt/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\x86\x01\n\x07Sandbox\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12+\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x1a.agentrt.v1.SandboxBackend\x12\'\n\x05state\x18\x03 \x01(\x0e\x32\x18.agentrt.v1.SandboxState\x12\x11\n\tworkspace\x18\x04 \x01(\t\"\x12\n\x10ListToolsRequest\"8\n\x11ListToolsResponse\x12#\n\x05tools\x18\x01 \x03(\x0b\x32\x14.agentrt.v1.ToolSpec\"\xb5\x01\n\x12\x45xecuteToolRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\"\n\x04\x63\x61ll\x18\x02 \x01(\x0b\x32\x14.agentrt.v1.ToolCall\x12\x12\n\nsandbox_id\x18\x03 \x01(\t\x12\x11\n\tworkspace\x18\x04 \x01(\t\x12*\n\x07timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10max_output_bytes\x18\x06 \x01(\x03\"O\n\x13\x45xecuteToolResponse\x12&\n\x06result\x18\x01 \x01(\x0b\x32\x16.agentrt.v1.ToolResult\x12\x10\n\x08replayed\x18\x02 \x01(\x08\"K\n\x18StreamExecuteToolRequest\x12/\n\x07request\x18\x01 \x01(\x0b\x32\x1e.agentrt.v1.ExecuteToolRequest\"\x85\x01\n\x19StreamExecuteToolResponse\x12,\n\x08progress\x18\x01 \x01(\x0b\x32\x18.agentrt.v1.ToolProgressH\x00\x12\x31\n\x06result\x18\x02 \x01(\x0b\x32\x1f.agentrt.v1.ExecuteToolResponseH\x00\x42\x07\n\x05\x65vent\",\n\x0cToolProgress\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"6\n\x13GetExecutionRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\"i\n\x14GetExecutionResponse\x12)\n\x05state\x18\x01 \x01(\x0e\x32\x1a.agentrt.v1.ExecutionState\x12&\n\x06result\x18\x02 \x01(\x0b\x32\x16.agentrt.v1.ToolResult\"g\n\rSandboxLimits\x12\x13\n\x0b\x63pu_seconds\x18\x01 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x17\n\x0f\x66ile_size_bytes\x18\x03 \x01(\x03\x12\x12\n\nopen_files\x18\x04 \x01(\x03\"\xa7\x02\n\x14\x43reateSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12+\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x1a.agentrt.v1.SandboxBackend\x12\x11\n\tworkspace\x18\x03 \x01(\t\x12\r\n\x05image\x18\x04 \x01(\t\x12\x36\n\x03\x65nv\x18\x05 \x03(\x0b\x32).agentrt.v1.CreateSandboxRequest.EnvEntry\x12\x0c\n\x04user\x18\x06 \x01(\t\x12\x0f\n\x07network\x18\x07 \x01(\t\x12)\n\x06limits\x18\x08 \x01(\x0b\x32\x19.agentrt.v1.SandboxLimits\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"=\n\x15\x43reateSandboxResponse\x12$\n\x07sandbox\x18\x01 \x01(\x0b\x32\x13.agentrt.v1.Sandbox\"\'\n\x11GetSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\":\n\x12GetSandboxResponse\x12$\n\x07sandbox\x18\x01 \x01(\x0b\x32\x13.agentrt.v1.Sandbox\"(\n\x12StopSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\";\n\x13StopSandboxResponse\x12$\n\x07sandbox\x18\x01 \x01(\x0b\x32\x13.agentrt.v1.Sandbox\"+\n\x15\x44\x65stroySandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"\x18\n\x16\x44\x65stroySandboxResponse*h\n\x0eSandboxBackend\x12\x1f\n\x1bSANDBOX_BACKEND_UNSPECIFIED\x10\x00\x12\x19\n\x15SANDBOX_BACKEND_LOCAL\x10\x01\x12\x1a\n\x16SANDBOX_BACKEND_DOCKER\x10\x02*}\n\x0cSandboxState\x12\x1d\n\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14SANDBOX_STATE_ABSENT\x10\x01\x12\x19\n\x15SANDBOX_STATE_STOPPED\x10\x02\x12\x19\n\x15SANDBOX_STATE_RUNNING\x10\x03*\x88\x01\n\x0e\x45xecutionState\x12\x1f\n\x1b\x45XECUTION_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x45XECUTION_STATE_ABSENT\x10\x01\x12\x1b\n\x17\x45XECUTION_STATE_STARTED\x10\x02\x12\x1c\n\x18\x45XECUTION_STATE_FINISHED\x10\x03\x32\xaa\x05\n\x0bToolService\x12H\n\tListTools\x12\x1c.agentrt.v1.ListToolsRequest\x1a\x1d.agentrt.v1.ListToolsResponse\x12N\n\x0b\x45xecuteTool\x12\x1e.agentrt.v1.ExecuteToolRequest\x1a\x1f.agentrt.v1.ExecuteToolResponse\x12\x62\n\x11StreamExecuteTool\x12$.agentrt.v1.StreamExecuteToolRequest\x1a%.agentrt.v1.StreamExecuteToolResponse0\x01\x12Q\n\x0cGetExecution\x12\x1f.agentrt.v1.GetExecutionRequest\x1a .agentrt.v1.GetExecutionResponse\x12T\n\rCreateSandbox\x12 .agentrt.v1.CreateSandboxRequest\x1a!.agentrt.v1.CreateSandboxResponse\x12K\n\nGetSandbox\x12\x1d.agentrt.v1.GetSandboxRequest\x1a\x1e.agentrt.v1.GetSandboxResponse\x12N\n\x0bStopSandbox\x12\x1e.agentrt.v1.StopSandboxRequest\x1a\x1f.agentrt.v1.StopSandboxResponse\x12W\n\x0e\x44\x65stroySandbox\x12!.agentrt.v1.DestroySandboxRequest\x1a\".agentrt.v1.DestroySandboxResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentrt/v1/tool_service.proto\x12\nagentrt.v1\x1a\x17\x61gentrt/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\x86\x01\n\x07Sandbox\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12+\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x1a.agentrt.v1.SandboxBackend\x12\'\n\x05state\x18\x03 \x01(\x0e\x32\x18.agentrt.v1.SandboxState\x12\x11\n\tworkspace\x18\x04 \x01(\t\"\x12\n\x10ListToolsRequest\"8\n\x11ListToolsResponse\x12#\n\x05tools\x18\x01 \x03(\x0b\x32\x14.agentrt.v1.ToolSpec\"\xe8\x01\n\x12\x45xecuteToolRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\"\n\x04\x63\x61ll\x18\x02 \x01(\x0b\x32\x14.agentrt.v1.ToolCall\x12\x12\n\nsandbox_id\x18\x03 \x01(\t\x12\x11\n\tworkspace\x18\x04 \x01(\t\x12*\n\x07timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10max_output_bytes\x18\x06 \x01(\x03\x12\x31\n\x0e\x63ommand_policy\x18\x07 \x01(\x0b\x32\x19.agentrt.v1.CommandPolicy\"O\n\x13\x45xecuteToolResponse\x12&\n\x06result\x18\x01 \x01(\x0b\x32\x16.agentrt.v1.ToolResult\x12\x10\n\x08replayed\x18\x02 \x01(\x08\"K\n\x18StreamExecuteToolRequest\x12/\n\x07request\x18\x01 \x01(\x0b\x32\x1e.agentrt.v1.ExecuteToolRequest\"\x85\x01\n\x19StreamExecuteToolResponse\x12,\n\x08progress\x18\x01 \x01(\x0b\x32\x18.agentrt.v1.ToolProgressH\x00\x12\x31\n\x06result\x18\x02 \x01(\x0b\x32\x1f.agentrt.v1.ExecuteToolResponseH\x00\x42\x07\n\x05\x65vent\",\n\x0cToolProgress\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"6\n\x13GetExecutionRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\"i\n\x14GetExecutionResponse\x12)\n\x05state\x18\x01 \x01(\x0e\x32\x1a.agentrt.v1.ExecutionState\x12&\n\x06result\x18\x02 \x01(\x0b\x32\x16.agentrt.v1.ToolResult\"g\n\rSandboxLimits\x12\x13\n\x0b\x63pu_seconds\x18\x01 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x17\n\x0f\x66ile_size_bytes\x18\x03 \x01(\x03\x12\x12\n\nopen_files\x18\x04 \x01(\x03\"\xa7\x02\n\x14\x43reateSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12+\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x1a.agentrt.v1.SandboxBackend\x12\x11\n\tworkspace\x18\x03 \x01(\t\x12\r\n\x05image\x18\x04 \x01(\t\x12\x36\n\x03\x65nv\x18\x05 \x03(\x0b\x32).agentrt.v1.CreateSandboxRequest.EnvEntry\x12\x0c\n\x04user\x18\x06 \x01(\t\x12\x0f\n\x07network\x18\x07 \x01(\t\x12)\n\x06limits\x18\x08 \x01(\x0b\x32\x19.agentrt.v1.SandboxLimits\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"=\n\x15\x43reateSandboxResponse\x12$\n\x07sandbox\x18\x01 \x01(\x0b\x32\x13.agentrt.v1.Sandbox\"\'\n\x11GetSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\":\n\x12GetSandboxResponse\x12$\n\x07sandbox\x18\x01 \x01(\x0b\x32\x13.agentrt.v1.Sandbox\"(\n\x12StopSandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\";\n\x13StopSandboxResponse\x12$\n\x07sandbox\x18\x01 \x01(\x0b\x32\x13.agentrt.v1.Sandbox\"+\n\x15\x44\x65stroySandboxRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\"\x18\n\x16\x44\x65stroySandboxResponse\"V\n\x0fWorkspaceTarget\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\"S\n\x16UploadWorkspaceRequest\x12+\n\x06target\x18\x01 \x01(\x0b\x32\x1b.agentrt.v1.WorkspaceTarget\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"7\n\x17UploadWorkspaceResponse\x12\r\n\x05\x66iles\x18\x01 \x01(\x03\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\"U\n\x18\x44ownloadWorkspaceRequest\x12+\n\x06target\x18\x01 \x01(\x0b\x32\x1b.agentrt.v1.WorkspaceTarget\x12\x0c\n\x04gzip\x18\x02 \x01(\x08\")\n\x19\x44ownloadWorkspaceResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c*h\n\x0eSandboxBackend\x12\x1f\n\x1bSANDBOX_BACKEND_UNSPECIFIED\x10\x00\x12\x19\n\x15SANDBOX_BACKEND_LOCAL\x10\x01\x12\x1a\n\x16SANDBOX_BACKEND_DOCKER\x10\x02*}\n\x0cSandboxState\x12\x1d\n\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14SANDBOX_STATE_ABSENT\x10\x01\x12\x19\n\x15SANDBOX_STATE_STOPPED\x10\x02\x12\x19\n\x15SANDBOX_STATE_RUNNING\x10\x03*\x88\x01\n\x0e\x45xecutionState\x12\x1f\n\x1b\x45XECUTION_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x45XECUTION_STATE_ABSENT\x10\x01\x12\x1b\n\x17\x45XECUTION_STATE_STARTED\x10\x02\x12\x1c\n\x18\x45XECUTION_STATE_FINISHED\x10\x03\x32\xec\x06\n\x0bToolService\x12H\n\tListTools\x12\x1c.agentrt.v1.ListToolsRequest\x1a\x1d.agentrt.v1.ListToolsResponse\x12N\n\x0b\x45xecuteTool\x12\x1e.agentrt.v1.ExecuteToolRequest\x1a\x1f.agentrt.v1.ExecuteToolResponse\x12\x62\n\x11StreamExecuteTool\x12$.agentrt.v1.StreamExecuteToolRequest\x1a%.agentrt.v1.StreamExecuteToolResponse0\x01\x12Q\n\x0cGetExecution\x12\x1f.agentrt.v1.GetExecutionRequest\x1a .agentrt.v1.GetExecutionResponse\x12T\n\rCreateSandbox\x12 .agentrt.v1.CreateSandboxRequest\x1a!.agentrt.v1.CreateSandboxResponse\x12K\n\nGetSandbox\x12\x1d.agentrt.v1.GetSandboxRequest\x1a\x1e.agentrt.v1.GetSandboxResponse\x12N\n\x0bStopSandbox\x12\x1e.agentrt.v1.StopSandboxRequest\x1a\x1f.agentrt.v1.StopSandboxResponse\x12W\n\x0e\x44\x65stroySandbox\x12!.agentrt.v1.DestroySandboxRequest\x1a\".agentrt.v1.DestroySandboxResponse\x12\\\n\x0fUploadWorkspace\x12\".agentrt.v1.UploadWorkspaceRequest\x1a#.agentrt.v1.UploadWorkspaceResponse(\x01\x12\x62\n\x11\x44ownloadWorkspace\x12$.agentrt.v1.DownloadWorkspaceRequest\x1a%.agentrt.v1.DownloadWorkspaceResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,12 +35,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CREATESANDBOXREQUEST_ENVENTRY']._loaded_options = None
   _globals['_CREATESANDBOXREQUEST_ENVENTRY']._serialized_options = b'8\001'
-  _globals['_SANDBOXBACKEND']._serialized_start=1745
-  _globals['_SANDBOXBACKEND']._serialized_end=1849
-  _globals['_SANDBOXSTATE']._serialized_start=1851
-  _globals['_SANDBOXSTATE']._serialized_end=1976
-  _globals['_EXECUTIONSTATE']._serialized_start=1979
-  _globals['_EXECUTIONSTATE']._serialized_end=2115
+  _globals['_SANDBOXBACKEND']._serialized_start=2156
+  _globals['_SANDBOXBACKEND']._serialized_end=2260
+  _globals['_SANDBOXSTATE']._serialized_start=2262
+  _globals['_SANDBOXSTATE']._serialized_end=2387
+  _globals['_EXECUTIONSTATE']._serialized_start=2390
+  _globals['_EXECUTIONSTATE']._serialized_end=2526
   _globals['_SANDBOX']._serialized_start=103
   _globals['_SANDBOX']._serialized_end=237
   _globals['_LISTTOOLSREQUEST']._serialized_start=239
@@ -48,39 +48,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTTOOLSRESPONSE']._serialized_start=259
   _globals['_LISTTOOLSRESPONSE']._serialized_end=315
   _globals['_EXECUTETOOLREQUEST']._serialized_start=318
-  _globals['_EXECUTETOOLREQUEST']._serialized_end=499
-  _globals['_EXECUTETOOLRESPONSE']._serialized_start=501
-  _globals['_EXECUTETOOLRESPONSE']._serialized_end=580
-  _globals['_STREAMEXECUTETOOLREQUEST']._serialized_start=582
-  _globals['_STREAMEXECUTETOOLREQUEST']._serialized_end=657
-  _globals['_STREAMEXECUTETOOLRESPONSE']._serialized_start=660
-  _globals['_STREAMEXECUTETOOLRESPONSE']._serialized_end=793
-  _globals['_TOOLPROGRESS']._serialized_start=795
-  _globals['_TOOLPROGRESS']._serialized_end=839
-  _globals['_GETEXECUTIONREQUEST']._serialized_start=841
-  _globals['_GETEXECUTIONREQUEST']._serialized_end=895
-  _globals['_GETEXECUTIONRESPONSE']._serialized_start=897
-  _globals['_GETEXECUTIONRESPONSE']._serialized_end=1002
-  _globals['_SANDBOXLIMITS']._serialized_start=1004
-  _globals['_SANDBOXLIMITS']._serialized_end=1107
-  _globals['_CREATESANDBOXREQUEST']._serialized_start=1110
-  _globals['_CREATESANDBOXREQUEST']._serialized_end=1405
-  _globals['_CREATESANDBOXREQUEST_ENVENTRY']._serialized_start=1363
-  _globals['_CREATESANDBOXREQUEST_ENVENTRY']._serialized_end=1405
-  _globals['_CREATESANDBOXRESPONSE']._serialized_start=1407
-  _globals['_CREATESANDBOXRESPONSE']._serialized_end=1468
-  _globals['_GETSANDBOXREQUEST']._serialized_start=1470
-  _globals['_GETSANDBOXREQUEST']._serialized_end=1509
-  _globals['_GETSANDBOXRESPONSE']._serialized_start=1511
-  _globals['_GETSANDBOXRESPONSE']._serialized_end=1569
-  _globals['_STOPSANDBOXREQUEST']._serialized_start=1571
-  _globals['_STOPSANDBOXREQUEST']._serialized_end=1611
-  _globals['_STOPSANDBOXRESPONSE']._serialized_start=1613
-  _globals['_STOPSANDBOXRESPONSE']._serialized_end=1672
-  _globals['_DESTROYSANDBOXREQUEST']._serialized_start=1674
-  _globals['_DESTROYSANDBOXREQUEST']._serialized_end=1717
-  _globals['_DESTROYSANDBOXRESPONSE']._serialized_start=1719
-  _globals['_DESTROYSANDBOXRESPONSE']._serialized_end=1743
-  _globals['_TOOLSERVICE']._serialized_start=2118
-  _globals['_TOOLSERVICE']._serialized_end=2800
+  _globals['_EXECUTETOOLREQUEST']._serialized_end=550
+  _globals['_EXECUTETOOLRESPONSE']._serialized_start=552
+  _globals['_EXECUTETOOLRESPONSE']._serialized_end=631
+  _globals['_STREAMEXECUTETOOLREQUEST']._serialized_start=633
+  _globals['_STREAMEXECUTETOOLREQUEST']._serialized_end=708
+  _globals['_STREAMEXECUTETOOLRESPONSE']._serialized_start=711
+  _globals['_STREAMEXECUTETOOLRESPONSE']._serialized_end=844
+  _globals['_TOOLPROGRESS']._serialized_start=846
+  _globals['_TOOLPROGRESS']._serialized_end=890
+  _globals['_GETEXECUTIONREQUEST']._serialized_start=892
+  _globals['_GETEXECUTIONREQUEST']._serialized_end=946
+  _globals['_GETEXECUTIONRESPONSE']._serialized_start=948
+  _globals['_GETEXECUTIONRESPONSE']._serialized_end=1053
+  _globals['_SANDBOXLIMITS']._serialized_start=1055
+  _globals['_SANDBOXLIMITS']._serialized_end=1158
+  _globals['_CREATESANDBOXREQUEST']._serialized_start=1161
+  _globals['_CREATESANDBOXREQUEST']._serialized_end=1456
+  _globals['_CREATESANDBOXREQUEST_ENVENTRY']._serialized_start=1414
+  _globals['_CREATESANDBOXREQUEST_ENVENTRY']._serialized_end=1456
+  _globals['_CREATESANDBOXRESPONSE']._serialized_start=1458
+  _globals['_CREATESANDBOXRESPONSE']._serialized_end=1519
+  _globals['_GETSANDBOXREQUEST']._serialized_start=1521
+  _globals['_GETSANDBOXREQUEST']._serialized_end=1560
+  _globals['_GETSANDBOXRESPONSE']._serialized_start=1562
+  _globals['_GETSANDBOXRESPONSE']._serialized_end=1620
+  _globals['_STOPSANDBOXREQUEST']._serialized_start=1622
+  _globals['_STOPSANDBOXREQUEST']._serialized_end=1662
+  _globals['_STOPSANDBOXRESPONSE']._serialized_start=1664
+  _globals['_STOPSANDBOXRESPONSE']._serialized_end=1723
+  _globals['_DESTROYSANDBOXREQUEST']._serialized_start=1725
+  _globals['_DESTROYSANDBOXREQUEST']._serialized_end=1768
+  _globals['_DESTROYSANDBOXRESPONSE']._serialized_start=1770
+  _globals['_DESTROYSANDBOXRESPONSE']._serialized_end=1794
+  _globals['_WORKSPACETARGET']._serialized_start=1796
+  _globals['_WORKSPACETARGET']._serialized_end=1882
+  _globals['_UPLOADWORKSPACEREQUEST']._serialized_start=1884
+  _globals['_UPLOADWORKSPACEREQUEST']._serialized_end=1967
+  _globals['_UPLOADWORKSPACERESPONSE']._serialized_start=1969
+  _globals['_UPLOADWORKSPACERESPONSE']._serialized_end=2024
+  _globals['_DOWNLOADWORKSPACEREQUEST']._serialized_start=2026
+  _globals['_DOWNLOADWORKSPACEREQUEST']._serialized_end=2111
+  _globals['_DOWNLOADWORKSPACERESPONSE']._serialized_start=2113
+  _globals['_DOWNLOADWORKSPACERESPONSE']._serialized_end=2154
+  _globals['_TOOLSERVICE']._serialized_start=2529
+  _globals['_TOOLSERVICE']._serialized_end=3405
 # @@protoc_insertion_point(module_scope)

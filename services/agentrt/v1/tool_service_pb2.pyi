@@ -65,20 +65,22 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ...) -> None: ...
 
 class ExecuteToolRequest(_message.Message):
-    __slots__ = ("run_id", "call", "sandbox_id", "workspace", "timeout", "max_output_bytes")
+    __slots__ = ("run_id", "call", "sandbox_id", "workspace", "timeout", "max_output_bytes", "command_policy")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_POLICY_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     call: _common_pb2.ToolCall
     sandbox_id: str
     workspace: str
     timeout: _duration_pb2.Duration
     max_output_bytes: int
-    def __init__(self, run_id: _Optional[str] = ..., call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., workspace: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_output_bytes: _Optional[int] = ...) -> None: ...
+    command_policy: _common_pb2.CommandPolicy
+    def __init__(self, run_id: _Optional[str] = ..., call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., workspace: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_output_bytes: _Optional[int] = ..., command_policy: _Optional[_Union[_common_pb2.CommandPolicy, _Mapping]] = ...) -> None: ...
 
 class ExecuteToolResponse(_message.Message):
     __slots__ = ("result", "replayed")
@@ -204,3 +206,45 @@ class DestroySandboxRequest(_message.Message):
 class DestroySandboxResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class WorkspaceTarget(_message.Message):
+    __slots__ = ("sandbox_id", "workspace", "run_id", "path")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    workspace: str
+    run_id: str
+    path: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., workspace: _Optional[str] = ..., run_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class UploadWorkspaceRequest(_message.Message):
+    __slots__ = ("target", "data")
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    target: WorkspaceTarget
+    data: bytes
+    def __init__(self, target: _Optional[_Union[WorkspaceTarget, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class UploadWorkspaceResponse(_message.Message):
+    __slots__ = ("files", "bytes")
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    files: int
+    bytes: int
+    def __init__(self, files: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class DownloadWorkspaceRequest(_message.Message):
+    __slots__ = ("target", "gzip")
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    GZIP_FIELD_NUMBER: _ClassVar[int]
+    target: WorkspaceTarget
+    gzip: bool
+    def __init__(self, target: _Optional[_Union[WorkspaceTarget, _Mapping]] = ..., gzip: _Optional[bool] = ...) -> None: ...
+
+class DownloadWorkspaceResponse(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...

@@ -75,6 +75,16 @@ class ToolServiceStub:
                 request_serializer=agentrt_dot_v1_dot_tool__service__pb2.DestroySandboxRequest.SerializeToString,
                 response_deserializer=agentrt_dot_v1_dot_tool__service__pb2.DestroySandboxResponse.FromString,
                 _registered_method=True)
+        self.UploadWorkspace = channel.stream_unary(
+                '/agentrt.v1.ToolService/UploadWorkspace',
+                request_serializer=agentrt_dot_v1_dot_tool__service__pb2.UploadWorkspaceRequest.SerializeToString,
+                response_deserializer=agentrt_dot_v1_dot_tool__service__pb2.UploadWorkspaceResponse.FromString,
+                _registered_method=True)
+        self.DownloadWorkspace = channel.unary_stream(
+                '/agentrt.v1.ToolService/DownloadWorkspace',
+                request_serializer=agentrt_dot_v1_dot_tool__service__pb2.DownloadWorkspaceRequest.SerializeToString,
+                response_deserializer=agentrt_dot_v1_dot_tool__service__pb2.DownloadWorkspaceResponse.FromString,
+                _registered_method=True)
 
 
 class ToolServiceServicer:
@@ -137,6 +147,20 @@ class ToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadWorkspace(self, request_iterator, context):
+        """UploadWorkspace unpacks a tar archive, sent in chunks, into a workspace.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DownloadWorkspace(self, request, context):
+        """DownloadWorkspace streams a tar archive of a workspace (or a directory in it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -179,6 +203,16 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.DestroySandbox,
                     request_deserializer=agentrt_dot_v1_dot_tool__service__pb2.DestroySandboxRequest.FromString,
                     response_serializer=agentrt_dot_v1_dot_tool__service__pb2.DestroySandboxResponse.SerializeToString,
+            ),
+            'UploadWorkspace': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadWorkspace,
+                    request_deserializer=agentrt_dot_v1_dot_tool__service__pb2.UploadWorkspaceRequest.FromString,
+                    response_serializer=agentrt_dot_v1_dot_tool__service__pb2.UploadWorkspaceResponse.SerializeToString,
+            ),
+            'DownloadWorkspace': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadWorkspace,
+                    request_deserializer=agentrt_dot_v1_dot_tool__service__pb2.DownloadWorkspaceRequest.FromString,
+                    response_serializer=agentrt_dot_v1_dot_tool__service__pb2.DownloadWorkspaceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -398,6 +432,60 @@ class ToolService:
             '/agentrt.v1.ToolService/DestroySandbox',
             agentrt_dot_v1_dot_tool__service__pb2.DestroySandboxRequest.SerializeToString,
             agentrt_dot_v1_dot_tool__service__pb2.DestroySandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadWorkspace(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/agentrt.v1.ToolService/UploadWorkspace',
+            agentrt_dot_v1_dot_tool__service__pb2.UploadWorkspaceRequest.SerializeToString,
+            agentrt_dot_v1_dot_tool__service__pb2.UploadWorkspaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadWorkspace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agentrt.v1.ToolService/DownloadWorkspace',
+            agentrt_dot_v1_dot_tool__service__pb2.DownloadWorkspaceRequest.SerializeToString,
+            agentrt_dot_v1_dot_tool__service__pb2.DownloadWorkspaceResponse.FromString,
             options,
             channel_credentials,
             insecure,
