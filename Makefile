@@ -11,7 +11,7 @@ LLAMA_WHEELS ?= $(HOME)/.cache/agentrt-wheels
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test check protos protos-fresh lint typecheck bench up clean
+.PHONY: help install docker-sandbox demo test check protos protos-fresh lint typecheck bench up clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -43,10 +43,28 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install agentrt with the dev and local-model extras (+ bubblewrap)
 
+# The docker sandbox backend: docker.io when missing (as root, like bubblewrap), a running
+# dockerd (as root), the image built from local files (no registry). Warns, never fails:
+# the docker tests are what fail under CI when the engine is missing.
+docker-sandbox: ## Install docker.io, start dockerd and build the sandbox image (each when missing)
+	@if ! command -v dockerd >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing docker.io (the docker sandbox backend)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null \
+	      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null; }; \
+	  else \
+	    echo "warning: docker.io is missing; the docker sandbox backend needs a docker engine"; \
+	  fi; \
+	fi
+	@if [ "$$(id -u)" = 0 ] && command -v dockerd >/dev/null 2>&1; then scripts/start-dockerd.sh || true; fi
+	@if docker info >/dev/null 2>&1; then \
+	  scripts/docker-sandbox-image.sh || echo "warning: the docker sandbox image could not be built"; \
+	else echo "warning: no docker engine answers; the docker sandbox backend and its tests need one"; fi
+
 demo: install ## Start the mesh, run an agent with the local model on a sample task, stop the mesh
 	$(VENV)/bin/agentrt demo
 
-test: install ## Run the whole test suite (unit, service, e2e)
+test: install docker-sandbox ## Run the whole test suite (unit, service, e2e; prepares docker first)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 check: install protos-fresh lint typecheck test ## What CI should run: protos fresh, buf lint, ruff, mypy, tests
@@ -73,6 +91,10 @@ bench: install ## Run tests/bench; figures go to bench-results/
 	$(PY) tests/bench/bench_turn.py bench-results/turn.json
 	AGENTRT_BENCH_DIR=$(CURDIR)/bench-results $(PY) tests/bench/bench_sessions.py
 	$(PY) tests/bench/bench_tools.py bench-results/tools.json
+	$(PY) tests/bench/bench_docker.py bench-results/docker.json
+	$(PY) tests/bench/bench_shells.py bench-results/shells.json
+	$(PY) tests/bench/bench_gateway.py bench-results/gateway.json
+	$(PY) tests/bench/bench_limiter.py bench-results/limiter.json
 	@ls -l bench-results
 
 up: install ## Start the five services on 127.0.0.1:50051-50055 (Ctrl-C stops them)

@@ -85,6 +85,8 @@ class Reason(enum.StrEnum):
     UNAUTHENTICATED = "UNAUTHENTICATED"
     # Anything else
     INTERNAL = "INTERNAL"
+    MALFORMED_ARCHIVE = "MALFORMED_ARCHIVE"  # INVALID_ARGUMENT: an upload that is not a usable tar
+    SANDBOX_FOREIGN = "SANDBOX_FOREIGN"  # FAILED_PRECONDITION: a container we did not create holds the name
 
 
 @dataclass

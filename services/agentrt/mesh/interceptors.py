@@ -6,6 +6,7 @@ For each RPC (health and reflection excepted, so probes need no token) it:
 - turns a request that could not be parsed into INVALID_ARGUMENT instead of gRPC's INTERNAL:
   reason INVALID_UTF8 for a string field that is not UTF-8, MALFORMED_REQUEST otherwise;
 - refuses a request larger than the configured bound (INVALID_ARGUMENT/REQUEST_TOO_LARGE);
+  for a client stream (UploadWorkspace), each message as it arrives;
 - maps a raised MeshError to its status + ErrorInfo, and any other exception to
   INTERNAL/INTERNAL (logged with its stack), so a server never dies of a request.
 """
@@ -87,6 +88,12 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
                 request_deserializer=_lenient(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._wrap_client_stream(handler.stream_unary, tenant, failure, method),
+                request_deserializer=_lenient(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
         return handler
 
     def _check_metadata(self, metadata: dict[str, str]) -> MeshError | None:
@@ -133,6 +140,39 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
             token = set_tenant(tenant)
             try:
                 return await behavior(request, context)
+            except MeshError as err:
+                await context.abort_with_status(to_grpc_status(err))
+            except grpc.aio.AbortError:
+                raise
+            except Exception:  # noqa: BLE001 - a server never dies of a request
+                log.exception("unhandled error in %s", method)
+                await context.abort_with_status(
+                    to_grpc_status(MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error"))
+                )
+            finally:
+                reset_tenant(token)
+
+        return call
+
+    async def _checked(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """Yield a client stream's messages, raising MeshError for one that is unparsable or too large."""
+        async for request in requests:
+            problem = self._precheck(request, None)
+            if problem is not None:
+                raise problem
+            yield request
+
+    def _wrap_client_stream(
+        self, behavior: Callable[..., Awaitable[Any]], tenant: str, failure: MeshError | None, method: str
+    ) -> Callable[..., Awaitable[Any]]:
+        """Wrap a client-streaming handler: metadata first, then each message as it arrives."""
+
+        async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            if failure is not None:
+                await context.abort_with_status(to_grpc_status(failure))
+            token = set_tenant(tenant)
+            try:
+                return await behavior(self._checked(requests), context)
             except MeshError as err:
                 await context.abort_with_status(to_grpc_status(err))
             except grpc.aio.AbortError:

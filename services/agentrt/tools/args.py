@@ -105,6 +105,24 @@ def optional_str(args: dict[str, Any], name: str) -> str:
     raise ArgError(f'"{name}" must be a string (or null), not {json.dumps(value)}.')
 
 
+MAX_SESSION_ID_CHARS = 128
+
+
+def session_id(args: dict[str, Any]) -> str:
+    """Return exec_command's optional shell name (004 §2.7k, §2.7l); "" means no session.
+
+    Decoded like `optional_str` (null, 0 and false are "no session"; a session genuinely
+    named "0" is the string "0"), and at most MAX_SESSION_ID_CHARS characters.
+
+    Raises:
+        ArgError: a non-string other than the sentinels, or a name that is too long.
+    """
+    value = optional_str(args, "session_id")
+    if len(value) > MAX_SESSION_ID_CHARS:
+        raise ArgError(f'"session_id" must be at most {MAX_SESSION_ID_CHARS} characters.')
+    return value
+
+
 def optional_int(args: dict[str, Any], name: str, minimum: int) -> int | None:
     """Return an optional integer argument >= minimum; absent or null gives None.
 

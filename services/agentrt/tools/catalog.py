@@ -3,13 +3,16 @@
 A `ToolDef` is data: name, description, JSON Schema of the arguments, and the capability
 fields the run loop reads directly (read_only, retry_safe, needs_approval, timeout,
 sequential, deferred). Behaviour lives in `executor.py`; nothing here runs anything.
-exec_command advertises no `session_id`: persistent shells are not enabled (§2.7k), and a
-tool must not offer a field it would ignore.
+exec_command advertises `session_id` only when persistent shells are enabled (§2.7k):
+`builtin(shells=False)` offers the plain schema, since a tool must not offer a field it
+would ignore (and strict mode would force the model to spell "no session" every call).
+`EXEC_COMMAND` itself (what `BY_NAME` resolves and the executor compares against) is the
+plain entry; the advertised variant differs only in its schema and description.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -139,3 +142,31 @@ APPLY_PATCH = ToolDef(
 
 BUILTIN: tuple[ToolDef, ...] = (EXEC_COMMAND, READ_FILE, WRITE_FILE, LIST_FILES, APPLY_PATCH)
 BY_NAME: dict[str, ToolDef] = {tool.name: tool for tool in BUILTIN}
+
+#: exec_command as advertised when persistent shells are enabled (004 §2.7k).
+EXEC_COMMAND_WITH_SHELLS = replace(
+    EXEC_COMMAND,
+    description=EXEC_COMMAND.description
+    + " With session_id, the command runs in a persistent shell of that name instead: the working "
+    "directory, exported variables, functions and its private /tmp carry over to the next call "
+    "with the same session_id. A session command that times out or exits the shell ends the "
+    "session; the next call starts a new shell.",
+    parameters={
+        **EXEC_COMMAND.parameters,
+        "properties": {
+            **EXEC_COMMAND.parameters["properties"],
+            "session_id": {
+                "type": "string",
+                "description": "Name of a persistent shell to run in (created on first use); omit for "
+                "a fresh one-shot shell.",
+            },
+        },
+    },
+)
+
+
+def builtin(shells: bool) -> tuple[ToolDef, ...]:
+    """Return the catalog as advertised: exec_command offers `session_id` only when shells are on."""
+    if not shells:
+        return BUILTIN
+    return tuple(EXEC_COMMAND_WITH_SHELLS if t is EXEC_COMMAND else t for t in BUILTIN)

@@ -7,6 +7,7 @@ namespaces; printed loudly at startup). Nothing falls back to unconfined by itse
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -38,6 +39,30 @@ class CommandLimits:
 
 
 @dataclass(frozen=True)
+class DockerSettings:
+    """The docker sandbox backend (docs/services/tools.md, "The docker backend").
+
+    Attributes:
+        image: image of a docker sandbox that names none (scripts/docker-sandbox-image.sh
+            builds the default).
+        host: the engine's address ("unix:///var/run/docker.sock", "tcp://h:2375"); "" means
+            DOCKER_HOST, else the local socket.
+        owner: value of the `agentrt.owner` label on the containers this service creates; a
+            container holding a sandbox's name without it is never touched.
+        cpus: CPUs a container may use (0 = no limit).
+        pids_limit: processes a container may hold (0 = no limit).
+        api_timeout_seconds: bound of one engine API call, seconds.
+    """
+
+    image: str = "agentrt-sandbox:1"
+    host: str = ""
+    owner: str = "agentrt-tools"
+    cpus: float = 2.0
+    pids_limit: int = 1024
+    api_timeout_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
 class ToolsConfig:
     """How the tool service listens, where workspaces live, and how commands are confined.
 
@@ -59,6 +84,17 @@ class ToolsConfig:
         heartbeat_seconds: how often a running call refreshes its journal record; a STARTED
             record not refreshed for three periods belongs to a dead process, seconds.
         bwrap_path: the bubblewrap executable (a name looked up on PATH, or a path).
+        shells: persistent named shells for exec_command (004 §2.7k); when off, the
+            schema has no `session_id` and one sent anyway is decoded and ignored.
+        max_shells: the most named shells open at once in this service.
+        shell_idle_seconds: a named shell unused this long is closed, seconds.
+        docker: the docker backend's engine, default image and container limits.
+        policy_allow: the service's own exec_command allow patterns (004 §2.7j); a
+            request's `command_policy` applies on top. A pattern that does not compile
+            refuses every command (logged loudly at startup).
+        policy_deny: the service's own deny patterns.
+        max_archive_bytes: largest archive UploadWorkspace accepts, bytes (as sent,
+            compressed or not); also the most file content it unpacks.
     """
 
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -73,6 +109,13 @@ class ToolsConfig:
     sandbox_gid: int = 65534
     heartbeat_seconds: float = 5.0
     bwrap_path: str = "bwrap"
+    shells: bool = True
+    max_shells: int = 32
+    shell_idle_seconds: float = 600.0
+    docker: DockerSettings = field(default_factory=DockerSettings)
+    policy_allow: tuple[str, ...] = ()
+    policy_deny: tuple[str, ...] = ()
+    max_archive_bytes: int = 256 * 1024**2
 
     def __post_init__(self) -> None:
         """Validate values that would otherwise fail deep inside a call.
@@ -88,6 +131,10 @@ class ToolsConfig:
             raise ValueError("max_output_bytes must be at least 256")
         if self.sandbox_uid == 0:
             raise ValueError("sandbox_uid must not be root")
+        if self.max_shells < 1 or self.shell_idle_seconds <= 0:
+            raise ValueError("max_shells and shell_idle_seconds must be positive")
+        if self.max_archive_bytes <= 0:
+            raise ValueError("max_archive_bytes must be positive")
 
     @property
     def resolved_workspace_root(self) -> str:
@@ -107,7 +154,12 @@ class ToolsConfig:
 
         Variables: AGENTRT_TOOLS_PORT, AGENTRT_TOOLS_DB,
         AGENTRT_WORKSPACE_ROOT, AGENTRT_SANDBOX (bwrap|unconfined), AGENTRT_TOOLS_TIMEOUT_SECONDS,
-        AGENTRT_TOOLS_MAX_OUTPUT_BYTES, AGENTRT_STATE_DIR, AGENTRT_AUTH_TOKEN, AGENTRT_HOST.
+        AGENTRT_TOOLS_MAX_OUTPUT_BYTES, AGENTRT_STATE_DIR, AGENTRT_AUTH_TOKEN, AGENTRT_HOST,
+        AGENTRT_TOOLS_POLICY_ALLOW and AGENTRT_TOOLS_POLICY_DENY (JSON arrays of patterns),
+        AGENTRT_TOOLS_MAX_ARCHIVE_BYTES, AGENTRT_TOOLS_DOCKER_IMAGE, AGENTRT_TOOLS_DOCKER_HOST
+        (else DOCKER_HOST), AGENTRT_TOOLS_DOCKER_OWNER.
+        Shells: AGENTRT_TOOLS_SHELLS (1|0), AGENTRT_TOOLS_MAX_SHELLS,
+        AGENTRT_TOOLS_SHELL_IDLE_SECONDS.
 
         Raises:
             ValueError: a variable holds a value of the wrong kind.
@@ -125,4 +177,49 @@ class ToolsConfig:
             sandbox=sandbox or env("SANDBOX", SANDBOX_BWRAP),
             default_timeout_seconds=float(env("TOOLS_TIMEOUT_SECONDS", "60")),
             max_output_bytes=int(env("TOOLS_MAX_OUTPUT_BYTES", str(64 * 1024))),
+            shells=_flag("TOOLS_SHELLS", True),
+            max_shells=int(env("TOOLS_MAX_SHELLS", "32")),
+            shell_idle_seconds=float(env("TOOLS_SHELL_IDLE_SECONDS", "600")),
+            docker=DockerSettings(
+                image=env("TOOLS_DOCKER_IMAGE", DockerSettings.image),
+                host=env("TOOLS_DOCKER_HOST", os.environ.get("DOCKER_HOST", "")),
+                owner=env("TOOLS_DOCKER_OWNER", DockerSettings.owner),
+            ),
+            policy_allow=_patterns("TOOLS_POLICY_ALLOW"),
+            policy_deny=_patterns("TOOLS_POLICY_DENY"),
+            max_archive_bytes=int(env("TOOLS_MAX_ARCHIVE_BYTES", str(256 * 1024**2))),
         )
+
+
+def _patterns(name: str) -> tuple[str, ...]:
+    """Read AGENTRT_<name> as a JSON array of strings ("" = none).
+
+    Raises:
+        ValueError: the value is not a JSON array of strings.
+    """
+    text = env(name, "").strip()
+    if not text:
+        return ()
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"AGENTRT_{name} must be a JSON array of strings: {exc}") from exc
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"AGENTRT_{name} must be a JSON array of strings")
+    return tuple(value)
+
+
+def _flag(name: str, default: bool) -> bool:
+    """Read AGENTRT_<name> as a boolean: 1/true/yes/on or 0/false/no/off ("" = default).
+
+    Raises:
+        ValueError: any other value.
+    """
+    text = env(name, "").strip().lower()
+    if not text:
+        return default
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"AGENTRT_{name} must be 1 or 0, not {text!r}")

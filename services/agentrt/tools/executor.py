@@ -30,10 +30,11 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid, missing
 from agentrt.core.ids import valid_id
+from agentrt.core.policy import CommandPolicy, check_exec_args
 from agentrt.tools import args as A
 from agentrt.tools import files
 from agentrt.tools.args import ArgError, CallInput
@@ -44,6 +45,7 @@ from agentrt.tools.paths import PathRefused, resolve_dir
 from agentrt.tools.results import Outcome, ResultStatus, interrupted, refused
 from agentrt.tools.sandbox import CallerDeadline, CommandRequest, LocalSandbox
 from agentrt.tools.sandboxes import ExecContext, SandboxManager
+from agentrt.tools.shells import Shells
 from agentrt.tools.store import FINISHED, STARTED, CallKey, ExecRecord, ToolStore, utcnow
 
 log = logging.getLogger("agentrt.tools")
@@ -63,6 +65,8 @@ class ExecuteInput:
         workspace: absolute workspace directory when no sandbox ("" = the run's default).
         timeout_seconds: per-call timeout, seconds; 0 = the tool's default.
         max_output_bytes: output cap, bytes; 0 = the service default.
+        command_policies: exec_command's policies, each of which a command must pass
+            (the service's own, then the request's; 004 §2.7j).
     """
 
     run_id: str
@@ -71,6 +75,7 @@ class ExecuteInput:
     workspace: str = ""
     timeout_seconds: float = 0.0
     max_output_bytes: int = 0
+    command_policies: tuple[CommandPolicy, ...] = ()
 
 
 def _process_identity() -> str:
@@ -116,6 +121,12 @@ class ToolExecutor:
         self.sandboxes = sandboxes
         self.owner = _process_identity()
         self._inflight: dict[CallKey, tuple[str, asyncio.Future[Outcome | None]]] = {}
+        self.shells = Shells(config, runner)  # exec_command's named shells (004 §2.7k)
+        sandboxes.on_release.append(self.shells.close_group)
+
+    async def close(self) -> None:
+        """Close the named shells for good (service shutdown); in-flight session commands end in an error."""
+        await self.shells.close()
 
     # -- validation ---------------------------------------------------------------------
 
@@ -183,8 +194,9 @@ class ToolExecutor:
         if record is not None:
             return await self._answer_from(record, fp), True
         ctx = await self.sandboxes.context_for(tenant, inp.run_id, inp.sandbox_id, inp.workspace)
+        ctx = replace(ctx, tenant=tenant)  # named shells are keyed by it
         if tool is EXEC_COMMAND:
-            self.runner.require()
+            (ctx.runner or self.runner).require()
         if tool.read_only:
             outcome = await self._run(tool, inp, ctx, deadline, emit)
             if await self.store.record(key, tool.name, fp, self.owner, outcome):
@@ -395,12 +407,35 @@ class ToolExecutor:
         deadline: float | None,
         emit: Emit | None,
     ) -> Outcome:
+        # Before anything else, with the same check the run loop's approval gate uses, so
+        # a call the gate let skip approval is always refused here (004 §2.7j, §2.7l).
+        veto = check_exec_args(args, inp.command_policies)
+        if veto is not None:
+            facts = veto.details()
+            denied = refused(veto.message, facts.pop("reason"), **facts)
+            if veto.rule != "arguments":
+                denied.status, denied.summary = ResultStatus.DENIED, f"refused by the {veto.origin} policy"
+            return denied
         cmd = A.required_str(args, "cmd")
         workdir = A.optional_str(args, "workdir")
         timeout = self._timeout(inp, A.optional_int(args, "timeout_ms", 1))
+        session = A.session_id(args)  # decoded even when shells are off, then ignored (§2.7k)
         host_workdir = await asyncio.to_thread(resolve_dir, ctx.workspace, workdir)
+        if session and self.shells.enabled and ctx.runner is not None:
+            # Named shells are local (bwrap) processes; a docker sandbox's commands run in its container.
+            return refused(
+                "exec_command: session_id is not available in this sandbox (docker); omit it to run the "
+                "command in a fresh shell",
+                "SESSION_UNSUPPORTED",
+            )
+        if session and self.shells.enabled:
+            shell_dir = host_workdir if workdir else ""  # no workdir: the shell stays where it is
+            return await self.shells.exec_command(
+                ctx, session, cmd, shell_dir, timeout, cap, deadline=deadline, emit=emit
+            )
         req = CommandRequest(cmd, ctx.workspace, host_workdir, ctx.env, timeout, ctx.limits, cap, ctx.group)
-        result = await self.runner.run(req, emit=emit, deadline=deadline)
+        runner = ctx.runner or self.runner  # the sandbox's backend (local or docker)
+        result = await runner.run(req, emit=emit, deadline=deadline)
         content = result.output
         sep = "\n" if content and not content.endswith("\n") else ""
         details = {
@@ -408,7 +443,7 @@ class ToolExecutor:
             "timed_out": result.timed_out,
             "workdir": host_workdir,
             "output_bytes": result.total_bytes,
-            "sandbox": self.runner.mode,
+            "sandbox": runner.mode,
             "timeout_seconds": timeout,
         }
         outcome = Outcome(

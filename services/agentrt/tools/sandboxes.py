@@ -4,11 +4,16 @@ A local sandbox is a workspace directory plus settings (environment, limits), pe
 with a lifecycle (004 §2.7n, §2.7p, §2.7q):
 - Create adopts an existing id whose fingerprint (backend, workspace, env, limits, image,
   user, network) matches, and replaces it otherwise; files in the workspace survive both.
-- Stop kills the sandbox's running commands (in this process) and marks it stopped; the
+- Stop kills the sandbox's running commands and closes its named shells (in this
+  process) and marks it stopped; the
   files are kept and nothing else is promised. Create with the same settings resumes it.
 - Destroy kills its commands, forgets it and removes the workspace when the service
   created it (a caller-provided directory is never deleted).
-The docker backend is not built yet: asking for it answers FAILED_PRECONDITION/SANDBOX_UNAVAILABLE.
+A docker sandbox (backend "docker", docker_backend.py) is the same record plus one persistent
+container: its fingerprint (workspace, image, env, user, network, limits) is also the
+container's `agentrt.fingerprint` label; Create adopts the container when it matches and
+replaces it otherwise; Get reports the engine's state; Stop stops and Destroy removes the
+container; a container this service did not create is never touched (SANDBOX_FOREIGN).
 
 Calls without a sandbox run in the request's workspace, or `<root>/<tenant>/runs/<run_id>`.
 """
@@ -21,13 +26,17 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import Protocol
 
 from agentrt.core.errors import Reason, invalid, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
 from agentrt.tools.config import CommandLimits, ToolsConfig
+from agentrt.tools.docker_backend import DockerSandbox
+from agentrt.tools.docker_engine import ContainerSpec, container_name
 from agentrt.tools.paths import Workspace, check_workspace_path, open_workspace
-from agentrt.tools.sandbox import LocalSandbox
+from agentrt.tools.sandbox import CommandRequest, CommandResult, LocalSandbox
 from agentrt.tools.store import SandboxRecord, ToolStore
 
 LOCAL = "local"
@@ -36,6 +45,25 @@ ABSENT = "absent"
 STOPPED = "stopped"
 RUNNING = "running"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_DOCKER_FIELDS = {
+    "image": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$"),
+    "user": re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$"),
+    "network": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
+}
+
+
+class Runner(Protocol):
+    """What runs exec_command's commands: `LocalSandbox` or a docker `ContainerRunner`."""
+
+    mode: str
+
+    def require(self) -> None:
+        """Raise MeshError FAILED_PRECONDITION/SANDBOX_UNAVAILABLE unless commands may run."""
+
+    async def run(
+        self, req: CommandRequest, *, emit: Callable[[str, str], None] | None, deadline: float | None
+    ) -> CommandResult:
+        """Run one command (see `LocalSandbox.run` for the contract)."""
 
 
 @dataclass(frozen=True)
@@ -47,12 +75,16 @@ class ExecContext:
         env: variables every command sees (on top of the sandbox's base environment).
         limits: rlimits of its commands.
         group: kill group ("tenant/sandbox_id"), "" without a sandbox.
+        runner: the sandbox's command runner; None = the service's local runner.
+        tenant: the caller's tenant (set by the executor; named shells are keyed by it).
     """
 
     workspace: Workspace
     env: dict[str, str] = field(default_factory=dict)
     limits: CommandLimits = field(default_factory=CommandLimits)
     group: str = ""
+    runner: Runner | None = None
+    tenant: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,14 +117,30 @@ class SandboxInfo:
 class SandboxManager:
     """Resolves where calls run and manages local sandboxes (see the module docstring)."""
 
-    def __init__(self, config: ToolsConfig, store: ToolStore, runner: LocalSandbox) -> None:
-        """Create the manager over the journal store and the command runner."""
+    def __init__(
+        self, config: ToolsConfig, store: ToolStore, runner: LocalSandbox, docker: DockerSandbox | None = None
+    ) -> None:
+        """Create the manager over the journal store, the local runner and the docker backend.
+
+        The docker backend contacts its engine only when a docker sandbox is used.
+        """
         self.config = config
         self.store = store
         self.runner = runner
+        self.docker = docker or DockerSandbox(config.docker, config.max_progress_bytes)
         self.root = os.path.realpath(config.resolved_workspace_root)
         self._protected = (os.path.realpath(config.server.state_dir),)
         self._allowed = (self.root,)
+        #: called with the kill group when a sandbox's processes must end (stop, destroy,
+        #: replace); the executor's named shells register here (004 §2.7k)
+        self.on_release: list[Callable[[str], Awaitable[object]]] = []
+
+    async def _end_processes(self, tenant: str, sandbox_id: str) -> None:
+        """Kill a sandbox's running commands and close its named shells (this process)."""
+        group = f"{tenant}/{sandbox_id}"
+        self.runner.kill_group(group)
+        for release in self.on_release:
+            await release(group)
 
     def _open(self, path: str, *, owned: bool) -> Workspace:
         return open_workspace(
@@ -119,6 +167,14 @@ class SandboxManager:
                     Reason.SANDBOX_STOPPED, f"sandbox {sandbox_id!r} is stopped; CreateSandbox resumes it"
                 )
             settings = json.loads(rec.settings_json)
+            if rec.backend == DOCKER:  # its env is on the container (004 §2.7n)
+                return ExecContext(
+                    self._open(rec.workspace, owned=rec.owns_workspace),
+                    {},
+                    self._limits(settings["limits"]),
+                    f"{tenant}/{sandbox_id}",
+                    self.docker.runner_for(settings["docker"]["container"]),
+                )
             return ExecContext(
                 self._open(rec.workspace, owned=rec.owns_workspace),
                 dict(settings["env"]),
@@ -146,19 +202,25 @@ class SandboxManager:
         """Create, adopt or replace a sandbox (004 §2.7n) and return it running.
 
         Raises:
-            MeshError: FAILED_PRECONDITION/SANDBOX_UNAVAILABLE for the docker backend;
-                INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY for image/user/network on the local
-                backend; INVALID_ARGUMENT/INVALID_ID, INVALID_VALUE for bad fields.
+            MeshError: INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY for image/user/network on the
+                local backend; INVALID_ARGUMENT/INVALID_ID, INVALID_VALUE for bad fields;
+                docker: FAILED_PRECONDITION/SANDBOX_UNAVAILABLE (engine unreachable, image
+                missing, container refused), SANDBOX_FOREIGN (another container holds the name).
         """
         backend = spec.backend or LOCAL
         if backend not in (LOCAL, DOCKER):
             raise invalid(Reason.INVALID_VALUE, "unknown sandbox backend", field="backend")
-        if backend == DOCKER:
-            raise precondition(
-                Reason.SANDBOX_UNAVAILABLE, "the docker backend is not available in this release"
-            )
         for name in ("image", "user", "network"):
-            if getattr(spec, name):
+            value = getattr(spec, name)
+            if backend == DOCKER and value and not _DOCKER_FIELDS[name].match(value):
+                raise invalid(Reason.INVALID_VALUE, f"malformed {name} {value[:64]!r}", field=name)
+            if backend == DOCKER and name == "network" and value == "host":
+                raise invalid(
+                    Reason.INVALID_VALUE,
+                    "the host network is refused: it would open the host's loopback services",
+                    field="network",
+                )
+            if backend == LOCAL and value:
                 raise invalid(
                     Reason.UNSUPPORTED_CAPABILITY,
                     f"the local backend has no {name}: commands run as an unprivileged user with no network",
@@ -182,6 +244,8 @@ class SandboxManager:
         path = (
             os.path.join(self.root, tenant, "sandboxes", sandbox_id) if owned else self._check(spec.workspace)
         )
+        if backend == DOCKER:
+            return await self._create_docker(tenant, spec, sandbox_id, path, owned, limits)
         settings = {"env": dict(sorted(spec.env.items())), "limits": limits}
         identity = {
             **asdict(spec),
@@ -197,7 +261,9 @@ class SandboxManager:
             await self.store.set_sandbox_state(tenant, sandbox_id, RUNNING)
             return SandboxInfo(sandbox_id, backend, RUNNING, ws.path)
         if existing is not None:
-            self.runner.kill_group(f"{tenant}/{sandbox_id}")  # replaced: its processes do not carry over
+            await self._end_processes(tenant, sandbox_id)  # replaced: its processes do not carry over
+            if existing.backend == DOCKER:
+                await self.docker.remove(container_name(self.root, tenant, sandbox_id), tenant, sandbox_id)
         rec = SandboxRecord(
             tenant,
             sandbox_id,
@@ -222,6 +288,10 @@ class SandboxManager:
         rec = await self.store.get_sandbox(tenant, sandbox_id)
         if rec is None:
             return SandboxInfo(sandbox_id, LOCAL, ABSENT)
+        if rec.backend == DOCKER:  # the engine's word, not the record's (004 §2.7p)
+            name = container_name(self.root, tenant, sandbox_id)
+            state = await self.docker.state(name, tenant, sandbox_id)
+            return SandboxInfo(sandbox_id, DOCKER, state, rec.workspace)
         return SandboxInfo(sandbox_id, rec.backend, rec.state, rec.workspace)
 
     async def stop(self, tenant: str, sandbox_id: str) -> SandboxInfo:
@@ -231,7 +301,9 @@ class SandboxManager:
             MeshError: NOT_FOUND/SANDBOX_NOT_FOUND; INVALID_ARGUMENT/INVALID_ID.
         """
         rec = await self._get(tenant, sandbox_id)
-        self.runner.kill_group(f"{tenant}/{sandbox_id}")
+        if rec.backend == DOCKER:
+            await self.docker.stop(container_name(self.root, tenant, sandbox_id), tenant, sandbox_id)
+        await self._end_processes(tenant, sandbox_id)
         await self.store.set_sandbox_state(tenant, sandbox_id, STOPPED)
         return SandboxInfo(sandbox_id, rec.backend, STOPPED, rec.workspace)
 
@@ -242,8 +314,58 @@ class SandboxManager:
             MeshError: NOT_FOUND/SANDBOX_NOT_FOUND; INVALID_ARGUMENT/INVALID_ID.
         """
         rec = await self._get(tenant, sandbox_id)
-        self.runner.kill_group(f"{tenant}/{sandbox_id}")
+        if rec.backend == DOCKER:
+            await self.docker.remove(container_name(self.root, tenant, sandbox_id), tenant, sandbox_id)
+        await self._end_processes(tenant, sandbox_id)
         await self.store.delete_sandbox(tenant, sandbox_id)
         if rec.owns_workspace and rec.workspace.startswith(self.root + "/"):
             # rmtree works on descriptors here, so a symlink planted inside cannot redirect it.
             await asyncio.to_thread(shutil.rmtree, rec.workspace, True)
+
+    async def _create_docker(
+        self, tenant: str, spec: SandboxSpec, sandbox_id: str, path: str, owned: bool, limits: dict[str, int]
+    ) -> SandboxInfo:
+        """Create, adopt or replace a docker sandbox's container (004 §2.7n–§2.7q)."""
+        image = spec.image or self.config.docker.image
+        env = dict(sorted(spec.env.items()))
+        resolved = self._limits(limits)
+        docker = self.config.docker
+        identity = {
+            "backend": DOCKER,
+            "workspace": path,
+            "image": image,
+            "env": env,  # an empty map hashes like an absent one (both {})
+            "user": spec.user,
+            "network": spec.network,
+            "limits": asdict(resolved),
+            "cpus": docker.cpus,
+            "pids_limit": docker.pids_limit,
+        }
+        fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        existing = await self.store.get_sandbox(tenant, sandbox_id)
+        ws = self._open(path, owned=owned)
+        name = container_name(self.root, tenant, sandbox_id)
+        if existing is not None and existing.backend != DOCKER:
+            await self._end_processes(tenant, sandbox_id)
+        container = await self.docker.ensure(
+            ContainerSpec(
+                name, tenant, sandbox_id, image, ws.path, env, spec.user, spec.network, resolved, fingerprint
+            )
+        )
+        settings = {
+            "env": env,
+            "limits": limits,
+            "docker": {"container": container, "name": name, "image": image},
+        }
+        rec = SandboxRecord(
+            tenant,
+            sandbox_id,
+            DOCKER,
+            RUNNING,
+            ws.path,
+            owned or bool(existing and existing.owns_workspace and existing.workspace == ws.path),
+            json.dumps(settings),
+            fingerprint,
+        )
+        await self.store.put_sandbox(rec)
+        return SandboxInfo(sandbox_id, DOCKER, RUNNING, ws.path)

@@ -76,7 +76,9 @@ def build_server(config: ToolsConfig) -> MeshServer:
             log.error("sandbox unavailable, exec_command will be refused: %s", runner.problem)
 
     async def close() -> None:
+        await executor.close()  # named shells first: their in-flight commands end in an error
         await runner.close()
+        await sandboxes.docker.close()  # kills in-flight docker commands; containers stay
         await db.close()
 
     return MeshServer(config.server, [binding], ready=ready, close=close)

@@ -11,21 +11,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import sys
 from collections.abc import AsyncIterator
 
 import grpc
 from google.protobuf import duration_pb2
 
-from agentrt.core.errors import missing
+from agentrt.core.errors import Reason, invalid, missing
+from agentrt.core.policy import AGENT, SERVICE, CommandPolicy, PatternError, compile_policy, validate_patterns
 from agentrt.mesh.context import current_tenant
+from agentrt.tools.archive import Target, WorkspaceArchives
 from agentrt.tools.args import CallInput
-from agentrt.tools.catalog import BUILTIN, ToolDef
+from agentrt.tools.catalog import ToolDef, builtin
 from agentrt.tools.executor import ExecuteInput, ToolExecutor
 from agentrt.tools.results import Outcome, ResultStatus
 from agentrt.tools.sandboxes import DOCKER, LOCAL, SandboxInfo, SandboxManager, SandboxSpec
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
+
+log = logging.getLogger("agentrt.tools")
 
 _STATUS = {
     ResultStatus.OK: common_pb2.TOOL_RESULT_STATUS_OK,
@@ -92,8 +98,30 @@ def tool_result(call_id: str, name: str, outcome: Outcome) -> common_pb2.ToolRes
     )
 
 
-def _input(request: pb.ExecuteToolRequest) -> ExecuteInput:
+def _request_policy(policy: common_pb2.CommandPolicy) -> CommandPolicy | None:
+    """Compile a request's command policy; None when it has no patterns.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/INVALID_VALUE naming the pattern that does not compile
+            (bad caller input: nothing runs and nothing is recorded).
+    """
+    if not policy.allow and not policy.deny:
+        return None
+    try:
+        validate_patterns(policy.allow, policy.deny)
+    except PatternError as exc:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"command_policy.{exc.rule}[{exc.index}]: {exc}",
+            field=f"command_policy.{exc.rule}",
+            pattern=exc.pattern,
+        ) from None
+    return compile_policy(policy.allow, policy.deny, origin=AGENT)
+
+
+def _input(request: pb.ExecuteToolRequest, service_policy: CommandPolicy) -> ExecuteInput:
     call = request.call
+    policies = [p for p in (service_policy, _request_policy(request.command_policy)) if p and not p.empty]
     return ExecuteInput(
         run_id=request.run_id,
         call=CallInput(
@@ -103,7 +131,12 @@ def _input(request: pb.ExecuteToolRequest) -> ExecuteInput:
         workspace=request.workspace,
         timeout_seconds=request.timeout.ToNanoseconds() / 1e9 if request.HasField("timeout") else 0.0,
         max_output_bytes=request.max_output_bytes,
+        command_policies=tuple(policies),
     )
+
+
+def _target(target: pb.WorkspaceTarget) -> Target:
+    return Target(target.sandbox_id, target.workspace, target.run_id, target.path)
 
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:
@@ -126,15 +159,32 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
     """ToolService over the executor and the sandbox manager."""
 
     def __init__(self, executor: ToolExecutor, sandboxes: SandboxManager) -> None:
-        """Serve the given domain objects."""
+        """Serve the given domain objects; compile the service's own command policy (004 §2.7j).
+
+        A service pattern that does not compile is not fatal: the policy then refuses every
+        command (fail closed), and this is logged and printed loudly once, here, at startup.
+        """
         self._exec = executor
         self._sandboxes = sandboxes
+        config = executor.config
+        self._policy = compile_policy(config.policy_allow, config.policy_deny, origin=SERVICE)
+        if self._policy.broken is not None:
+            text = (
+                f"agentrt tools: the service command policy does not compile ({self._policy.broken}); "
+                "exec_command will REFUSE EVERY COMMAND until AGENTRT_TOOLS_POLICY_ALLOW/DENY is fixed"
+            )
+            print(f"!!! {text} !!!", file=sys.stderr, flush=True)
+            log.error(text)
+        self._archives = WorkspaceArchives(sandboxes, config.max_archive_bytes)
 
     async def ListTools(
         self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListToolsResponse:
-        """Return the built-in catalog with JSON Schemas and capability fields (004 §2.7c)."""
-        return pb.ListToolsResponse(tools=[tool_spec(t) for t in BUILTIN])
+        """Return the built-in catalog with JSON Schemas and capability fields (004 §2.7c).
+
+        exec_command's schema has `session_id` only when named shells are enabled (§2.7k).
+        """
+        return pb.ListToolsResponse(tools=[tool_spec(t) for t in builtin(self._exec.config.shells)])
 
     async def ExecuteTool(
         self, request: pb.ExecuteToolRequest, context: grpc.aio.ServicerContext
@@ -143,13 +193,14 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
 
         Raises:
             INVALID_ARGUMENT: MISSING_FIELD (run_id, call.call_id, call.name), INVALID_ID,
-                UNKNOWN_TOOL, INVALID_VALUE (workspace, timeout), CALL_ID_REUSED.
+                UNKNOWN_TOOL, INVALID_VALUE (workspace, timeout, a command_policy pattern that
+                does not compile), CALL_ID_REUSED.
             NOT_FOUND: SANDBOX_NOT_FOUND.
             FAILED_PRECONDITION: SANDBOX_UNAVAILABLE (isolation probe failed), SANDBOX_STOPPED.
             ABORTED: EXECUTION_IN_PROGRESS (running in another process; RetryInfo set).
             DEADLINE_EXCEEDED / CANCELLED: the caller's own ending (recorded INTERRUPTED).
         """
-        inp = _input(request)
+        inp = _input(request, self._policy)
         outcome, replayed = await self._exec.execute(current_tenant(), inp, deadline=_deadline(context))
         return pb.ExecuteToolResponse(
             result=tool_result(inp.call.call_id, inp.call.name, outcome), replayed=replayed
@@ -163,7 +214,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         The stream is: zero or more `progress` messages in arrival order, then exactly one
         `result`, then the end. A replayed call streams only its result.
         """
-        inp = _input(request.request)
+        inp = _input(request.request, self._policy)
         queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         task = asyncio.create_task(
             self._exec.execute(
@@ -272,3 +323,57 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
             raise missing("sandbox_id")
         await self._sandboxes.destroy(current_tenant(), request.sandbox_id)
         return pb.DestroySandboxResponse()
+
+    async def UploadWorkspace(
+        self, request_iterator: AsyncIterator[pb.UploadWorkspaceRequest], context: grpc.aio.ServicerContext
+    ) -> pb.UploadWorkspaceResponse:
+        """Unpack a tar (plain or gzip) sent in chunks of at most 1 MiB into a workspace directory.
+
+        The first message carries the target (and may carry data); later ones data only.
+        Answers the regular files and bytes of content written. Members before a refused
+        one stay written; nothing is ever written outside the workspace.
+
+        Raises:
+            INVALID_ARGUMENT: MISSING_FIELD (no target in the first message), INVALID_ID,
+                INVALID_VALUE (workspace, path, a target in a later message, a member that
+                would replace a directory), MALFORMED_ARCHIVE, PATH_OUTSIDE_WORKSPACE,
+                REQUEST_TOO_LARGE (a chunk over 1 MiB; the archive or its content over
+                `max_archive_bytes`).
+            NOT_FOUND: SANDBOX_NOT_FOUND. FAILED_PRECONDITION: SANDBOX_STOPPED.
+        """
+        it = request_iterator.__aiter__()
+        first = await anext(it, None)
+        if first is None or not first.HasField("target"):
+            raise missing("target")
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield first.data
+            async for message in it:
+                if message.HasField("target"):
+                    raise invalid(
+                        Reason.INVALID_VALUE, "target is set in the first message only", field="target"
+                    )
+                yield message.data
+
+        done = await self._archives.upload(current_tenant(), _target(first.target), chunks())
+        return pb.UploadWorkspaceResponse(files=done.files, bytes=done.bytes)
+
+    async def DownloadWorkspace(
+        self, request: pb.DownloadWorkspaceRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.DownloadWorkspaceResponse]:
+        """Stream a tar (gzip when asked) of a workspace directory, in chunks of at most 1 MiB.
+
+        The stream ends after the archive's last chunk. Symlinks are stored as links, never
+        followed; FIFOs, sockets and devices are left out.
+
+        Raises:
+            INVALID_ARGUMENT: MISSING_FIELD (target), INVALID_ID, INVALID_VALUE (workspace;
+                path not an existing directory), PATH_OUTSIDE_WORKSPACE.
+            NOT_FOUND: SANDBOX_NOT_FOUND. FAILED_PRECONDITION: SANDBOX_STOPPED.
+        """
+        if not request.HasField("target"):
+            raise missing("target")
+        async for chunk in self._archives.download(
+            current_tenant(), _target(request.target), gzip=request.gzip
+        ):
+            yield pb.DownloadWorkspaceResponse(data=chunk)

@@ -33,8 +33,8 @@ async def test_list_tools_has_schemas_and_capabilities(tools):
         assert schema["type"] == "object"
         assert spec.description
     assert json.loads(specs["exec_command"].parameters_json_schema)["required"] == ["cmd"]
-    # shells are not enabled, so no session_id is offered (004 §2.7k)
-    assert "session_id" not in json.loads(specs["exec_command"].parameters_json_schema)["properties"]
+    # named shells are on by default, so session_id is offered (004 §2.7k; off: test_tools_shells.py)
+    assert "session_id" in json.loads(specs["exec_command"].parameters_json_schema)["properties"]
     assert specs["read_file"].read_only and specs["read_file"].retry_safe
     assert specs["list_files"].read_only
     assert not specs["exec_command"].read_only and not specs["exec_command"].retry_safe

@@ -84,9 +84,9 @@ async def test_stop_kills_running_commands(tools):
     [
         (
             "CreateSandbox",
-            pb.CreateSandboxRequest(backend=pb.SANDBOX_BACKEND_DOCKER),
-            grpc.StatusCode.FAILED_PRECONDITION,
-            "SANDBOX_UNAVAILABLE",
+            pb.CreateSandboxRequest(backend=pb.SANDBOX_BACKEND_DOCKER, network="host"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_VALUE",
         ),
         (
             "CreateSandbox",
