@@ -9,7 +9,9 @@ Decisions where the contract is silent (see docs/services/runs.md):
 - an inline agent may leave `name` empty ("agent"); a registered one may not;
 - an agent with no tools gets the built-in workspace tools (exec_command, read_file,
   write_file, list_files) that the tool service offers;
-- handoffs are not built yet: a spec naming any is refused (UNIMPLEMENTED).
+- handoffs are not built yet: a spec naming any is refused (UNIMPLEMENTED);
+- a `command_policy` is for the catalog's exec_command only (elsewhere it would be silently
+  ignored, so it is refused), and its patterns must compile (004 §2.7j).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
+from agentrt.core.policy import PatternError, validate_patterns
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -31,6 +34,8 @@ DEFAULT_AGENT_NAME = "agent"
 #: test keeps the two equal without the run loop importing the gateway).
 KNOWN_PROVIDERS = ("local", "openai", "openai-chat", "anthropic")
 DEFAULT_TOOLS = ("exec_command", "read_file", "write_file", "list_files")
+#: The one tool a command policy applies to.
+EXEC_COMMAND = "exec_command"
 DEFAULT_INSTRUCTIONS = (
     "You are an agent working in a workspace directory. Use the tools to inspect and change "
     "files and to run commands, one step at a time. When the task is done, reply with a short "
@@ -132,6 +137,7 @@ def validate_agent(spec: pb.AgentSpec, *, require_name: bool, field: str = "agen
                 )
             if tool.spec.parameters_json_schema:
                 _json_object(tool.spec.parameters_json_schema, f"{where}.spec.parameters_json_schema")
+        _validate_command_policy(tool, where)
     lim = spec.limits
     for name in ("max_turns", "max_tool_concurrency", "max_tool_calls"):
         if getattr(lim, name) < 0:
@@ -153,6 +159,28 @@ def validate_agent(spec: pb.AgentSpec, *, require_name: bool, field: str = "agen
     _validate_enums(spec, field)
     if spec.handoffs:
         raise MeshError(Status.UNIMPLEMENTED, Reason.NOT_IMPLEMENTED_YET, "handoffs are not available yet")
+
+
+def _validate_command_policy(tool: pb.AgentTool, where: str) -> None:
+    """Refuse a command policy off exec_command, or one with a pattern that does not compile."""
+    policy = tool.command_policy
+    if not policy.allow and not policy.deny:
+        return
+    if tool.name != EXEC_COMMAND or tool.spec.external:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"{where}.command_policy applies to the exec_command tool only, not {tool.name!r}",
+            field=f"{where}.command_policy",
+        )
+    try:
+        validate_patterns(policy.allow, policy.deny)
+    except PatternError as exc:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"tool {tool.name!r}: {where}.command_policy.{exc}",
+            field=f"{where}.command_policy.{exc.rule}[{exc.index}]",
+            pattern=exc.pattern,
+        ) from None
 
 
 def _validate_model(spec: pb.AgentSpec, field: str) -> None:
@@ -279,3 +307,16 @@ def offered_specs(snap: pb.AgentSpec) -> list[cpb.ToolSpec]:
             spec.timeout.CopyFrom(tool.timeout)
         out.append(spec)
     return out
+
+
+def command_policies(snap: pb.AgentSpec) -> dict[str, cpb.CommandPolicy]:
+    """Return the command policies of a snapshot's tools by tool name (004 §2.7j).
+
+    Only the catalog's exec_command carries one (`validate_agent` refuses it elsewhere);
+    tools without patterns are left out.
+    """
+    return {
+        t.name: t.command_policy
+        for t in snap.tools
+        if (t.command_policy.allow or t.command_policy.deny) and not t.spec.external
+    }

@@ -29,7 +29,7 @@ from typing import Any
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.core.errors import MeshError
 from agentrt.runs import turn as turnmod
-from agentrt.runs.agents import limits_of, offered_specs
+from agentrt.runs.agents import command_policies, limits_of, offered_specs
 from agentrt.runs.context_cache import ContextCache
 from agentrt.runs.convert import call_out, kind_out, response_in
 from agentrt.runs.events import EventHub
@@ -361,7 +361,8 @@ class RunExecutor:
         r = self.r
         specs = {s.name: s for s in offered_specs(r.agent)}
         budget = max_tool_calls - r.tool_calls if max_tool_calls else None
-        planned = plan_calls(decision.calls, specs, set(r.always_approved), r.answers, budget)
+        policies = command_policies(r.agent)
+        planned = plan_calls(decision.calls, specs, set(r.always_approved), r.answers, budget, policies)
         waiting = pending_calls(planned)
         if waiting:
             staged = [self.channel.stage(turn, run_suspended=pb.RunSuspended(pending_calls=waiting))]
@@ -391,6 +392,9 @@ class RunExecutor:
                 workspace=r.workspace,
                 concurrency=concurrency,
                 on_result=lambda res: self._publish(tool_returned=pb.ToolReturned(result=res)),
+                on_progress=lambda call_id, stream, text: self._publish(
+                    tool_progressed=pb.ToolProgressed(call_id=call_id, stream=stream, text=text)
+                ),
             )
         )
         self._defer(

@@ -25,7 +25,7 @@ from typing import TypeVar
 import grpc
 
 from agentrt.client.channels import MeshClient
-from agentrt.core.errors import MeshError
+from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import TENANT_HEADER
 from agentrt.mesh.status import from_rpc_error, reason_of
 from agentrt.v1 import common_pb2 as cpb
@@ -243,6 +243,50 @@ class Peers:
                 request, metadata=_md(tenant), timeout=timeout + self._tool_grace_s
             )
         )
+
+    async def stream_execute(
+        self,
+        tenant: str,
+        request: tpb.ExecuteToolRequest,
+        on_progress: Callable[[tpb.ToolProgress], None],
+    ) -> tpb.ExecuteToolResponse:
+        """Execute one tool call through StreamExecuteTool, passing its output chunks on.
+
+        Re-sending is safe: the tool service answers a repeated (run_id, call_id) from its
+        journal or joins the call in flight, so a stream cut by a restart is sent again
+        (a chunk may then be passed on twice; the result is the call's one result).
+
+        Args:
+            tenant: the run's tenant.
+            request: the call.
+            on_progress: called with each output chunk, in order.
+
+        Raises:
+            MeshError: the tool service's error; INTERNAL when the stream ends without a result.
+        """
+        timeout = (
+            request.timeout.seconds + request.timeout.nanos / 1e9 if request.HasField("timeout") else 600.0
+        )
+
+        async def send() -> tpb.ExecuteToolResponse:
+            call = self.client.tool_service.StreamExecuteTool(
+                tpb.StreamExecuteToolRequest(request=request),
+                metadata=_md(tenant),
+                timeout=timeout + self._tool_grace_s,
+            )
+            try:
+                async for message in call:
+                    if message.HasField("progress"):
+                        on_progress(message.progress)
+                    elif message.HasField("result"):
+                        return message.result
+            finally:
+                call.cancel()
+            raise MeshError(
+                Status.INTERNAL, Reason.INTERNAL, "the tool service's stream ended without a result"
+            )
+
+        return await self._call(send)
 
 
 __all__ = ["MeshError", "Peers"]

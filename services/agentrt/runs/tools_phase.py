@@ -9,6 +9,14 @@
 - it runs through the tool service.
 If any call waits, the whole turn pauses and nothing runs (004 §2.2 step 4).
 
+The command policy is checked BEFORE the approval gate (004 §2.7j, §2.7l): an exec_command
+call whose arguments do not decode, or whose command the agent's `command_policy` refuses,
+never waits for a person. It goes straight to the tool service, which refuses it as a
+result naming the rule: the refusal has one code path (`agentrt.core.policy`, used by both
+sides), and the tool service also applies its own policy, which the run loop cannot see
+(a call only the service's policy refuses still waits for approval, then is refused).
+Every exec_command request carries the agent's policy, so the tool service enforces it.
+
 `execute_calls` runs the runnable calls concurrently up to the cap (one `sequential`
 tool serializes the batch), and returns every result in call order, whatever the
 completion order. A tool failure is a result with is_error; a tool service that is down
@@ -23,6 +31,8 @@ from dataclasses import dataclass
 
 from agentrt.core.decide import Call
 from agentrt.core.errors import MeshError, Reason, Status, invalid
+from agentrt.core.policy import AGENT, check_exec_call, compile_policy
+from agentrt.runs.agents import EXEC_COMMAND
 from agentrt.runs.convert import call_out
 from agentrt.runs.peers import Peers
 from agentrt.runs.persistence import RUNTIME_DETAILS
@@ -54,12 +64,16 @@ def runtime_result(call: Call, content: str, status: int, *, is_error: bool = Tr
 
 @dataclass
 class Planned:
-    """What happens to one call: `result` set = answered; `pending` set = waits; else runs."""
+    """What happens to one call: `result` set = answered; `pending` set = waits; else runs.
+
+    `policy` is the agent's command policy for the call's tool, sent with the request.
+    """
 
     call: Call
     spec: cpb.ToolSpec | None = None
     result: cpb.ToolResult | None = None
     pending: int = pb.PENDING_CALL_KIND_UNSPECIFIED
+    policy: cpb.CommandPolicy | None = None
 
     @property
     def runs(self) -> bool:
@@ -73,6 +87,7 @@ def plan_calls(
     always_approved: set[str],
     answers: pb.ResumeRunRequest,
     budget_left: int | None,
+    policies: Mapping[str, cpb.CommandPolicy] | None = None,
 ) -> list[Planned]:
     """Partition calls (see the module docstring); pure.
 
@@ -82,13 +97,15 @@ def plan_calls(
         always_approved: tools approved for every later call of this run.
         answers: decisions and external results received so far.
         budget_left: calls the run may still execute; None = unlimited.
+        policies: the agent's command policies by tool name (exec_command's).
     """
     decisions = {d.call_id: d for d in answers.decisions}
     results = {r.call_id: r for r in answers.results}
+    policies = policies or {}
     out = []
     for call in calls:
         spec = specs.get(call.name)
-        plan = Planned(call, spec)
+        plan = Planned(call, spec, policy=policies.get(call.name))
         if spec is None:
             plan.result = runtime_result(call, f"Tool '{call.name}' not found.", cpb.TOOL_RESULT_STATUS_ERROR)
         elif call.has_invalid_arguments:
@@ -105,7 +122,7 @@ def plan_calls(
                     plan.result.status = (
                         cpb.TOOL_RESULT_STATUS_ERROR if given.is_error else cpb.TOOL_RESULT_STATUS_OK
                     )
-        elif spec.needs_approval and call.name not in always_approved:
+        elif spec.needs_approval and call.name not in always_approved and not _refused_by_tool(plan):
             decision = decisions.get(call.call_id)
             if decision is None:
                 plan.pending = pb.PENDING_CALL_KIND_APPROVAL
@@ -120,6 +137,20 @@ def plan_calls(
     return out
 
 
+def _refused_by_tool(plan: Planned) -> bool:
+    """True when exec_command will refuse the call as a result (policy veto or bad arguments).
+
+    Such a call skips the approval gate (004 §2.7j, §2.7l): a person is never asked about
+    a call the tool refuses anyway. The check is the tool service's own first check.
+    """
+    if plan.call.name != EXEC_COMMAND or plan.spec is None or plan.spec.external:
+        return False
+    policies = []
+    if plan.policy is not None:
+        policies.append(compile_policy(plan.policy.allow, plan.policy.deny, origin=AGENT))
+    return check_exec_call(plan.call.arguments, policies) is not None
+
+
 def pending_calls(planned: Sequence[Planned]) -> list[pb.PendingCall]:
     """Return the calls that wait, in call order."""
     return [pb.PendingCall(call=call_out(p.call), kind=p.pending) for p in planned if p.pending]  # type: ignore[arg-type]
@@ -130,20 +161,57 @@ IN_PROGRESS_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
 IN_PROGRESS_ATTEMPTS = 120
 
 
-async def _execute(peers: Peers, tenant: str, request: tpb.ExecuteToolRequest) -> cpb.ToolResult:
+#: Output of one call passed on as tool_progressed events, in characters; the result keeps
+#: the (capped) whole either way, so a flood does not flood the run's event log.
+MAX_PROGRESS_CHARS = 64 * 1024
+
+ProgressSink = Callable[[str, str, str], None]
+
+
+async def _execute(
+    peers: Peers,
+    tenant: str,
+    request: tpb.ExecuteToolRequest,
+    on_progress: Callable[[tpb.ToolProgress], None] | None = None,
+) -> cpb.ToolResult:
     """ExecuteTool, re-sent while the tool service says the call still runs elsewhere.
 
-    After a takeover the dead replica's call may still be running in the tool service; the
-    journal answers ABORTED/EXECUTION_IN_PROGRESS until it ends, then the recorded result.
+    With on_progress, StreamExecuteTool is used and each output chunk is passed on. After a
+    takeover the dead replica's call may still be running in the tool service; the journal
+    answers ABORTED/EXECUTION_IN_PROGRESS until it ends, then the recorded result.
     """
-    for attempt in range(IN_PROGRESS_ATTEMPTS):
+    for attempt in range(IN_PROGRESS_ATTEMPTS + 1):
         try:
-            return (await peers.execute(tenant, request)).result
+            if on_progress is None:
+                return (await peers.execute(tenant, request)).result
+            return (await peers.stream_execute(tenant, request, on_progress)).result
         except MeshError as err:
-            if err.status != Status.ABORTED or err.reason != Reason.EXECUTION_IN_PROGRESS:
+            if (
+                attempt == IN_PROGRESS_ATTEMPTS
+                or err.status != Status.ABORTED
+                or err.reason != Reason.EXECUTION_IN_PROGRESS
+            ):
                 raise
             await asyncio.sleep(IN_PROGRESS_BACKOFF_S[min(attempt, len(IN_PROGRESS_BACKOFF_S) - 1)])
-    return (await peers.execute(tenant, request)).result
+    raise AssertionError("unreachable")
+
+
+def _progress_relay(call_id: str, sink: ProgressSink) -> Callable[[tpb.ToolProgress], None]:
+    """Pass a call's chunks to sink until MAX_PROGRESS_CHARS, then one marker, then nothing."""
+    left = MAX_PROGRESS_CHARS
+
+    def relay(progress: tpb.ToolProgress) -> None:
+        nonlocal left
+        if left <= 0:
+            return
+        text = progress.text[:left]
+        left -= len(text)
+        if left <= 0:
+            text += "\n[... further output is in the result only ...]\n"
+        if text:
+            sink(call_id, progress.stream, text)
+
+    return relay
 
 
 async def execute_calls(
@@ -155,6 +223,7 @@ async def execute_calls(
     workspace: str,
     concurrency: int,
     on_result: Callable[[cpb.ToolResult], None],
+    on_progress: ProgressSink | None = None,
 ) -> list[cpb.ToolResult]:
     """Run the runnable calls; return all results in call order (004 §2.2 step 5).
 
@@ -166,6 +235,9 @@ async def execute_calls(
         workspace: absolute directory the calls run in; "" = the tool service's default.
         concurrency: calls executing at once (>= 1).
         on_result: called with each result as it completes (for live events).
+        on_progress: called with (call_id, stream, text) for output chunks of calls that
+            change things (read-only calls finish quickly and stream nothing), at most
+            MAX_PROGRESS_CHARS per call (004 §2.7g).
 
     Raises:
         MeshError: the tool service failed for a reason other than the call itself
@@ -179,9 +251,14 @@ async def execute_calls(
         request = tpb.ExecuteToolRequest(run_id=run_id, call=call_out(p.call), workspace=workspace)
         if p.spec is not None and p.spec.HasField("timeout"):
             request.timeout.CopyFrom(p.spec.timeout)
+        if p.policy is not None:
+            request.command_policy.CopyFrom(p.policy)
         async with gate:
             try:
-                result = await _execute(peers, tenant, request)
+                relay = None
+                if on_progress is not None and p.spec is not None and not p.spec.read_only:
+                    relay = _progress_relay(p.call.call_id, on_progress)
+                result = await _execute(peers, tenant, request, relay)
             except MeshError as err:
                 if err.metadata.get("field") == "workspace":
                     raise RunFailed(

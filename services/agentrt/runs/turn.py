@@ -137,7 +137,23 @@ _BY_STATUS: dict[Status, tuple[str, bool, str]] = {
 
 
 def failure_of(err: MeshError) -> cpb.FailureInfo:
-    """Classify a peer's error into a structured failure (kind from the reason, then the status)."""
+    """Classify a peer's error into a structured failure (kind from the reason, then the status).
+
+    The gateway's own limiter refusing a request larger than any budget it may ever have
+    (RATE_LIMITED, metadata limiter=gateway, no RetryInfo) is not retryable: it never fits.
+    """
+    never_fits = (
+        err.reason == Reason.RATE_LIMITED
+        and err.metadata.get("limiter") == "gateway"
+        and err.retry_after_seconds is None
+    )
+    if never_fits:
+        return failure(
+            "rate_limited",
+            "The model request is larger than the model's whole input-token budget.",
+            debug=err.message,
+            reason=str(err.reason),
+        )
     kind, retryable, message = _BY_REASON.get(
         str(err.reason),
         _BY_STATUS.get(err.status, ("internal", False, "The run failed because of an internal error.")),

@@ -76,3 +76,50 @@ async def test_run_calls_exec_command_then_answers(mesh, provider):
     # the second model request replayed the first turn with the runtime's call id
     second = mesh.emu.requests[-1][1]
     assert call.call_id in json.dumps(second)
+
+
+async def test_exec_command_output_arrives_as_tool_progressed_before_the_result(mesh):
+    """A running command's output is passed on as tool_progressed events (004 §2.7g)."""
+    cmd = "echo first-line; echo second-line >&2; echo third-line"
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))]),
+            Reply(text="done"),
+        ]
+    )
+    workspace = os.path.join(mesh.work, "progress")
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=agent("openai"), input="print three lines", workspace=workspace)
+    )
+    events = await mesh.events(started.run_id)
+    kinds = payloads(events)
+    call_id = next(e.tool_called.call.call_id for e in events if e.WhichOneof("payload") == "tool_called")
+    progressed = [e.tool_progressed for e in events if e.WhichOneof("payload") == "tool_progressed"]
+    assert progressed and all(p.call_id == call_id for p in progressed)
+    by_stream: dict[str, str] = {}
+    for p in progressed:
+        by_stream[p.stream] = by_stream.get(p.stream, "") + p.text
+    assert by_stream["stdout"] == "first-line\nthird-line\n"
+    assert by_stream["stderr"] == "second-line\n"
+    first_progress = kinds.index("tool_progressed")
+    assert kinds.index("tool_called") < first_progress < kinds.index("tool_returned")
+    # The events are part of the replayable log: a second reader sees the same ones.
+    again = await mesh.events(started.run_id)
+    assert [e.tool_progressed for e in again if e.WhichOneof("payload") == "tool_progressed"] == progressed
+
+
+async def test_read_only_calls_stream_no_progress(mesh):
+    """read_file runs through the unary path: no tool_progressed events."""
+    workspace = os.path.join(mesh.work, "readonly")
+    os.makedirs(workspace, exist_ok=True)
+    with open(os.path.join(workspace, "a.txt"), "w") as f:
+        f.write("alpha\n")
+    mesh.emu.script(
+        [Reply(tool_calls=[ToolCallReply("read_file", '{"path": "a.txt"}')]), Reply(text="read it")]
+    )
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=agent("openai"), input="read a.txt", workspace=workspace)
+    )
+    events = await mesh.events(started.run_id)
+    kinds = payloads(events)
+    assert "tool_returned" in kinds and "tool_progressed" not in kinds

@@ -1,0 +1,142 @@
+"""The command policy is checked before the approval gate (004 §2.7j, §2.7l), through the real mesh."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import grpc
+import pytest
+
+from agentrt.mesh.status import reason_of
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+from tests.emulators.providers import Reply, ToolCallReply
+from tests.service.runs.harness import agent
+
+DENY = r"rm\s+-rf"
+
+
+def policed_agent(**kw) -> pb.AgentSpec:
+    tools = [
+        pb.AgentTool(
+            name="exec_command",
+            needs_approval=True,
+            command_policy=cpb.CommandPolicy(allow=[r"^(echo|rm|touch) "], deny=[DENY]),
+        )
+    ]
+    return agent(tools=tools, **kw)
+
+
+async def start(mesh, *commands: dict | str, name: str = "ws") -> tuple[pb.StartRunResponse, str]:
+    calls = [ToolCallReply("exec_command", c if isinstance(c, str) else json.dumps(c)) for c in commands]
+    mesh.emu.script([Reply(tool_calls=calls), Reply(text="done")])
+    workspace = os.path.join(mesh.work, name)
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=policed_agent(), input="go", workspace=workspace)
+    )
+    return started, workspace
+
+
+async def tool_results(mesh, session_id: str) -> list[cpb.ToolResult]:
+    return [e.item.tool_result for e in await mesh.entries(session_id) if e.item.HasField("tool_result")]
+
+
+async def test_denied_command_never_waits_for_approval_and_the_model_sees_the_rule(mesh):
+    started, workspace = await start(mesh, {"cmd": "rm -rf build && touch gone.txt"})
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_SUSPENDED)
+    assert run.status == cpb.RUN_STATUS_COMPLETED and not run.pending_calls
+    kinds = [e.WhichOneof("payload") for e in await mesh.events(started.run_id)]
+    assert "run_suspended" not in kinds
+    (result,) = await tool_results(mesh, started.session_id)
+    assert result.status == cpb.TOOL_RESULT_STATUS_DENIED and result.is_error
+    assert f'"{DENY}"' in result.content
+    details = json.loads(result.details_json)
+    assert (details["reason"], details["rule"], details["pattern"]) == ("POLICY_DENIED", "deny", DENY)
+    assert not os.path.exists(os.path.join(workspace, "gone.txt"))
+    # the model's next request carries the refusal naming the rule
+    assert DENY.replace("\\", "\\\\") in json.dumps(mesh.emu.requests[-1][1])
+
+
+async def test_command_outside_the_allow_list_never_waits_either(mesh):
+    started, _ = await start(mesh, {"cmd": "curl http://example.com"})
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_SUSPENDED)
+    assert run.status == cpb.RUN_STATUS_COMPLETED
+    (result,) = await tool_results(mesh, started.session_id)
+    assert json.loads(result.details_json)["rule"] == "allow"
+
+
+async def test_allowed_command_still_waits_for_approval(mesh):
+    started, workspace = await start(mesh, {"cmd": "touch made.txt"})
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED, cpb.RUN_STATUS_COMPLETED)
+    assert run.status == cpb.RUN_STATUS_SUSPENDED
+    assert [p.kind for p in run.pending_calls] == [pb.PENDING_CALL_KIND_APPROVAL]
+    assert not os.path.exists(os.path.join(workspace, "made.txt"))
+    call_id = run.pending_calls[0].call.call_id
+    await mesh.runs.ResumeRun(
+        pb.ResumeRunRequest(
+            run_id=started.run_id, decisions=[pb.ApprovalDecision(call_id=call_id, approved=True)]
+        )
+    )
+    await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
+    assert os.path.exists(os.path.join(workspace, "made.txt"))
+
+
+async def test_a_mixed_turn_asks_only_about_the_allowed_call(mesh):
+    started, workspace = await start(mesh, {"cmd": "rm -rf /"}, {"cmd": "echo ok > ok.txt"})
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED, cpb.RUN_STATUS_COMPLETED)
+    assert run.status == cpb.RUN_STATUS_SUSPENDED
+    (pending,) = run.pending_calls
+    assert json.loads(pending.call.arguments) == {"cmd": "echo ok > ok.txt"}
+    await mesh.runs.ResumeRun(
+        pb.ResumeRunRequest(
+            run_id=started.run_id,
+            decisions=[pb.ApprovalDecision(call_id=pending.call.call_id, approved=True)],
+        )
+    )
+    await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
+    denied, ran = await tool_results(mesh, started.session_id)
+    assert denied.status == cpb.TOOL_RESULT_STATUS_DENIED and ran.status == cpb.TOOL_RESULT_STATUS_OK
+    assert os.path.exists(os.path.join(workspace, "ok.txt"))
+
+
+async def test_undecodable_arguments_never_wait_for_approval(mesh):
+    started, workspace = await start(mesh, {"cmd": "touch w.txt", "workdir": True})
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_SUSPENDED)
+    assert run.status == cpb.RUN_STATUS_COMPLETED
+    (result,) = await tool_results(mesh, started.session_id)
+    assert result.is_error and result.status == cpb.TOOL_RESULT_STATUS_ERROR
+    assert json.loads(result.details_json)["reason"] == "INVALID_ARGUMENTS" and '"workdir"' in result.content
+    assert not os.path.exists(os.path.join(workspace, "w.txt"))
+
+
+def bad_policy_agent(policy: cpb.CommandPolicy, tool: str = "exec_command", **kw) -> pb.AgentSpec:
+    return agent(tools=[pb.AgentTool(name=tool, command_policy=policy)], **kw)
+
+
+@pytest.mark.parametrize(
+    "spec,needle",
+    [
+        (bad_policy_agent(cpb.CommandPolicy(deny=["ok", "(unclosed"])), "(unclosed"),
+        (bad_policy_agent(cpb.CommandPolicy(allow=["[z-a]"])), "[z-a]"),
+        (bad_policy_agent(cpb.CommandPolicy(deny=["rm"]), tool="read_file"), "exec_command tool only"),
+    ],
+)
+async def test_bad_policies_are_refused_at_register_and_start(mesh, spec, needle):
+    for call in (
+        mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=pb.AgentSpec(name="pol", **_fields(spec)))),
+        mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="go")),
+    ):
+        with pytest.raises(grpc.RpcError) as info:
+            await call
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert reason_of(info.value) == "INVALID_VALUE"
+        assert needle in info.value.details() and "tools[0]" in info.value.details()
+    assert not mesh.emu.requests  # nothing started
+    with pytest.raises(grpc.RpcError) as info:
+        await mesh.runs.GetAgent(pb.GetAgentRequest(name="pol"))
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def _fields(spec: pb.AgentSpec) -> dict:
+    return {"model": spec.model, "tools": spec.tools}
