@@ -39,6 +39,7 @@ def _responses_items(reply: Reply, n: int, *, final: bool) -> list[dict[str, Any
                 "type": "reasoning",
                 "id": f"rs_{n}",
                 "summary": [{"type": "summary_text", "text": reply.thinking}],
+                **({"encrypted_content": reply.encrypted_reasoning} if reply.encrypted_reasoning else {}),
             }
         )
     if reply.stop_reason == "refusal":
@@ -297,6 +298,8 @@ def _anthropic_blocks(reply: Reply, n: int) -> list[dict[str, Any]]:
     if reply.thinking:
         sig = hashlib.sha256(reply.thinking.encode()).hexdigest()
         blocks.append({"type": "thinking", "thinking": reply.thinking, "signature": f"sig_{sig}"})
+    if reply.redacted_thinking:
+        blocks.append({"type": "redacted_thinking", "data": reply.redacted_thinking})
     if reply.text:
         blocks.append({"type": "text", "text": reply.text})
     for i, tc in enumerate(reply.tool_calls):
@@ -385,6 +388,8 @@ def anthropic_events(reply: Reply, model: str, n: int) -> Events:
                         "delta": {"type": "text_delta", "text": piece},
                     }
                 )
+        elif kind == "redacted_thinking":
+            pass  # sent whole in content_block_start
         elif kind == "thinking":
             for piece in _chunks(reply.thinking, reply.chunk_chars):
                 out.append(
@@ -427,3 +432,23 @@ def anthropic_events(reply: Reply, model: str, n: int) -> Events:
         )
         out.append({"type": "message_stop"})
     return [(event["type"], json.dumps(event)) for event in out]
+
+
+# ---------------------------------------------------------------- in-stream errors
+
+
+def with_stream_error(events: Events, path: str, kind: str) -> Events:
+    """Return the first half of events, then the provider's in-stream error event for kind."""
+    from tests.emulators.providers import _ANTHROPIC_ERRORS, _OPENAI_ERRORS
+
+    head = events[: max(1, len(events) // 2)]
+    if path == "/v1/messages":
+        etype, message = _ANTHROPIC_ERRORS.get(kind, _ANTHROPIC_ERRORS["server_error"])
+        error = {"type": "error", "error": {"type": etype, "message": message}}
+        return [*head, ("error", json.dumps(error))]
+    etype, code, text = _OPENAI_ERRORS.get(kind, _OPENAI_ERRORS["server_error"])
+    if path == "/v1/responses":
+        event = {"type": "error", "code": code or etype, "message": text, "param": None}
+        return [*head, ("error", json.dumps({**event, "sequence_number": len(head)}))]
+    # Chat Completions servers send an error object as a data line.
+    return [*head, (None, json.dumps({"error": {"message": text, "type": etype, "code": code}}))]

@@ -13,10 +13,21 @@ Endpoints (all POST):
 - /v1/messages/count_tokens    Anthropic token count
 - /_emulator/script            append replies (JSON list, same shape as --script)
 - /_emulator/requests (GET)    the requests received so far
+- /_emulator/rate_limit        rate-limit mode on ({"tokens": N, "window_seconds": W}) or off ({})
+- /_emulator/intake (GET)      the model requests received: monotonic time, counted input tokens,
+                               accepted or answered 429 (see "Rate-limit mode")
 
 Every model endpoint takes the next reply from one FIFO script shared by all endpoints; an
 empty script answers 500 with a message saying so. The count endpoints do not consume
-replies: they answer `token_count` when set, else about a quarter of the body's bytes.
+replies: they answer `token_count` when set, else `count_input_tokens` of the body.
+
+Rate-limit mode (a provider's input-tokens-per-window limit, for limiter tests): every
+model request's input is counted with `count_input_tokens` (the count endpoints' counter,
+a deterministic quarter of the bytes of the request's input fields) and logged in
+`intake`; a request that would take the accepted tokens of the last `window_seconds` over
+`tokens` is answered 429 with Retry-After (the time until it would fit) and counts for
+nothing. Accepted replies report the counted tokens as their input usage, and an empty
+script answers a plain text reply instead of 500, so a load test needs no script.
 
 A `Reply` with stop "context_window" is Anthropic's success-shaped
 `model_context_window_exceeded`; OpenAI has no such shape, so its endpoints answer that
@@ -35,7 +46,7 @@ import signal
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -76,6 +87,13 @@ class Reply:
         stream_malformed: send a data line that is not JSON in the middle of the stream.
         chunk_chars: characters per streamed delta.
         event_delay: seconds to wait between streamed events.
+        stream_error: an ErrorReply kind ("overloaded", "rate_limit", ...): the stream sends
+            half of its events, then the provider's in-stream error event, and ends.
+        body_malformed: a non-streaming reply whose JSON body is cut in half.
+        reply_delay: seconds to wait before a non-streaming reply is written; a client that
+            hangs up meanwhile is counted in `ProviderEmulator.aborted_requests`.
+        redacted_thinking: Anthropic redacted_thinking data (a block before the text).
+        encrypted_reasoning: OpenAI reasoning `encrypted_content` (with `thinking`).
     """
 
     text: str = ""
@@ -91,6 +109,11 @@ class Reply:
     stream_malformed: bool = False
     chunk_chars: int = 8
     event_delay: float = 0.0
+    stream_error: str | None = None
+    body_malformed: bool = False
+    reply_delay: float = 0.0
+    redacted_thinking: str = ""
+    encrypted_reasoning: str = ""
 
     @property
     def stop_reason(self) -> str:
@@ -133,6 +156,43 @@ class ErrorReply:
 
 ScriptItem = Reply | ErrorReply
 
+
+@dataclass(frozen=True)
+class RateLimit:
+    """The emulator's own input-token limit (rate-limit mode).
+
+    Attributes:
+        tokens: input tokens accepted per window.
+        window_seconds: the sliding window, in seconds.
+    """
+
+    tokens: int
+    window_seconds: float = 60.0
+
+
+#: The fields of each API's request body that are model input (what count_input_tokens reads).
+_INPUT_FIELDS = {
+    "responses": ("instructions", "input", "tools"),
+    "chat": ("messages", "tools"),
+    "anthropic": ("system", "messages", "tools"),
+}
+
+
+def count_input_tokens(path: str, body: Any) -> int:
+    """Return the emulator's deterministic input-token count of a request body (>= 1).
+
+    A quarter (rounded up) of the UTF-8 bytes of the body's input fields (instructions /
+    system, input / messages, tools) as compact JSON with sorted keys: the same for a
+    request and its count-endpoint twin, whatever else the body carries.
+    """
+    if not isinstance(body, dict):
+        return max(1, (len(str(body).encode()) + 3) // 4)
+    api = "anthropic" if path.startswith("/v1/messages") else "chat" if "chat" in path else "responses"
+    picked = {k: body[k] for k in _INPUT_FIELDS[api] if body.get(k) not in (None, "", [])}
+    text = json.dumps(picked, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return max(1, (len(text.encode()) + 3) // 4)
+
+
 _OPENAI_ERRORS = {
     "rate_limit": (
         "tokens",
@@ -171,6 +231,10 @@ def reply_from_json(item: dict[str, Any]) -> ScriptItem:
 class _QuietServer(ThreadingHTTPServer):
     """A client that hangs up mid-request (a cancelled stream) is ordinary here, not news."""
 
+    # socketserver's default backlog of 5 resets connections when many callers connect at
+    # once (a benchmark at 64 concurrent callers); a real provider accepts them.
+    request_queue_size = 256
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys
 
@@ -190,8 +254,16 @@ class ProviderEmulator:
         self.requests: list[tuple[str, Any]] = []
         #: Streams whose client went away before the stream was fully written.
         self.aborted_streams = 0
-        #: Answer of the count endpoints; None estimates from the body size.
+        #: Non-streaming calls whose client went away during their `reply_delay`.
+        self.aborted_requests = 0
+        #: TCP connections accepted (a client that pools connections opens few).
+        self.connections = 0
+        #: Answer of the count endpoints; None counts with count_input_tokens.
         self.token_count: int | None = None
+        #: Rate-limit mode when set (see the module docstring).
+        self.rate_limit: RateLimit | None = None
+        #: Model requests received: (time.monotonic(), counted input tokens, accepted).
+        self.intake: list[tuple[float, int, bool]] = []
         self._server = _QuietServer((host, port), _handler_for(self))
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
@@ -227,9 +299,35 @@ class ProviderEmulator:
         with self._lock:
             self.requests.append((path, body))
 
+    def _admit(self, tokens: int) -> float | None:
+        """Log a model request; in rate-limit mode return the Retry-After of a refusal."""
+        with self._lock:
+            now = time.monotonic()
+            limit = self.rate_limit
+            if limit is None:
+                self.intake.append((now, tokens, True))
+                return None
+            recent = [(t, n) for t, n, ok in self.intake if ok and t > now - limit.window_seconds]
+            excess = sum(n for _, n in recent) + tokens - limit.tokens
+            if excess <= 0:
+                self.intake.append((now, tokens, True))
+                return None
+            self.intake.append((now, tokens, False))
+            wait, freed = limit.window_seconds, 0
+            for t, n in recent:
+                freed += n
+                if freed >= excess:
+                    wait = t + limit.window_seconds - now
+                    break
+            return max(0.001, wait)
+
     def _note_abort(self) -> None:
         with self._lock:
             self.aborted_streams += 1
+
+    def _note_abort_request(self) -> None:
+        with self._lock:
+            self.aborted_requests += 1
 
     def close(self) -> None:
         """Stop serving."""
@@ -255,11 +353,21 @@ def _handler_for(emu: ProviderEmulator) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             pass
 
+        def setup(self) -> None:
+            super().setup()
+            with emu._lock:
+                emu.connections += 1
+
         def do_GET(self) -> None:  # noqa: N802 - stdlib name
             if self.path.split("?")[0] == "/_emulator/requests":
                 with emu._lock:
                     data = [{"path": p, "body": b} for p, b in emu.requests]
                 self._json(200, data)
+            elif self.path.split("?")[0] == "/_emulator/intake":
+                with emu._lock:
+                    limit = emu.rate_limit
+                    intake = [{"time": t, "tokens": n, "accepted": ok} for t, n, ok in emu.intake]
+                self._json(200, {"rate_limit": limit and limit.__dict__, "requests": intake})
             else:
                 self._json(404, {"error": {"message": f"no route GET {self.path}"}})
 
@@ -275,10 +383,14 @@ def _handler_for(emu: ProviderEmulator) -> type[BaseHTTPRequestHandler]:
                 emu.script([reply_from_json(x) for x in body])
                 self._json(200, {"pending": emu.pending})
                 return
+            if path == "/_emulator/rate_limit":
+                emu.rate_limit = RateLimit(**body) if body else None
+                self._json(200, {"rate_limit": body or None})
+                return
             emu._record(path, body)
             anthropic = path.startswith("/v1/messages")
             if path in ("/v1/responses/input_tokens", "/v1/messages/count_tokens"):
-                count = emu.token_count if emu.token_count is not None else max(1, len(raw) // 4)
+                count = emu.token_count if emu.token_count is not None else count_input_tokens(path, body)
                 payload = {"input_tokens": count}
                 if not anthropic:
                     payload["object"] = "response.input_tokens"
@@ -287,7 +399,14 @@ def _handler_for(emu: ProviderEmulator) -> type[BaseHTTPRequestHandler]:
             if path not in ("/v1/responses", "/v1/chat/completions", "/v1/messages"):
                 self._error(404, "invalid_request", f"emulator has no route POST {path}", anthropic)
                 return
+            tokens = count_input_tokens(path, body)
+            retry_after = emu._admit(tokens)
+            if retry_after is not None:
+                self._error(429, "rate_limit", None, anthropic, retry_after)
+                return
             item = emu._take()
+            if emu.rate_limit is not None and not isinstance(item, ErrorReply):
+                item = replace(item or Reply(text="ok"), input_tokens=tokens, cached_tokens=0)
             if item is None:
                 self._error(
                     500,
@@ -320,11 +439,33 @@ def _handler_for(emu: ProviderEmulator) -> type[BaseHTTPRequestHandler]:
                 events = wire.anthropic_events(item, model, n) if stream else None
                 payload = None
             if events is not None:
+                if item.stream_error:
+                    events = wire.with_stream_error(events, path, item.stream_error)
                 self._sse(events, item)
-            elif payload is not None:
-                self._json(200, payload)
-            else:
-                self._text(200, wire.anthropic_body(item, model, n))
+                return
+            if item.reply_delay and not self._wait_for(item.reply_delay):
+                emu._note_abort_request()
+                self.close_connection = True
+                return
+            text = json.dumps(payload) if payload is not None else wire.anthropic_body(item, model, n)
+            self._text(200, text[: len(text) // 2] if item.body_malformed else text)
+
+        def _wait_for(self, seconds: float) -> bool:
+            """Wait seconds; return False as soon as the client closes the connection."""
+            import select
+            import socket
+
+            deadline = time.monotonic() + seconds
+            while (left := deadline - time.monotonic()) > 0:
+                readable, _, _ = select.select([self.connection], [], [], min(left, 0.05))
+                if readable:
+                    try:
+                        if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                            return False
+                    except OSError:
+                        return False
+                    time.sleep(min(left, 0.01))  # bytes of a next request: not a hang-up
+            return True
 
         def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             self._text(status, json.dumps(payload), headers)
@@ -401,8 +542,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--script", default=None, help="JSON file: a list of replies")
+    parser.add_argument("--rate-limit-tokens", type=int, default=0, help="rate-limit mode: tokens per window")
+    parser.add_argument("--rate-limit-window", type=float, default=60.0, help="rate-limit window, seconds")
     args = parser.parse_args(argv)
     emu = ProviderEmulator(args.host, args.port)
+    if args.rate_limit_tokens:
+        emu.rate_limit = RateLimit(args.rate_limit_tokens, args.rate_limit_window)
     if args.script:
         with open(args.script, encoding="utf-8") as fh:
             emu.script([reply_from_json(x) for x in json.load(fh)])

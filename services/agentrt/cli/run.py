@@ -131,7 +131,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--model",
         default=None,
-        help="PROVIDER:MODEL, e.g. local, openai:gpt-4.1-mini, anthropic:claude-sonnet-4-5 "
+        help="PROVIDER:MODEL, e.g. local, openai:gpt-4.1-mini, anthropic:claude-sonnet-5-5 "
         "(default AGENTRT_DEFAULT_MODEL or local)",
     )
     p.add_argument("--workspace", default=None, help="directory the tools work in (default: a fresh one)")

@@ -17,11 +17,14 @@ message_stop; anything less is an error with no accepted response (seed 002 "Pro
 Capability Differences"). count_tokens is Anthropic's own estimate: PROVIDER_ESTIMATE.
 
 The current SDK no longer declares temperature/top_p; when a request sets them they are
-sent through `extra_body`, and a model that rejects them answers INVALID_REQUEST.
+sent through `extra_body`, except to the current-generation models that reject them
+(capabilities.py), which never see them. Structured output goes in `output_config` with
+every object closed.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -29,6 +32,7 @@ from typing import Any
 import anthropic
 
 from agentrt.gateway import canonical as cn
+from agentrt.gateway import capabilities as caps
 from agentrt.gateway.config import ProviderSettings
 from agentrt.gateway.errors import classify, unavailable
 from agentrt.gateway.jsonspans import content_sources
@@ -90,9 +94,14 @@ def _render_block(block: c.ContentBlock) -> dict[str, Any] | None:
         return {"type": "text", "text": block.text.text} if block.text.text else None
     if kind == "image":
         image = block.image
+        if image.url.startswith("data:"):
+            # Anthropic fetches http(s) URLs only; a data URL travels as its base64 payload.
+            head, _, data = image.url.partition(",")
+            media_type = head[len("data:") :].split(";", 1)[0]
+            return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
         if image.url:
             return {"type": "image", "source": {"type": "url", "url": image.url}}
-        data = cn.image_data_url(image).split(",", 1)[1]
+        data = base64.b64encode(image.data).decode()
         return {"type": "image", "source": {"type": "base64", "media_type": image.media_type, "data": data}}
     if kind == "tool_use":
         call = block.tool_use
@@ -121,7 +130,12 @@ def _render_block(block: c.ContentBlock) -> dict[str, Any] | None:
 
 
 def build_params(call: Call, default_max_tokens: int) -> dict[str, Any]:
-    """Return the keyword arguments of `messages.create` for a call (no `stream`)."""
+    """Return the keyword arguments of `messages.create` for a call (no `stream`).
+
+    Raises:
+        ProviderError: INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY for an output schema with an
+            open object.
+    """
     request, settings = call.request, call.request.settings
     system, messages = render(request)
     params: dict[str, Any] = {
@@ -147,14 +161,9 @@ def build_params(call: Call, default_max_tokens: int) -> dict[str, Any]:
         if choice is not None:
             params["tool_choice"] = choice
     if settings.output_json_schema:
-        params["output_config"] = {
-            "format": {"type": "json_schema", "schema": json.loads(settings.output_json_schema)}
-        }
-    extra = {}
-    if settings.HasField("temperature"):
-        extra["temperature"] = settings.temperature
-    if settings.HasField("top_p"):
-        extra["top_p"] = settings.top_p
+        schema = caps.closed_output_schema(json.loads(settings.output_json_schema))
+        params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    extra = caps.sampling(settings, accepted=not caps.anthropic_rejects_sampling(call.model))
     if extra:
         params["extra_body"] = extra
     return params

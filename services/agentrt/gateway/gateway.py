@@ -5,10 +5,12 @@ One model call, in order:
    unknown provider -> INVALID_ARGUMENT/UNKNOWN_PROVIDER, known but not configured ->
    FAILED_PRECONDITION/PROVIDER_NOT_CONFIGURED;
 2. validate the request whole (validation.py): nothing is sent for a bad request;
-3. reserve the estimated input tokens with the limiter (waiting at most the request's
-   max_queue_wait, default from config, and never past the caller's deadline);
+3. reserve the input tokens with the limiter (waiting at most the request's
+   max_queue_wait, default from config, and never past the caller's deadline): an exact
+   count where it is cheap or configured, else an upper bound (limiter_count.py);
 4. call the adapter, retrying retryable errors (retry.py) within the deadline;
-5. settle the reservation with the reported input tokens.
+5. settle the reservation with the reported input tokens, and tell the limiter whether
+   the provider throttled the call (each 429, retried or not) or answered it.
 
 Streams retry only until their first delta: once a delta has reached the caller, a
 failure ends the stream with the error and no final response.
@@ -17,13 +19,15 @@ failure ends the stream with the error and no final response.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import suppress
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid, precondition
 from agentrt.gateway.errors import ProviderError
-from agentrt.gateway.limiter import LimiterKey, Reservation, TokenLimiter, estimate_tokens
+from agentrt.gateway.limiter import LimiterKey, OverBudget, Reservation, TokenLimiter
+from agentrt.gateway.limiter_count import input_token_bound
 from agentrt.gateway.provider import Call, Provider
 from agentrt.gateway.retry import RetryContext, RetryPolicy, log_retry, next_delay, with_retries
 from agentrt.gateway.validation import validate_request
@@ -32,6 +36,22 @@ from agentrt.v1 import gateway_service_pb2 as g
 
 #: Every provider key this build knows, configured or not.
 KNOWN_PROVIDERS = ("local", "openai", "openai-chat", "anthropic")
+
+#: Providers whose CountTokens is exact: the local tokenizer (free, always used for
+#: admission) and OpenAI Responses' input-token endpoint (a round trip: used when
+#: AGENTRT_LIMITER_EXACT_COUNT is set, or when the upper bound exceeds the whole budget).
+_EXACT_COUNTERS = ("local", "openai")
+#: Provider refusals that consumed no input tokens (their reservation settles to 0).
+_REFUSED = (
+    Reason.RATE_LIMITED,
+    Reason.INVALID_REQUEST,
+    Reason.CONTEXT_OVERFLOW,
+    Reason.PROVIDER_AUTHENTICATION,
+)
+#: Settles of abandoned calls still running (kept referenced until done).
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+log = logging.getLogger("agentrt.gateway")
 
 
 def parse_model_ref(text: str) -> c.ModelRef:
@@ -118,12 +138,38 @@ class ModelGateway:
         self, request: g.ModelRequest, provider: Provider, call: Call, deadline: float | None
     ) -> Reservation:
         key = LimiterKey(request.tenant, provider.name, call.model)
-        return await self._limiter.reserve(
-            key, estimate_tokens(request.ByteSize()), self._max_wait(request, deadline)
-        )
+        exact = None
+        if provider.name == "local" or (provider.name == "openai" and self._limiter.exact_count):
+            exact = await self._exact_count(provider, call)
+        tokens = exact if exact is not None else input_token_bound(request)
+        try:
+            return await self._limiter.reserve(key, tokens, self._max_wait(request, deadline))
+        except OverBudget:
+            # An upper bound over the whole budget may still fit once counted exactly.
+            if exact is not None or provider.name not in _EXACT_COUNTERS:
+                raise
+            exact = await self._exact_count(provider, call)
+            if exact is None or exact >= tokens:
+                raise
+            return await self._limiter.reserve(key, exact, self._max_wait(request, deadline))
+
+    async def _exact_count(self, provider: Provider, call: Call) -> int | None:
+        # None when the provider cannot count exactly right now: the caller reserves the bound.
+        if not provider.counts_tokens:
+            return None
+        try:
+            counted = await provider.count_tokens(call)
+        except Exception as exc:  # noqa: BLE001 - counting is an optimization; the bound is safe
+            log.warning(
+                "%s could not count tokens for admission (%s); reserving an upper bound", provider.name, exc
+            )
+            return None
+        return counted.input_tokens if counted.kind == g.TOKEN_COUNT_KIND_EXACT else None
 
     async def _on_retry(self, key: LimiterKey, err: ProviderError) -> None:
-        await self._limiter.record_outcome(key, rate_limited=err.reason == Reason.RATE_LIMITED)
+        # Only throttling is feedback: a retried 5xx is neither a success nor a rate limit.
+        if err.reason == Reason.RATE_LIMITED:
+            await self._limiter.record_outcome(key, rate_limited=True)
 
     async def generate(
         self, request: g.ModelRequest, time_remaining: float | None = None
@@ -154,6 +200,9 @@ class ModelGateway:
         except ProviderError as err:
             await self._settle_failed(reservation, err)
             raise
+        except BaseException:
+            _abandon(self._limiter, reservation)
+            raise
         await self._settle(reservation, response)
         out = g.GenerateResponse(response=response, retries=retries)
         out.queue_wait.FromNanoseconds(int(reservation.waited_seconds * 1e9))
@@ -174,34 +223,41 @@ class ModelGateway:
         reservation = await self._reserve(request, provider, call, deadline)
         where = RetryContext(provider.name, call.model, request.run_id)
         retries = 0
-        while True:
-            sent = False
-            items = provider.stream(call)
-            try:
-                async for item in items:
-                    if isinstance(item, c.ModelResponse):
-                        await self._settle(reservation, item)
-                        final = g.GenerateResponse(response=item, retries=retries)
-                        final.queue_wait.FromNanoseconds(int(reservation.waited_seconds * 1e9))
-                        yield g.StreamGenerateResponse(final=final)
-                        return
-                    sent = True
-                    yield item
-                raise ProviderError(
-                    Status.INTERNAL, Reason.INTERNAL, f"{provider.name} stream yielded no final response"
-                )
-            except ProviderError as err:
-                delay = None if sent else next_delay(err, retries, self._retry, deadline)
-                if delay is None:
-                    await self._settle_failed(reservation, err)
-                    raise
-                retries += 1
-                log_retry(err, retries, delay, self._retry, where)
-                await self._on_retry(reservation.key, err)
-                await asyncio.sleep(delay)
-            finally:
-                with suppress(Exception):
-                    await items.aclose()  # type: ignore[attr-defined]
+        try:
+            while True:
+                sent = False
+                items = provider.stream(call)
+                try:
+                    async for item in items:
+                        if isinstance(item, c.ModelResponse):
+                            await self._settle(reservation, item)
+                            final = g.GenerateResponse(response=item, retries=retries)
+                            final.queue_wait.FromNanoseconds(int(reservation.waited_seconds * 1e9))
+                            yield g.StreamGenerateResponse(final=final)
+                            return
+                        sent = True
+                        yield item
+                    raise ProviderError(
+                        Status.INTERNAL, Reason.INTERNAL, f"{provider.name} stream yielded no final response"
+                    )
+                except ProviderError as err:
+                    delay = None if sent else next_delay(err, retries, self._retry, deadline)
+                    if delay is None:
+                        await self._settle_failed(reservation, err)
+                        raise
+                    retries += 1
+                    log_retry(err, retries, delay, self._retry, where)
+                    await self._on_retry(reservation.key, err)
+                    await asyncio.sleep(delay)
+                finally:
+                    with suppress(Exception):
+                        await items.aclose()  # type: ignore[attr-defined]
+        except ProviderError:
+            raise  # settled by _settle_failed
+        except BaseException:
+            # Cancelled or closed early: the reservation stays counted.
+            _abandon(self._limiter, reservation)
+            raise
 
     async def count_tokens(
         self, request: g.ModelRequest, time_remaining: float | None = None
@@ -245,12 +301,29 @@ class ModelGateway:
         await self._limiter.record_outcome(reservation.key, rate_limited=False)
 
     async def _settle_failed(self, reservation: Reservation, err: MeshError) -> None:
-        # A refused call consumed no input tokens; a rate limit is feedback for the limiter.
-        await self._limiter.settle(reservation, 0)
-        await self._limiter.record_outcome(reservation.key, rate_limited=err.reason == Reason.RATE_LIMITED)
+        # A refused call consumed no input tokens; one that failed in flight (5xx, timeout,
+        # broken stream) may have, so it keeps its reservation. A rate limit is feedback.
+        await self._limiter.settle(reservation, 0 if err.reason in _REFUSED else None)
+        if err.reason == Reason.RATE_LIMITED:
+            await self._limiter.record_outcome(reservation.key, rate_limited=True)
 
     async def close(self) -> None:
         """Close every provider."""
         for provider in self._providers.values():
             with suppress(Exception):
                 await provider.close()
+
+
+def _abandon(limiter: TokenLimiter, reservation: Reservation) -> None:
+    """Settle an abandoned call's reservation at its reserved size, in the background.
+
+    The caller went away (cancellation) or the call broke: the provider may have read the
+    input, so the tokens stay counted; the settle runs as a task of its own because the
+    cancelled one cannot await it.
+    """
+    try:
+        task = asyncio.get_running_loop().create_task(limiter.settle(reservation, None))
+    except RuntimeError:  # no running loop (a generator finalized at shutdown)
+        return
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)

@@ -1,65 +1,79 @@
-"""The input-token limiter seam (seed 002 "Model Client Throughput & Rate Limiting").
+"""The adaptive input-token limiter the gateway calls (seed 002 "Model Client Throughput").
 
-Every model call reserves its estimated input tokens before it is sent and settles with
-the provider's reported usage afterwards. `TokenLimiter` is the interface the gateway
-calls; `InProcessTokenLimiter` is the simple implementation of this release: one token
-bucket per key (tenant, provider, model) in this process, with a generous budget.
-
-The adaptive, cluster-wide limiter (issue 4: budget shared by all gateway replicas, backing
-off on provider throttling and probing upward on success) implements the same interface
-and is swapped in at `build_server`; `record_outcome` is the hook it needs.
+`AdaptiveTokenLimiter` applies the rules of limiter_rules.py over a `LimiterStore`: the
+in-process one (limiter_memory.py, the embedded default), PostgreSQL (limiter_pg.py) or
+Redis (limiter_redis.py), the last two shared by every gateway replica. It owns the waiting
+(polling the store, with jitter, until the request fits or its wait ends) and the errors;
+the store owns the state and makes each step atomic. `build_limiter` picks the store by
+config. The names of limiter_rules.py are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
+import random
 import time
+import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentrt.core.errors import MeshError, Reason, Status
+from agentrt.gateway.limiter_rules import (
+    BACKENDS,
+    Attempt,
+    BucketState,
+    LimiterKey,
+    LimiterSettings,
+    LimiterStore,
+    Reservation,
+    adapt,
+    admission_wait,
+    parse_families,
+)
+
+__all__ = [
+    "BACKENDS",
+    "AdaptiveTokenLimiter",
+    "Attempt",
+    "BucketState",
+    "LimiterKey",
+    "LimiterSettings",
+    "LimiterStore",
+    "OverBudget",
+    "Reservation",
+    "TokenLimiter",
+    "adapt",
+    "admission_wait",
+    "build_limiter",
+    "parse_families",
+]
+
+log = logging.getLogger("agentrt.gateway")
 
 
-@dataclass(frozen=True)
-class LimiterKey:
-    """What a budget is kept for.
-
-    Attributes:
-        tenant: the tenant charged ("" = default).
-        provider: provider key, e.g. "openai".
-        model: the provider's model id.
-    """
-
-    tenant: str
-    provider: str
-    model: str
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """Tokens held for one call.
-
-    Attributes:
-        key: the budget they came from.
-        tokens: input tokens reserved (an estimate).
-        waited_seconds: how long admission waited, in seconds.
-    """
-
-    key: LimiterKey
-    tokens: int
-    waited_seconds: float
+class OverBudget(MeshError):
+    """A request larger than its bucket's current (or maximum) budget."""
 
 
 class TokenLimiter(Protocol):
     """What the gateway needs from a limiter."""
 
+    @property
+    def exact_count(self) -> bool:
+        """Whether requests are counted with the provider's endpoint where one exists."""
+        ...
+
     async def reserve(self, key: LimiterKey, tokens: int, max_wait_seconds: float) -> Reservation:
         """Hold `tokens` input tokens, waiting at most max_wait_seconds for them.
 
         Raises:
+            OverBudget: RESOURCE_EXHAUSTED/RATE_LIMITED, tokens exceed the budget.
             MeshError: RESOURCE_EXHAUSTED/RATE_LIMITED with retry_after_seconds when the
-                tokens cannot be had within max_wait_seconds.
+                tokens cannot be had within max_wait_seconds; UNAVAILABLE/DEPENDENCY_UNAVAILABLE
+                when the store cannot be reached.
         """
         ...
 
@@ -68,80 +82,228 @@ class TokenLimiter(Protocol):
         ...
 
     async def record_outcome(self, key: LimiterKey, *, rate_limited: bool) -> None:
-        """Tell the limiter how a call ended (an adaptive limiter backs off on throttling)."""
+        """Tell the limiter how a call ended (backs off on throttling, probes on success)."""
         ...
 
 
-class InProcessTokenLimiter:
-    """A token bucket per key, refilled continuously at tokens_per_minute.
+@dataclass
+class AdaptiveTokenLimiter:
+    """The limiter over one store (see the module docstring).
 
-    Admission takes the tokens at once (the balance may go negative) and waits for the
-    debt to refill, so waiting callers are served in arrival order without a lock held
-    across the wait. A single request larger than the whole budget is admitted when the
-    bucket is full rather than never.
+    Attributes:
+        store: where the state lives.
+        settings: the rules' figures.
+        clock: monotonic clock for this caller's wait, in seconds (injectable for tests).
+        sleep: how to wait (injectable for tests).
+        rand: jitter source in [0, 1) for poll intervals (injectable for tests).
     """
 
-    def __init__(
-        self,
-        tokens_per_minute: int,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        """Create the limiter.
+    store: LimiterStore
+    settings: LimiterSettings = field(default_factory=LimiterSettings)
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rand: Callable[[], float] = random.random
+    _seen: dict[str, BucketState] = field(default_factory=dict, init=False, repr=False)
 
-        Args:
-            tokens_per_minute: budget per key, in input tokens per minute (> 0).
-            clock: monotonic clock in seconds (injectable for tests).
-            sleep: how to wait (injectable for tests).
-        """
-        self._capacity = float(max(1, tokens_per_minute))
-        self._rate = self._capacity / 60.0
-        self._clock = clock
-        self._sleep = sleep
-        self._buckets: dict[LimiterKey, tuple[float, float]] = {}
+    @property
+    def exact_count(self) -> bool:
+        """See TokenLimiter.exact_count."""
+        return self.settings.exact_count
 
-    def available(self, key: LimiterKey) -> float:
-        """Return the tokens available to key now (negative while in debt)."""
-        return self._refill(key)
+    async def prepare(self) -> None:
+        """Prepare the store (migrations on PostgreSQL)."""
+        await self.store.prepare()
 
-    def _refill(self, key: LimiterKey) -> float:
-        now = self._clock()
-        balance, at = self._buckets.get(key, (self._capacity, now))
-        balance = min(self._capacity, balance + (now - at) * self._rate)
-        self._buckets[key] = (balance, now)
-        return balance
+    async def close(self) -> None:
+        """Close the store."""
+        await self.store.close()
 
     async def reserve(self, key: LimiterKey, tokens: int, max_wait_seconds: float) -> Reservation:
-        """See TokenLimiter.reserve."""
-        need = min(float(max(0, tokens)), self._capacity)
-        balance = self._refill(key)
-        wait = max(0.0, (need - balance) / self._rate)
-        if wait > max_wait_seconds:
-            raise MeshError(
-                Status.RESOURCE_EXHAUSTED,
-                Reason.RATE_LIMITED,
-                f"input-token budget of {key.provider}:{key.model} is spent; admission needs {wait:.1f}s",
-                {"provider": key.provider, "model": key.model},
-                retry_after_seconds=wait,
+        """Hold `tokens` input tokens (>= 0) for key, waiting at most max_wait_seconds.
+
+        Raises:
+            OverBudget: RESOURCE_EXHAUSTED/RATE_LIMITED: tokens exceed the bucket's current
+                budget (RetryInfo: one window) or its maximum (no RetryInfo: never fits).
+            MeshError: RESOURCE_EXHAUSTED/RATE_LIMITED with retry_after_seconds (the
+                earliest the tokens could fit) when they cannot be had in time;
+                UNAVAILABLE/DEPENDENCY_UNAVAILABLE when the store cannot be reached.
+        """
+        s = self.settings
+        tokens = max(0, int(tokens))
+        bucket = s.bucket(key)
+        if tokens > s.max_tokens:
+            raise self._refusal(
+                key,
+                tokens,
+                s.max_tokens,
+                None,
+                OverBudget,
+                f"can never be admitted: it needs {tokens} input tokens, more than the maximum "
+                f"budget of {s.max_tokens} per {s.window_seconds:g} s",
             )
-        self._buckets[key] = (balance - need, self._clock())
-        if wait > 0:
-            await self._sleep(wait)
-        return Reservation(key, int(need), wait)
+        start = self.clock()
+        deadline = start + max(0.0, max_wait_seconds)
+        entry_id = uuid.uuid4().hex
+        while True:
+            attempt = await self._attempt(key, bucket, entry_id, tokens)
+            if attempt.admitted:
+                return Reservation(key, tokens, self.clock() - start, bucket, entry_id)
+            if tokens > attempt.budget_tokens:
+                raise self._refusal(
+                    key,
+                    tokens,
+                    attempt.budget_tokens,
+                    s.window_seconds,
+                    OverBudget,
+                    f"needs {tokens} input tokens, more than the current budget of "
+                    f"{attempt.budget_tokens} per {s.window_seconds:g} s"
+                    + (
+                        " (lowered after provider throttling)"
+                        if attempt.budget_tokens < s.initial_tokens
+                        else ""
+                    )
+                    + f"; budgets rise by probing up to {s.max_tokens}",
+                )
+            remaining = deadline - self.clock()
+            if attempt.wait_seconds > remaining or remaining <= 0:
+                raise self._refusal(
+                    key,
+                    tokens,
+                    attempt.budget_tokens,
+                    max(attempt.wait_seconds, s.poll_seconds),
+                    MeshError,
+                    f"input-token budget of {attempt.budget_tokens} per {s.window_seconds:g} s is spent; "
+                    f"{tokens} tokens do not fit within the {max(0.0, max_wait_seconds):g} s admission wait",
+                )
+            pause = max(attempt.wait_seconds, s.poll_seconds * 0.5) + self.rand() * s.poll_seconds
+            await self.sleep(min(remaining, pause))
 
     async def settle(self, reservation: Reservation, input_tokens: int | None) -> None:
-        """See TokenLimiter.settle."""
-        if input_tokens is None:
+        """Rewrite the reservation's entry with the reported input tokens (None: keep it).
+
+        Never raises: a store failure is logged (the entry then keeps its reservation).
+        """
+        tokens = None if input_tokens is None else max(0, int(input_tokens))
+        try:
+            await self.store.settle(reservation.bucket, reservation.entry_id, tokens)
+        except Exception:  # noqa: BLE001 - the call is over; the entry keeps its reserved size
+            log.warning("limiter settle failed for %s", reservation.bucket, exc_info=True)
             return
-        balance = self._refill(reservation.key)
-        corrected = min(self._capacity, balance + reservation.tokens - input_tokens)
-        self._buckets[reservation.key] = (corrected, self._clock())
+        seen = self._seen.get(reservation.bucket)
+        if seen is not None:  # keep the metrics' view in step: the entry now holds `tokens`
+            used = seen.used_tokens - reservation.tokens + (reservation.tokens if tokens is None else tokens)
+            self._seen[reservation.bucket] = dataclasses.replace(
+                seen,
+                used_tokens=max(0, used),
+                pending_tokens=max(0, seen.pending_tokens - reservation.tokens),
+            )
 
     async def record_outcome(self, key: LimiterKey, *, rate_limited: bool) -> None:
-        """See TokenLimiter.record_outcome; the fixed budget ignores outcomes."""
+        """Halve the key's budget on throttling, probe upward on success (see `adapt`).
+
+        Never raises: a store failure is logged.
+        """
+        bucket = self.settings.bucket(key)
+        try:
+            budget = await self.store.outcome(bucket, rate_limited)
+        except Exception:  # noqa: BLE001 - adaptation is best effort
+            log.warning("limiter outcome failed for %s", bucket, exc_info=True)
+            return
+        seen = self._seen.get(bucket)
+        if seen is not None:
+            self._seen[bucket] = dataclasses.replace(seen, budget_tokens=budget)
+
+    async def state(self, key: LimiterKey) -> BucketState:
+        """Read key's bucket from the store now.
+
+        Raises:
+            Exception: whatever the store raises when it cannot be reached.
+        """
+        bucket = self.settings.bucket(key)
+        budget, used, pending = await self.store.read(bucket)
+        return self._state(key, bucket, budget, used, pending)
+
+    def snapshot(self) -> list[BucketState]:
+        """Return the last-known state of every bucket this process has used, by bucket key.
+
+        Synchronous and cheap (no store access): budgets and usage as of this replica's
+        latest reservation attempt or outcome, for metrics scraped off the event loop.
+        """
+        return [self._seen[b] for b in sorted(self._seen)]
+
+    def _state(self, key: LimiterKey, bucket: str, budget: int, used: int, pending: int) -> BucketState:
+        s = self.settings
+        tenant = key.tenant if s.per_tenant else ""
+        return BucketState(
+            bucket, key.provider, s.family(key.model), tenant, budget, used, pending, s.window_seconds
+        )
+
+    async def _attempt(self, key: LimiterKey, bucket: str, entry_id: str, tokens: int) -> Attempt:
+        try:
+            attempt = await self.store.try_reserve(bucket, entry_id, tokens)
+        except MeshError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - fail closed: without the store no budget holds
+            log.warning("limiter store unreachable for %s", bucket, exc_info=True)
+            raise MeshError(
+                Status.UNAVAILABLE,
+                Reason.DEPENDENCY_UNAVAILABLE,
+                f"the rate-limit store is unreachable ({type(exc).__name__}); try again",
+                {"limiter": "gateway"},
+                retry_after_seconds=1.0,
+            ) from exc
+        used = attempt.used_tokens + (tokens if attempt.admitted else 0)
+        pending = attempt.pending_tokens + (tokens if attempt.admitted else 0)
+        self._seen[bucket] = self._state(key, bucket, attempt.budget_tokens, used, pending)
+        return attempt
+
+    def _refusal(
+        self,
+        key: LimiterKey,
+        tokens: int,
+        budget: int,
+        retry_after: float | None,
+        kind: type[MeshError],
+        detail: str,
+    ) -> MeshError:
+        family = self.settings.family(key.model)
+        return kind(
+            Status.RESOURCE_EXHAUSTED,
+            Reason.RATE_LIMITED,
+            f"gateway input-token limit of {key.provider}:{family}: the request {detail}",
+            {
+                "limiter": "gateway",
+                "provider": key.provider,
+                "model_family": family,
+                "requested_tokens": str(tokens),
+                "budget_tokens": str(budget),
+                "window_seconds": f"{self.settings.window_seconds:g}",
+            },
+            retry_after_seconds=retry_after,
+        )
 
 
-def estimate_tokens(request_bytes: int) -> int:
-    """Estimate input tokens from a request's size: about four bytes per token."""
-    return max(1, request_bytes // 4)
+def build_limiter(backend: str, url: str, settings: LimiterSettings) -> AdaptiveTokenLimiter:
+    """Return the limiter over the configured store (nothing connects until first use).
+
+    Args:
+        backend: "memory", "postgres" (url: postgresql+asyncpg://...) or "redis" (url: redis://...).
+        url: the shared store's URL ("" for memory).
+        settings: the rules' figures.
+
+    Raises:
+        ValueError: an unknown backend.
+    """
+    if backend == "memory":
+        from agentrt.gateway.limiter_memory import MemoryStore
+
+        return AdaptiveTokenLimiter(MemoryStore(settings), settings)
+    if backend == "postgres":
+        from agentrt.gateway.limiter_pg import PostgresStore
+
+        return AdaptiveTokenLimiter(PostgresStore(url, settings), settings)
+    if backend == "redis":
+        from agentrt.gateway.limiter_redis import RedisStore
+
+        return AdaptiveTokenLimiter(RedisStore(url, settings), settings)
+    raise ValueError(f"unknown limiter backend {backend!r}; use one of {', '.join(BACKENDS)}")

@@ -11,6 +11,9 @@ as sent, `refusal` -> refusal. finish_reason: "tool_calls" -> TOOL_USE, "length"
 MAX_TOKENS, "content_filter" or a refusal -> REFUSAL, else END_TURN. Streams accumulate
 the chunks' fragments; one that ends without a finish_reason is an error. Chat Completions
 has no token counter: CountTokens answers FAILED_PRECONDITION/TOKEN_COUNTING_UNSUPPORTED.
+OpenAI reasoning models (capabilities.py) get `max_completion_tokens` and no sampling
+parameters; structured output is sent as `response_format` json_schema, not strict, since
+compatible servers differ in what strict means.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import openai
 
 from agentrt.core.errors import Reason, precondition
 from agentrt.gateway import canonical as cn
+from agentrt.gateway import capabilities as caps
 from agentrt.gateway.config import ProviderSettings
 from agentrt.gateway.errors import classify, unavailable
 from agentrt.gateway.provider import (
@@ -127,13 +131,11 @@ def build_params(call: Call) -> dict[str, Any]:
             "type": "json_schema",
             "json_schema": {"name": "output", "schema": json.loads(settings.output_json_schema)},
         }
+    reasoning = caps.openai_reasoning_model(call.model)
     if settings.HasField("max_output_tokens"):
-        # max_tokens rather than max_completion_tokens: the field compatible servers know.
-        params["max_tokens"] = settings.max_output_tokens
-    if settings.HasField("temperature"):
-        params["temperature"] = settings.temperature
-    if settings.HasField("top_p"):
-        params["top_p"] = settings.top_p
+        # max_tokens is the field compatible servers know; OpenAI's reasoning models refuse it.
+        params["max_completion_tokens" if reasoning else "max_tokens"] = settings.max_output_tokens
+    params.update(caps.sampling(settings, accepted=not reasoning))
     if settings.HasField("seed"):
         params["seed"] = settings.seed
     return params

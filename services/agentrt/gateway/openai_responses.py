@@ -12,7 +12,9 @@ Stop reason: status "incomplete" with max_output_tokens -> MAX_TOKENS, content_f
 REFUSAL (any other incomplete reason fails the call), a refusal -> REFUSAL, function calls
 -> TOOL_USE, else END_TURN. "failed" responses and stream error events are classified like
 HTTP errors. Tools and structured output cannot be combined (seed 002 "Provider Capability
-Differences"): INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY.
+Differences"): INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY. Structured output is sent strict,
+its schema projected by capabilities.py; reasoning models get no sampling parameters and
+are asked for encrypted reasoning, which the raw reasoning blocks carry for replay.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from typing import Any
 
 import openai
 
-from agentrt.core.errors import Reason, invalid
 from agentrt.gateway import canonical as cn
+from agentrt.gateway import capabilities as caps
 from agentrt.gateway.config import ProviderSettings
 from agentrt.gateway.errors import classify, from_error_body, unavailable
 from agentrt.gateway.provider import (
@@ -126,7 +128,8 @@ def build_params(call: Call) -> dict[str, Any]:
     """Return the keyword arguments of `responses.create` for a call (no `stream`).
 
     Raises:
-        MeshError: INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY for tools with structured output.
+        ProviderError: INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY for tools with structured output,
+            or an output schema outside OpenAI's strict subset (capabilities.py).
     """
     request, settings = call.request, call.request.settings
     params: dict[str, Any] = {"model": call.model, "input": render_input(request), "store": False}
@@ -134,11 +137,7 @@ def build_params(call: Call) -> dict[str, Any]:
         params["instructions"] = request.system
     if request.tools:
         if settings.output_json_schema:
-            raise invalid(
-                Reason.UNSUPPORTED_CAPABILITY,
-                "OpenAI cannot combine tools with structured output",
-                field="settings.output_json_schema",
-            )
+            raise caps.unsupported("OpenAI cannot combine tools with structured output")
         params["tools"] = [
             {
                 "type": "function",
@@ -159,15 +158,17 @@ def build_params(call: Call) -> dict[str, Any]:
             "format": {
                 "type": "json_schema",
                 "name": "output",
-                "schema": json.loads(settings.output_json_schema),
+                "schema": caps.strict_output_schema(json.loads(settings.output_json_schema)),
+                "strict": True,
             }
         }
     if settings.HasField("max_output_tokens"):
         params["max_output_tokens"] = settings.max_output_tokens
-    if settings.HasField("temperature"):
-        params["temperature"] = settings.temperature
-    if settings.HasField("top_p"):
-        params["top_p"] = settings.top_p
+    reasoning = caps.openai_reasoning_model(call.model)
+    if reasoning:
+        # store=false keeps no reasoning server-side: ask for it encrypted, to replay it.
+        params["include"] = ["reasoning.encrypted_content"]
+    params.update(caps.sampling(settings, accepted=not reasoning))
     return params
 
 
@@ -278,10 +279,12 @@ class OpenAIResponsesProvider:
         typed models: the SDK's per-event model construction (a validation against its
         whole event union) was the largest single cost of a streamed call, and the
         adapter maps plain JSON anyway. The SDK still makes the call, decodes the stream
-        and raises its error classes (HTTP errors, `error` data events).
+        and raises its error classes (HTTP errors, `error` data events). The final response
+        is yielded once the body has been read to its end.
         """
         params = build_params(call)
         calls: dict[int, int] = {}
+        final: c.ModelResponse | None = None
         try:
             raw = await self._client.responses.with_raw_response.create(
                 **sdk_kwargs(params, _HEAVY), stream=True, timeout=call.timeout_seconds
@@ -289,6 +292,8 @@ class OpenAIResponsesProvider:
             events = raw.parse(to=_JsonEvents)
             async with events:
                 async for data in events:
+                    if final is not None:
+                        continue  # read to the end: a fully read response keeps its connection
                     event: dict[str, Any] = data if isinstance(data, dict) else {}
                     kind = event.get("type")
                     index, item = event.get("output_index", 0), _field(event, "item")
@@ -302,15 +307,18 @@ class OpenAIResponsesProvider:
                     elif kind == "response.function_call_arguments.delta":
                         yield tool_delta(calls.get(index, 0), "", event.get("delta") or "")
                     elif kind in _TERMINAL:
-                        yield map_response(_field(event, "response"))
-                        return
+                        final = map_response(_field(event, "response"))
                     elif kind == "response.failed":
                         raise from_error_body(PROVIDER, _field(event, "response").get("error"))
                     elif kind == "error":
                         raise from_error_body(PROVIDER, event)
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
             raise classify(exc, PROVIDER) from exc
-        raise unavailable(PROVIDER, "openai stream ended before response.completed")
+        if final is None:
+            raise unavailable(PROVIDER, "openai stream ended before response.completed")
+        # Yielded after the body is read: closing the stream at the final (the gateway does)
+        # would otherwise drop the HTTP connection instead of returning it to the pool.
+        yield final
 
     async def count_tokens(self, call: Call) -> TokenCount:
         """Count with the Responses input-token endpoint: EXACT."""

@@ -16,6 +16,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -24,6 +25,12 @@ from agentrt.gateway.errors import ProviderError
 log = logging.getLogger("agentrt.gateway")
 
 T = TypeVar("T")
+
+#: Called with each error about to be retried, in the retrying task's context. The servicer
+#: sets it per call so that its metrics count retries by tenant (metrics.py).
+retry_observer: ContextVar[Callable[[ProviderError], None] | None] = ContextVar(
+    "agentrt_gateway_retry_observer", default=None
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,9 @@ def log_retry(err: ProviderError, retry: int, delay: float, policy: RetryPolicy,
             "delay_seconds": delay,
         },
     )
+    observer = retry_observer.get()
+    if observer is not None:
+        observer(err)
 
 
 async def with_retries(

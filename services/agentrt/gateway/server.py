@@ -1,9 +1,11 @@
 """Build and serve the ModelGatewayService process.
 
-`build_server` creates one adapter per configured provider, the in-process token limiter
-(the seam issue 4's cluster-wide limiter replaces) and the retry policy. The ready hook
-loads the local model when it is configured, so the first turn does not pay for it; the
-close hook closes the providers' HTTP clients.
+`build_server` creates one adapter per configured provider, the input-token limiter over
+its configured store (`AGENTRT_LIMITER_BACKEND`: memory, postgres or redis) and the retry
+policy. The ready hook prepares the limiter's store (Alembic migrations on PostgreSQL, a
+ping on Redis; failing either fails the start) and loads the local model when it is
+configured, so the first turn does not pay for it; the close hook closes the providers'
+HTTP clients and the limiter's store.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import logging
 from agentrt.gateway.anthropic_messages import AnthropicMessagesProvider
 from agentrt.gateway.config import GatewayConfig
 from agentrt.gateway.gateway import ModelGateway, parse_model_ref
-from agentrt.gateway.limiter import InProcessTokenLimiter, TokenLimiter
+from agentrt.gateway.limiter import AdaptiveTokenLimiter, TokenLimiter, build_limiter
+from agentrt.gateway.metrics import GatewayMetrics, limiter_gauges
 from agentrt.gateway.openai_chat import OpenAIChatProvider
 from agentrt.gateway.openai_responses import OpenAIResponsesProvider
 from agentrt.gateway.provider import Provider
 from agentrt.gateway.retry import RetryPolicy
 from agentrt.gateway.servicer import GatewayServicer
-from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.server import MeshServer, PortInUseError, ServiceBinding
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.ModelGatewayService"
@@ -44,10 +47,10 @@ def build_providers(config: GatewayConfig) -> dict[str, Provider]:
 
 
 def build_gateway(config: GatewayConfig, limiter: TokenLimiter | None = None) -> ModelGateway:
-    """Return the domain gateway for config (limiter: the in-process one unless given)."""
+    """Return the domain gateway for config (limiter: the configured one unless given)."""
     return ModelGateway(
         build_providers(config),
-        limiter or InProcessTokenLimiter(config.tokens_per_minute),
+        limiter or build_limiter(config.limiter_backend, config.limiter_url, config.limiter),
         default_model=parse_model_ref(config.default_model),
         retry_policy=RetryPolicy(
             max_retries=config.max_retries,
@@ -61,22 +64,54 @@ def build_gateway(config: GatewayConfig, limiter: TokenLimiter | None = None) ->
 
 
 def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> MeshServer:
-    """Return the ModelGatewayService server (not started)."""
-    gateway = build_gateway(config, limiter)
-    servicer = GatewayServicer(gateway)
+    """Return the ModelGatewayService server (not started).
+
+    Args:
+        config: the gateway's configuration.
+        limiter: a limiter to use instead of the configured one (the caller then owns it).
+
+    Raises:
+        ValueError: the limiter's URL does not suit its backend.
+    """
+    owned = (
+        build_limiter(config.limiter_backend, config.limiter_url, config.limiter) if limiter is None else None
+    )
+    gateway = build_gateway(config, limiter or owned)
+    # Its own registry per server; the limiter's last-known budgets are read at each scrape.
+    metrics = GatewayMetrics()
+    active = limiter or owned
+    if isinstance(active, AdaptiveTokenLimiter):
+        metrics.add_gauge_reader(lambda: limiter_gauges(active.snapshot()))
+    servicer = GatewayServicer(gateway, metrics)
     binding = ServiceBinding(
         SERVICE_NAME, lambda s: pb_grpc.add_ModelGatewayServiceServicer_to_server(servicer, s)
     )
 
     async def ready() -> None:
+        if owned is not None:
+            await owned.prepare()
         local = gateway.provider("local")
         if local is not None:
             try:
                 await local.warm()  # type: ignore[attr-defined]
             except Exception:  # noqa: BLE001 - a model that fails to load fails its calls, not the server
                 log.exception("the local model could not be loaded; local calls will fail")
+        if config.metrics_port:
+            try:
+                port = metrics.start_http(config.server.host, config.metrics_port)
+            except OSError as exc:
+                raise PortInUseError(
+                    f"cannot serve gateway metrics on {config.server.host}:{config.metrics_port}: {exc}"
+                ) from exc
+            log.info("gateway metrics on http://%s:%d/metrics", config.server.host, port)
 
-    return MeshServer(config.server, [binding], ready=ready, close=gateway.close)
+    async def close() -> None:
+        metrics.stop_http()
+        await gateway.close()
+        if owned is not None:
+            await owned.close()
+
+    return MeshServer(config.server, [binding], ready=ready, close=close)
 
 
 async def serve(config: GatewayConfig) -> None:

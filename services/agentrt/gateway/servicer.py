@@ -3,21 +3,34 @@
 Thin by design: it reads the caller's deadline (`context.time_remaining()`) and tenant and
 hands the request to `ModelGateway`; MeshErrors raised there become gRPC statuses with an
 ErrorInfo reason (and RetryInfo for rate limits) in the mesh interceptor. When a client
-cancels StreamGenerate, grpc.aio cancels this handler and closing the domain stream closes
-the provider's HTTP stream.
+cancels a call, grpc.aio cancels this handler: the provider's HTTP request (or stream) is
+closed with it.
+
+Every Generate and StreamGenerate is recorded in `GatewayMetrics` (metrics.py) under the
+request's tenant and the resolved provider and model: the final response's usage and queue
+wait, or the failure's reason, or the cancellation; each retry as it happens (through
+`retry.retry_observer`, set for the call's task).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 
-from agentrt.core.errors import missing
-from agentrt.gateway.gateway import ModelGateway
+from agentrt.core.errors import MeshError, Reason, Status, missing
+from agentrt.gateway.errors import ProviderError
+from agentrt.gateway.gateway import KNOWN_PROVIDERS, ModelGateway
+from agentrt.gateway.metrics import CallLabels, GatewayMetrics
+from agentrt.gateway.retry import retry_observer
 from agentrt.mesh.context import current_tenant
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
+
+#: How an unexpected exception is counted (the interceptor answers INTERNAL for it).
+_INTERNAL = MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error")
 
 
 def _request(
@@ -34,9 +47,39 @@ def _request(
 class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
     """ModelGatewayService over a ModelGateway."""
 
-    def __init__(self, gateway: ModelGateway) -> None:
-        """Serve gateway."""
+    def __init__(self, gateway: ModelGateway, metrics: GatewayMetrics | None = None) -> None:
+        """Serve gateway, recording calls in metrics (a private GatewayMetrics when None)."""
         self._gateway = gateway
+        self.metrics = metrics if metrics is not None else GatewayMetrics()
+
+    def _labels(self, message: pb.GenerateRequest | pb.StreamGenerateRequest) -> CallLabels:
+        request = message.request
+        tenant = request.tenant or current_tenant()
+        if not message.HasField("request"):
+            return CallLabels(tenant, "unknown", "")
+        try:
+            provider, model = self._gateway.resolve(request.model)
+        except MeshError:
+            # A provider this build does not know is one label, not one per caller typo.
+            name = request.model.provider
+            if name in KNOWN_PROVIDERS:
+                return CallLabels(tenant, name, request.model.model)
+            return CallLabels(tenant, "unknown", "")
+        return CallLabels(tenant, provider.name, model)
+
+    @contextlib.contextmanager
+    def _observe_retries(self, labels: CallLabels) -> Iterator[None]:
+        def seen(err: ProviderError) -> None:
+            self.metrics.record_retry(labels, err)
+
+        token = retry_observer.set(seen)
+        try:
+            yield
+        finally:
+            # A stream closed from another context (a finalizer) cannot reset the variable;
+            # the call's task ends with it anyway.
+            with contextlib.suppress(ValueError):
+                retry_observer.reset(token)
 
     async def Generate(
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
@@ -52,7 +95,21 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
             UNAVAILABLE: PROVIDER_UNAVAILABLE (5xx, overloaded, unreachable) after retries.
             UNAUTHENTICATED: PROVIDER_AUTHENTICATION.
         """
-        return await self._gateway.generate(_request(request), context.time_remaining())
+        labels = self._labels(request)
+        try:
+            with self._observe_retries(labels):
+                answer = await self._gateway.generate(_request(request), context.time_remaining())
+        except MeshError as err:
+            self.metrics.record_failure(labels, "Generate", err)
+            raise
+        except asyncio.CancelledError:
+            self.metrics.record_canceled(labels, "Generate")
+            raise
+        except Exception:
+            self.metrics.record_failure(labels, "Generate", _INTERNAL)
+            raise
+        self.metrics.record_answer(labels, "Generate", answer)
+        return answer
 
     async def StreamGenerate(
         self, request: pb.StreamGenerateRequest, context: grpc.aio.ServicerContext
@@ -63,12 +120,31 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
             The statuses of Generate; UNAVAILABLE/PROVIDER_UNAVAILABLE when the provider's
             stream ends early or is malformed (no final is sent then).
         """
-        stream = self._gateway.stream(_request(request), context.time_remaining())
+        labels = self._labels(request)
+        recorded = False
         try:
-            async for item in stream:
-                yield item
+            with self._observe_retries(labels):
+                stream = self._gateway.stream(_request(request), context.time_remaining())
+                try:
+                    async for item in stream:
+                        if item.WhichOneof("event") == "final":
+                            recorded = True
+                            self.metrics.record_answer(labels, "StreamGenerate", item.final)
+                        yield item
+                finally:
+                    await stream.aclose()  # type: ignore[attr-defined]
+        except MeshError as err:
+            recorded = True
+            self.metrics.record_failure(labels, "StreamGenerate", err)
+            raise
+        except Exception:
+            recorded = True
+            self.metrics.record_failure(labels, "StreamGenerate", _INTERNAL)
+            raise
         finally:
-            await stream.aclose()  # type: ignore[attr-defined]
+            # Neither answered nor failed: the client went away (cancel, deadline).
+            if not recorded:
+                self.metrics.record_canceled(labels, "StreamGenerate")
 
     async def CountTokens(
         self, request: pb.CountTokensRequest, context: grpc.aio.ServicerContext

@@ -3,7 +3,9 @@
 A request is rejected whole, never repaired: at most 16 MiB, at most 100,000 visited
 values (content blocks, tools, and every JSON value inside tool schemas, the output
 schema and recorded tool-call arguments), JSON nested at most 64 deep. Tool names match
-[a-zA-Z0-9_-]{1,64} and are unique; a tool's `parameters_json_schema` is a JSON object.
+[a-zA-Z0-9_-]{1,64} and are unique; a tool's `parameters_json_schema` is a JSON object. An
+image carries exactly one of inline data (JPEG, PNG, GIF or WebP, its media type named) or
+an http(s)/data URL.
 Every failure is INVALID_ARGUMENT with a stable reason and the offending field.
 """
 
@@ -21,6 +23,8 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 MAX_VALUES = 100_000
 MAX_DEPTH = 64
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+#: Inline image types every remote provider accepts (OpenAI and Anthropic alike).
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
 
 def validate_request(request: g.ModelRequest) -> None:
@@ -30,7 +34,8 @@ def validate_request(request: g.ModelRequest) -> None:
         MeshError: INVALID_ARGUMENT with reason REQUEST_TOO_LARGE (bytes, values, depth;
             metadata `limit` says which), INVALID_JSON (a schema that is not a JSON object),
             MISSING_FIELD (no messages, a tool call without id or name), INVALID_VALUE
-            (bad role, empty block, bad tool name, bad setting, negative max_queue_wait) or
+            (bad role, empty block, bad image, bad tool name, bad setting, negative
+            max_queue_wait) or
             UNKNOWN_TOOL (a named tool choice that is not among the tools).
     """
     size = request.ByteSize()
@@ -160,9 +165,31 @@ def _validate_block(block: c.ContentBlock, field: str, budget: _Budget) -> None:
             _measure(value, f"{field}.tool_use.arguments", budget)
     elif kind == "tool_result" and not block.tool_result.call_id:
         raise missing(f"{field}.tool_result.call_id")
+    elif kind == "image":
+        _validate_image(block.image, f"{field}.image")
     elif kind == "raw" and block.raw.json:
         value = _parse(block.raw.json, f"{field}.raw.json")
         _measure(value, f"{field}.raw.json", budget)
+
+
+def _validate_image(image: c.ImageBlock, field: str) -> None:
+    if bool(image.data) == bool(image.url):
+        raise invalid(Reason.INVALID_VALUE, f"{field} needs exactly one of data or url", field=field)
+    if image.data and image.media_type not in IMAGE_MEDIA_TYPES:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"{field}.media_type must be one of {', '.join(IMAGE_MEDIA_TYPES)} for inline data",
+            field=f"{field}.media_type",
+        )
+    if image.url and not (
+        image.url.startswith(("https://", "http://"))
+        or any(image.url.startswith(f"data:{t};base64,") for t in IMAGE_MEDIA_TYPES)
+    ):
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"{field}.url must be an http(s) URL or a base64 data URL of a supported image type",
+            field=f"{field}.url",
+        )
 
 
 def _validate_settings(settings: c.ModelSettings, names: set[str], budget: _Budget) -> None:

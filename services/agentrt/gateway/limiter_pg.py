@@ -1,0 +1,207 @@
+"""The PostgreSQL limiter store: budget AND consumption shared by every gateway replica.
+
+Two tables (migrations/versions/0001_limiter.py): `gateway_limiter_budgets` (one row per
+bucket: the adaptive budget and the time of its last halving) and `gateway_limiter_entries`
+(the sliding-window log: one row per admitted reservation, its time, tokens and whether it
+is settled). The rules are limiter.py's, written in SQL:
+
+- A reservation attempt is ONE transaction: lock the bucket's budget row (`FOR UPDATE`,
+  created with the initial budget on first use), prune the bucket's entries older than the
+  span, sum the rest, and insert the new entry only if it fits. Attempts on one bucket are
+  therefore serialized across all replicas, and each sees every entry committed before it.
+- Every time is the database's `clock_timestamp()`, read after the lock is held, so
+  replicas with skewed clocks agree and entries are timestamped in admission order.
+- Settling updates the entry without the lock: a smaller size only frees room later.
+- An outcome is one conditional UPDATE of the budget row (halve / probe, honouring the
+  cooldown, clamped to this process's floor and max).
+
+The schema is migrated by Alembic in the server's ready hook (`prepare`), under the mesh's
+advisory lock, so replicas starting together migrate once.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import sqlalchemy as sa
+
+from agentrt.gateway.limiter_rules import Attempt, LimiterSettings
+from agentrt.mesh import migrate
+from agentrt.mesh.db import Database
+
+MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent / "migrations"
+
+metadata = sa.MetaData()
+
+#: One row per bucket: its adaptive budget (input tokens per window).
+budgets = sa.Table(
+    "gateway_limiter_budgets",
+    metadata,
+    sa.Column("bucket", sa.Text(), primary_key=True),
+    sa.Column("budget_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("backoff_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+#: The sliding-window log: one row per admitted reservation, pruned as it leaves the span.
+entries = sa.Table(
+    "gateway_limiter_entries",
+    metadata,
+    sa.Column("bucket", sa.Text(), nullable=False),
+    sa.Column("entry_id", sa.String(64), nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("tokens", sa.BigInteger(), nullable=False),
+    sa.Column("settled", sa.Boolean(), nullable=False),
+    sa.PrimaryKeyConstraint("bucket", "entry_id"),
+    sa.Index("ix_gateway_limiter_entries_bucket_at", "bucket", "at"),
+)
+
+_SPAN = "make_interval(secs => CAST(:span AS double precision))"
+
+_LOCK = sa.text("SELECT budget_tokens FROM gateway_limiter_budgets WHERE bucket = :b FOR UPDATE")
+_CREATE = sa.text(
+    "INSERT INTO gateway_limiter_budgets (bucket, budget_tokens, updated_at) "
+    "VALUES (:b, :initial, clock_timestamp()) ON CONFLICT (bucket) DO NOTHING"
+)
+# Under the bucket's lock, in a statement of its own (so its snapshot sees every entry
+# committed before the lock was granted): prune, sum, and insert the entry if it fits.
+_ADMIT = sa.text(f"""
+WITH n AS (SELECT clock_timestamp() AS t),
+pruned AS (
+  DELETE FROM gateway_limiter_entries e USING n WHERE e.bucket = :b AND e.at <= n.t - {_SPAN}
+),
+w AS (
+  SELECT coalesce(sum(e.tokens), 0)::bigint AS used,
+         coalesce(sum(e.tokens) FILTER (WHERE NOT e.settled), 0)::bigint AS pending
+  FROM n LEFT JOIN gateway_limiter_entries e ON e.bucket = :b AND e.at > n.t - {_SPAN}
+),
+ins AS (
+  INSERT INTO gateway_limiter_entries (bucket, entry_id, at, tokens, settled)
+  SELECT :b, :id, n.t, CAST(:n AS bigint), false FROM n, w
+  WHERE w.used + CAST(:n AS bigint) <= CAST(:budget AS bigint)
+  RETURNING 1
+)
+SELECT n.t, w.used, w.pending, EXISTS (SELECT 1 FROM ins) FROM n, w
+""")
+# The earliest expiry of settled entries that frees `excess` tokens (limiter.admission_wait).
+_WAIT = sa.text(f"""
+WITH n AS (SELECT CAST(:now AS timestamptz) AS t)
+SELECT extract(epoch FROM s.at + {_SPAN} - n.t)::float8 FROM n, (
+  SELECT at, sum(tokens) OVER (ORDER BY at, entry_id) AS freed FROM gateway_limiter_entries, n
+  WHERE bucket = :b AND settled AND at > n.t - {_SPAN}
+) s WHERE s.freed >= :excess ORDER BY s.at LIMIT 1
+""")
+_SETTLE = sa.text(
+    "UPDATE gateway_limiter_entries SET tokens = coalesce(CAST(:n AS bigint), tokens), settled = true "
+    "WHERE bucket = :b AND entry_id = :id AND NOT settled"
+)
+# limiter.adapt: skipped inside the cooldown, and on success when already at max.
+_OUTCOME = sa.text("""
+WITH n AS (SELECT clock_timestamp() AS t),
+u AS (
+  UPDATE gateway_limiter_budgets g SET
+    budget_tokens = CASE WHEN :rl THEN greatest(:floor, g.budget_tokens / 2)
+                         ELSE least(:max, greatest(:floor, g.budget_tokens + :step)) END,
+    backoff_at = CASE WHEN :rl THEN n.t ELSE g.backoff_at END,
+    updated_at = n.t
+  FROM n
+  WHERE g.bucket = :b
+    AND (g.backoff_at IS NULL
+         OR n.t - g.backoff_at >= make_interval(secs => CAST(:cooldown AS double precision)))
+    AND (:rl OR g.budget_tokens < :max)
+  RETURNING g.budget_tokens
+)
+SELECT coalesce((SELECT budget_tokens FROM u),
+                (SELECT budget_tokens FROM gateway_limiter_budgets WHERE bucket = :b))
+""")
+_READ = sa.text(f"""
+SELECT (SELECT budget_tokens FROM gateway_limiter_budgets WHERE bucket = :b),
+       coalesce(sum(tokens), 0)::bigint, coalesce(sum(tokens) FILTER (WHERE NOT settled), 0)::bigint
+FROM gateway_limiter_entries WHERE bucket = :b AND at > clock_timestamp() - {_SPAN}
+""")
+
+
+async def upgrade(db: Database, revision: str = "head") -> None:
+    """Migrate the limiter's tables to `revision` (default: the newest); a no-op when there.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database refused a migration step.
+    """
+    await migrate.upgrade(db, MIGRATIONS_DIR, "agentrt.gateway.migrations", revision)
+
+
+class PostgresStore:
+    """Budgets and logs in PostgreSQL (see the module docstring)."""
+
+    def __init__(self, url: str, settings: LimiterSettings) -> None:
+        """Open the engine (nothing connects until first use).
+
+        Args:
+            url: postgresql+asyncpg://... URL.
+            settings: the rules' figures.
+
+        Raises:
+            ValueError: the URL is not a postgresql+asyncpg one.
+        """
+        if not url.startswith("postgresql+asyncpg://"):
+            raise ValueError(f"the postgres limiter needs a postgresql+asyncpg:// URL, got {url!r}")
+        self._db = Database(url)
+        self._s = settings
+
+    async def prepare(self) -> None:
+        """Migrate the limiter's tables (Alembic, version table alembic_version_gateway)."""
+        await upgrade(self._db)
+
+    async def close(self) -> None:
+        """Dispose of the engine."""
+        await self._db.close()
+
+    async def try_reserve(self, bucket: str, entry_id: str, tokens: int) -> Attempt:
+        """See LimiterStore.try_reserve: one transaction holding the bucket's row lock."""
+        s = self._s
+        async with self._db.write() as conn:
+            budget = await conn.scalar(_LOCK, {"b": bucket})
+            if budget is None:
+                await conn.execute(_CREATE, {"b": bucket, "initial": s.initial_tokens})
+                budget = await conn.scalar(_LOCK, {"b": bucket})
+            params = {"b": bucket, "id": entry_id, "n": tokens, "budget": budget, "span": s.span_seconds}
+            now, used, pending, admitted = (await conn.execute(_ADMIT, params)).one()
+            budget, used, pending = int(budget), int(used), int(pending)
+            if admitted or tokens > budget:
+                return Attempt(bool(admitted), budget, used, pending)
+            excess = used - pending + tokens - budget
+            wait = 0.0
+            if excess > 0:
+                found = await conn.scalar(
+                    _WAIT, {"b": bucket, "now": now, "span": s.span_seconds, "excess": excess}
+                )
+                wait = s.span_seconds if found is None else max(0.0, float(found))
+            return Attempt(False, budget, used, pending, wait)
+
+    async def settle(self, bucket: str, entry_id: str, tokens: int | None) -> None:
+        """See LimiterStore.settle."""
+        async with self._db.write() as conn:
+            await conn.execute(_SETTLE, {"b": bucket, "id": entry_id, "n": tokens})
+
+    async def outcome(self, bucket: str, rate_limited: bool) -> int:
+        """See LimiterStore.outcome: one statement; the bucket's initial budget when it has no row."""
+        s = self._s
+        params = {
+            "b": bucket,
+            "rl": rate_limited,
+            "floor": s.floor_tokens,
+            "max": s.max_tokens,
+            "step": s.probe_tokens,
+            "cooldown": s.cooldown_seconds,
+        }
+        async with self._db.write() as conn:
+            budget = await conn.scalar(_OUTCOME, params)
+        return s.initial_tokens if budget is None else int(budget)
+
+    async def read(self, bucket: str) -> tuple[int, int, int]:
+        """See LimiterStore.read."""
+        async with self._db.read() as conn:
+            budget, used, pending = (
+                await conn.execute(_READ, {"b": bucket, "span": self._s.span_seconds})
+            ).one()
+        return (self._s.initial_tokens if budget is None else int(budget)), int(used), int(pending)

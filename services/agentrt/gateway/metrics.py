@@ -1,0 +1,325 @@
+"""Token usage and failures of the gateway, as Prometheus metrics (issue 4; seed 002 "Usage").
+
+Owns one `CollectorRegistry` per gateway (never prometheus_client's global one), so two
+gateways in one process, as in the tests, keep separate counts. The servicer records:
+
+- `agentrt_gateway_requests_total` {tenant, provider, model, rpc, outcome}: Generate and
+  StreamGenerate calls, outcome `ok`, `error` or `canceled`;
+- `agentrt_gateway_input_tokens_total` {tenant, provider, model}: reported input tokens,
+  cached included; `..._output_tokens_total` (reasoning included),
+  `..._cached_input_tokens_total`, `..._reasoning_tokens_total` likewise;
+- `agentrt_gateway_errors_total` {tenant, provider, model, reason, origin}: failures and
+  refused or window-stopped answers (below);
+- `agentrt_gateway_retries_total` {tenant, provider, model, reason}: provider errors retried;
+- `agentrt_gateway_limiter_queue_wait_seconds` {provider, model}: histogram of the limiter
+  admission wait of answered calls, in seconds.
+
+Token counters are separate metrics rather than one metric with a `type` label because
+they overlap (input includes cached, output includes reasoning): summing over a label
+would count tokens twice. Only answered calls report usage; a failed or canceled call
+adds nothing to the token counters.
+
+`errors_total.reason` is `rate_limited`, `unavailable`, `context_overflow`,
+`invalid_request`, `authentication` for classified provider failures, `refusal` and
+`context_overflow` for the stop reasons REFUSAL and CONTEXT_WINDOW_EXCEEDED of answered
+calls (they are failures of the turn, not of the call), and the lower-cased ErrorInfo
+reason for anything else (e.g. `request_too_large`, `unsupported_capability`). `origin`
+is `provider` when the provider said so, `gateway` when the gateway refused on its own
+(validation, limiter admission, configuration).
+
+Gauges owned by other parts (the limiter's budget state) are read at scrape time from
+readers registered with `add_gauge_reader`: a reader is a cheap synchronous function
+returning `Gauge` samples, called on the scrape thread (not the event loop), so it must
+only read state already in memory (e.g. the replica's last-known budget).
+
+`/metrics` is served by prometheus_client's WSGI app on a thread of its own when
+`AGENTRT_GATEWAY_METRICS_PORT` is set (see config.py; 0 = no endpoint).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
+from prometheus_client.registry import Collector
+
+from agentrt.core.errors import MeshError, Reason
+from agentrt.gateway.errors import ProviderError
+from agentrt.gateway.limiter_rules import BucketState
+from agentrt.v1 import common_pb2 as c
+from agentrt.v1 import gateway_service_pb2 as g
+
+PREFIX = "agentrt_gateway_"
+
+#: Classified provider failures -> the `reason` label of errors_total.
+ERROR_REASONS: Mapping[str, str] = {
+    Reason.RATE_LIMITED: "rate_limited",
+    Reason.PROVIDER_UNAVAILABLE: "unavailable",
+    Reason.CONTEXT_OVERFLOW: "context_overflow",
+    Reason.INVALID_REQUEST: "invalid_request",
+    Reason.PROVIDER_AUTHENTICATION: "authentication",
+}
+#: Stop reasons of answered calls that count as errors of the turn.
+STOP_ERRORS: Mapping[int, str] = {
+    c.STOP_REASON_REFUSAL: "refusal",
+    c.STOP_REASON_CONTEXT_WINDOW_EXCEEDED: "context_overflow",
+}
+#: Queue-wait buckets, in seconds: from "not queued" to the default 30 s admission wait.
+QUEUE_WAIT_BUCKETS = (0.0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+_CALL = ("tenant", "provider", "model")
+
+
+@dataclass(frozen=True)
+class CallLabels:
+    """Who a call is counted for.
+
+    Attributes:
+        tenant: the tenant charged (the request's, else the caller's).
+        provider: provider key ("unknown" for a provider this build does not know).
+        model: the resolved model id ("" when it could not be resolved).
+    """
+
+    tenant: str
+    provider: str
+    model: str
+
+    def values(self) -> tuple[str, str, str]:
+        """Return the label values in `_CALL` order."""
+        return self.tenant, self.provider, self.model
+
+
+@dataclass(frozen=True)
+class Gauge:
+    """One gauge sample read at scrape time.
+
+    Attributes:
+        name: metric name without the `agentrt_gateway_` prefix, e.g.
+            "limiter_budget_tokens_per_minute"; every sample of one name must use the same
+            label names.
+        documentation: the metric's help text.
+        value: the sample's value.
+        labels: label name -> value, e.g. {"provider": "openai", "model": "gpt-4.1"}.
+    """
+
+    name: str
+    documentation: str
+    value: float
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+#: What `add_gauge_reader` takes: a synchronous, cheap function (see the module docstring).
+GaugeReader = Callable[[], Iterable[Gauge]]
+
+
+def limiter_gauges(states: Iterable[BucketState]) -> list[Gauge]:
+    """Return the limiter's bucket states as gauges (budget, used and pending input tokens).
+
+    Labels: provider, family, tenant ("" unless budgets are per tenant). Values are this
+    replica's last-known view (as of its latest reservation or outcome), in tokens per window.
+    """
+    out: list[Gauge] = []
+    for st in states:
+        labels = {"provider": st.provider, "family": st.family, "tenant": st.tenant}
+        out.append(
+            Gauge("limiter_budget_tokens", "Current input-token budget per window.", st.budget_tokens, labels)
+        )
+        out.append(
+            Gauge(
+                "limiter_used_tokens", "Input tokens reserved in the current window.", st.used_tokens, labels
+            )
+        )
+        out.append(
+            Gauge(
+                "limiter_pending_tokens", "Reserved input tokens not yet settled.", st.pending_tokens, labels
+            )
+        )
+    return out
+
+
+class _GaugeCollector(Collector):
+    """Turns the registered readers' samples into gauge families at each scrape."""
+
+    def __init__(self) -> None:
+        self.readers: list[GaugeReader] = []
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, GaugeMetricFamily] = {}
+        for reader in list(self.readers):
+            for sample in reader():
+                family = families.get(sample.name)
+                if family is None:
+                    family = GaugeMetricFamily(
+                        PREFIX + sample.name, sample.documentation, labels=sorted(sample.labels)
+                    )
+                    families[sample.name] = family
+                family.add_metric([sample.labels[k] for k in sorted(sample.labels)], sample.value)
+        yield from families.values()
+
+    def describe(self) -> Iterator[Metric]:
+        # Readers are dynamic: describing would call them at registration time.
+        return iter(())
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+class GatewayMetrics:
+    """The gateway's metrics and their `/metrics` endpoint (see the module docstring)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        """Create the metrics in registry (a new CollectorRegistry when None)."""
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            PREFIX + "requests",
+            "Generate and StreamGenerate calls, by outcome (ok, error, canceled).",
+            [*_CALL, "rpc", "outcome"],
+            registry=r,
+        )
+        self.input_tokens = Counter(
+            PREFIX + "input_tokens", "Input tokens reported by providers, cached included.", _CALL, registry=r
+        )
+        self.output_tokens = Counter(
+            PREFIX + "output_tokens",
+            "Output tokens reported by providers, reasoning included.",
+            _CALL,
+            registry=r,
+        )
+        self.cached_input_tokens = Counter(
+            PREFIX + "cached_input_tokens",
+            "Input tokens served from the provider's cache.",
+            _CALL,
+            registry=r,
+        )
+        self.reasoning_tokens = Counter(
+            PREFIX + "reasoning_tokens", "Output tokens the model spent reasoning.", _CALL, registry=r
+        )
+        self.errors = Counter(
+            PREFIX + "errors",
+            "Failed calls and refused or window-stopped answers, by reason and origin.",
+            [*_CALL, "reason", "origin"],
+            registry=r,
+        )
+        self.retries = Counter(
+            PREFIX + "retries",
+            "Provider errors the gateway retried, by reason.",
+            [*_CALL, "reason"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            PREFIX + "limiter_queue_wait_seconds",
+            "Time answered calls waited for limiter admission, in seconds.",
+            ["provider", "model"],
+            buckets=QUEUE_WAIT_BUCKETS,
+            registry=r,
+        )
+        self._gauges = _GaugeCollector()
+        r.register(self._gauges)
+        self._server: ThreadingWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- recording
+
+    def record_answer(self, labels: CallLabels, rpc: str, answer: g.GenerateResponse) -> None:
+        """Count an answered call: its request, usage, queue wait, and a refusal or window stop.
+
+        Args:
+            labels: tenant, provider, model of the call.
+            rpc: "Generate" or "StreamGenerate".
+            answer: the final response (usage in tokens, queue_wait as a Duration).
+        """
+        values = labels.values()
+        self.requests.labels(*values, rpc, "ok").inc()
+        usage = answer.response.usage
+        self.input_tokens.labels(*values).inc(usage.input_tokens)
+        self.output_tokens.labels(*values).inc(usage.output_tokens)
+        self.cached_input_tokens.labels(*values).inc(usage.cached_input_tokens)
+        self.reasoning_tokens.labels(*values).inc(usage.reasoning_tokens)
+        self.queue_wait.labels(labels.provider, labels.model).observe(answer.queue_wait.ToNanoseconds() / 1e9)
+        stop = STOP_ERRORS.get(answer.response.stop_reason)
+        if stop is not None:
+            self.errors.labels(*values, stop, "provider").inc()
+
+    def record_failure(self, labels: CallLabels, rpc: str, err: MeshError) -> None:
+        """Count a failed call by its reason (see the module docstring for the label values)."""
+        values = labels.values()
+        self.requests.labels(*values, rpc, "error").inc()
+        self.errors.labels(*values, error_reason(err), error_origin(err)).inc()
+
+    def record_canceled(self, labels: CallLabels, rpc: str) -> None:
+        """Count a call the client canceled (or whose deadline passed) before it ended."""
+        self.requests.labels(*labels.values(), rpc, "canceled").inc()
+
+    def record_retry(self, labels: CallLabels, err: ProviderError) -> None:
+        """Count one retry of a provider error."""
+        self.retries.labels(*labels.values(), error_reason(err)).inc()
+
+    def add_gauge_reader(self, reader: GaugeReader) -> None:
+        """Register a gauge reader, called at every scrape (the limiter's budget state hook)."""
+        self._gauges.readers.append(reader)
+
+    def exposition(self) -> bytes:
+        """Return the registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+    # ---------------------------------------------------------------- /metrics
+
+    @property
+    def http_port(self) -> int:
+        """The port /metrics listens on; 0 when it is not served."""
+        return self._server.server_port if self._server is not None else 0
+
+    def start_http(self, host: str, port: int) -> int:
+        """Serve the registry over HTTP on host:port (every path, e.g. /metrics); return the port.
+
+        Raises:
+            OSError: the address cannot be bound (e.g. the port is taken).
+        """
+        if self._server is not None:
+            return self.http_port
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+        app = make_wsgi_app(self.registry)
+        server: ThreadingWSGIServer = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="gateway-metrics", daemon=True
+        )
+        thread.start()
+        self._server, self._thread = server, thread
+        return self.http_port
+
+    def stop_http(self) -> None:
+        """Stop serving /metrics (no-op when not serving)."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+
+def error_reason(err: MeshError) -> str:
+    """Return the `reason` label of a failure."""
+    reason = str(err.reason)
+    return ERROR_REASONS.get(reason, reason.lower())
+
+
+def error_origin(err: MeshError) -> str:
+    """Return "provider" for a provider's failure, "gateway" for the gateway's own refusal.
+
+    An adapter's capability refusal is a ProviderError (see capabilities.unsupported) but
+    never reached the provider: it is the gateway's.
+    """
+    if isinstance(err, ProviderError) and err.reason != Reason.UNSUPPORTED_CAPABILITY:
+        return "provider"
+    return "gateway"

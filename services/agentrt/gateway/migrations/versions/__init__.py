@@ -1,0 +1,1 @@
+"""Alembic revisions of the gateway, oldest first by `down_revision`."""
