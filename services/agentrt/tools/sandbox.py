@@ -287,7 +287,7 @@ class LocalSandbox:
         if run.pidfd is not None:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(run.pidfd, signal.SIGKILL)
-            await _exited(run.pidfd, _KILL_WAIT_SECONDS)
+            await wait_exited(run.pidfd, _KILL_WAIT_SECONDS)
         else:
             with contextlib.suppress(OSError):
                 os.killpg(run.proc.pid, signal.SIGKILL)
@@ -357,10 +357,16 @@ async def _drain(pumps: list[asyncio.Task[None]]) -> None:
 
 
 async def _read_info(fd: int, run: _Running) -> None:
-    """Read bwrap's --info-fd JSON and hold a pidfd on the namespace's pid 1.
+    """Hold a pidfd on the namespace's pid 1 of a one-shot command (see namespace_pidfd)."""
+    run.pidfd = await namespace_pidfd(fd)
 
-    The pidfd is kept only when the process it names is in the namespace bwrap reported,
-    so a recycled pid can never be signalled.
+
+async def namespace_pidfd(fd: int) -> int | None:
+    """Read bwrap's --info-fd JSON from fd (closed after) and open a pidfd on the namespace's pid 1.
+
+    The pidfd is returned only when the process it names is in the namespace bwrap
+    reported, so a recycled pid can never be signalled; None when it is already gone or
+    the JSON never arrived. The caller owns (closes) the pidfd.
     """
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -379,21 +385,21 @@ async def _read_info(fd: int, run: _Running) -> None:
             try:
                 pidfd = os.pidfd_open(child)
             except OSError:
-                return  # already gone
+                return None  # already gone
             try:
                 same = os.readlink(f"/proc/{child}/ns/pid") == f"pid:[{pidns}]"
             except OSError:
                 same = False
             if same:
-                run.pidfd = pidfd
-            else:
-                os.close(pidfd)
-            return
+                return pidfd
+            os.close(pidfd)
+            return None
+        return None
     finally:
         transport.close()
 
 
-async def _exited(pidfd: int, timeout: float) -> None:
+async def wait_exited(pidfd: int, timeout: float) -> None:
     """Wait (at most timeout seconds) until the process behind pidfd has exited."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()

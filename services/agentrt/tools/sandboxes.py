@@ -28,7 +28,7 @@ import re
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentrt.core.errors import Reason, invalid, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
@@ -264,6 +264,20 @@ class SandboxManager:
             await self._end_processes(tenant, sandbox_id)  # replaced: its processes do not carry over
             if existing.backend == DOCKER:
                 await self.docker.remove(container_name(self.root, tenant, sandbox_id), tenant, sandbox_id)
+        return await self._save(tenant, sandbox_id, backend, ws, owned, existing, settings, fingerprint)
+
+    async def _save(
+        self,
+        tenant: str,
+        sandbox_id: str,
+        backend: str,
+        ws: Workspace,
+        owned: bool,
+        existing: SandboxRecord | None,
+        settings: dict[str, Any],
+        fingerprint: str,
+    ) -> SandboxInfo:
+        """Store a created (or replacing) sandbox as running; the workspace stays owned when it was."""
         rec = SandboxRecord(
             tenant,
             sandbox_id,
@@ -357,15 +371,4 @@ class SandboxManager:
             "limits": limits,
             "docker": {"container": container, "name": name, "image": image},
         }
-        rec = SandboxRecord(
-            tenant,
-            sandbox_id,
-            DOCKER,
-            RUNNING,
-            ws.path,
-            owned or bool(existing and existing.owns_workspace and existing.workspace == ws.path),
-            json.dumps(settings),
-            fingerprint,
-        )
-        await self.store.put_sandbox(rec)
-        return SandboxInfo(sandbox_id, DOCKER, RUNNING, ws.path)
+        return await self._save(tenant, sandbox_id, DOCKER, ws, owned, existing, settings, fingerprint)

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -44,6 +43,7 @@ from typing import Protocol
 from agentrt.tools import launch as launcher
 from agentrt.tools.config import SANDBOX_UNCONFINED, CommandLimits
 from agentrt.tools.paths import Workspace
+from agentrt.tools.sandbox import namespace_pidfd, wait_exited
 
 log = logging.getLogger("agentrt.tools")
 
@@ -250,7 +250,7 @@ class PtyTerminal:
             if self._pidfd is not None:
                 with contextlib.suppress(OSError):
                     signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-                await _exited(self._pidfd, _KILL_WAIT_SECONDS)
+                await wait_exited(self._pidfd, _KILL_WAIT_SECONDS)
             elif self._proc.returncode is None:
                 with contextlib.suppress(OSError):
                     os.killpg(self._proc.pid, signal.SIGKILL)
@@ -269,39 +269,14 @@ class PtyTerminal:
             os.close(self._master)
 
     async def _read_info(self, fd: int) -> None:
-        """Hold a pidfd on the namespace's pid 1, named by bwrap's --info-fd JSON.
-
-        The pidfd is kept only when the process is in the namespace bwrap reported, so a
-        recycled pid is never signalled (the same check as `sandbox.py`).
-        """
-        reader = asyncio.StreamReader()
-        transport, _ = await self._loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
-        )
-        try:
-            buf = b""
-            while chunk := await reader.read(4096):
-                buf += chunk
-                try:
-                    info = json.loads(buf)
-                    child, pidns = int(info["child-pid"]), int(info["pid-namespace"])
-                except (ValueError, KeyError):
-                    continue
-                try:
-                    pidfd = os.pidfd_open(child)
-                except OSError:
-                    return
-                try:
-                    same = os.readlink(f"/proc/{child}/ns/pid") == f"pid:[{pidns}]"
-                except OSError:
-                    same = False
-                if same and self._pidfd is None:
-                    self._pidfd = pidfd
-                else:
-                    os.close(pidfd)
-                return
-        finally:
-            transport.close()
+        """Hold a pidfd on the namespace's pid 1, named by bwrap's --info-fd JSON."""
+        pidfd = await namespace_pidfd(fd)
+        if pidfd is None:
+            return
+        if self._pidfd is None:
+            self._pidfd = pidfd
+        else:
+            os.close(pidfd)
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -315,16 +290,3 @@ def _pending(fd: int) -> bool:
         return bool(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
     except OSError:
         return False
-
-
-async def _exited(pidfd: int, timeout: float) -> None:
-    """Wait (at most timeout seconds) until the process behind pidfd has exited."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(pidfd, _wake, done)
-    try:
-        await asyncio.wait_for(done, timeout)
-    except TimeoutError:
-        log.warning("a shell's pid namespace did not exit within %.0f s of SIGKILL", timeout)
-    finally:
-        loop.remove_reader(pidfd)
