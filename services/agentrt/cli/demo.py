@@ -79,8 +79,7 @@ def run_demo(args: argparse.Namespace) -> int:
         console.print(f"agentrt demo: {escape(str(exc))}")
         return 2
     root = Path(tempfile.mkdtemp(prefix="agentrt-demo-"))
-    workspace = root / "workspace"
-    workspace.mkdir()
+    workspace = root / "workspace"  # made by the tool service (as root, owned by the sandbox user)
     console.rule("agentrt demo")
     console.print(f"task: {escape(args.task)}")
     console.print(f"state dir {root / 'state'} · workspace {workspace}")

@@ -383,7 +383,9 @@ def run_command(args: argparse.Namespace) -> int:
     workspace = ""
     if args.workspace:
         path = Path(args.workspace).expanduser().resolve()
-        path.mkdir(parents=True, exist_ok=True)
+        # Parents only: the tool service creates the directory itself, and as root it hands
+        # only a directory it created to the sandbox user (docs/services/tools.md).
+        path.parent.mkdir(parents=True, exist_ok=True)
         workspace = str(path)
     request = run_service_pb2.StartRunRequest(
         agent=build_agent(model, args.max_turns),

@@ -87,6 +87,8 @@ class Reason(enum.StrEnum):
     INTERNAL = "INTERNAL"
     MALFORMED_ARCHIVE = "MALFORMED_ARCHIVE"  # INVALID_ARGUMENT: an upload that is not a usable tar
     SANDBOX_FOREIGN = "SANDBOX_FOREIGN"  # FAILED_PRECONDITION: a container we did not create holds the name
+    WORKSPACE_NOT_FOUND = "WORKSPACE_NOT_FOUND"  # NOT_FOUND: a workspace (or a directory in it) is missing
+    WORKSPACE_NOT_WRITABLE = "WORKSPACE_NOT_WRITABLE"  # FAILED_PRECONDITION: commands could not write there
 
 
 @dataclass

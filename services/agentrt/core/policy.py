@@ -1,11 +1,11 @@
-"""exec_command's command policy: allow/deny regular expressions (004 §2.7j, §2.7l).
+r"""exec_command's command policy: allow/deny regular expressions (004 §2.7j, §2.7l).
 
 Shared by the run loop (which checks a call before its approval gate) and the tool service
 (which refuses the command as a result). Both decide through this module, so a call the
 run loop lets skip approval is a call the tool service refuses.
 
 Semantics of one `CommandPolicy`:
-- Patterns are Python `re` syntax, searched anywhere in the command text (`re.search`).
+- Patterns are Python `re` syntax, searched anywhere in the command text (`search`).
 - When any allow pattern is given, a command must match one of them.
 - Deny is checked after allow, so a deny always wins.
 - A policy with no patterns allows everything.
@@ -14,30 +14,65 @@ Semantics of one `CommandPolicy`:
 - A refusal names the rule (which policy, allow or deny, which pattern), so the model can
   ask for something else instead of trying variations.
 
+Matching runs under a time budget (the model writes the command text, and a backtracking
+pattern such as `(a|a)+$` takes time exponential in it): one command's check, across every
+pattern of every policy applied, may take `CHECK_BUDGET_SECONDS` of CPU time. A check that
+runs out FAILS CLOSED: the command is refused (rule "timeout"), naming the pattern being
+evaluated when the budget ran out. The whole command text is inspected, never a prefix:
+a cut would let padding push a denied command past the part a pattern sees.
+
+The engine is the `regex` package in its re-compatible VERSION0 mode, because Python `re`
+cannot be interrupted. A pattern must also compile under `re`, so the accepted syntax is
+exactly re's. Decisions on the two engines' known differences:
+- A POSIX class inside a set (`[[:alpha:]]`) is refused: re reads it as a set of the
+  characters `[:alph` (and warns), `regex` as the class, so the one text would mean two things.
+- Unicode definitions differ for non-ASCII text: `\w`/`\b` follow Unicode's word
+  characters (combining marks are word characters, `²` is not), `\s` leaves out
+  U+001C..U+001F, and a few case-insensitive foldings (dotted I) differ. ASCII text
+  matches as under re.
+
 It is a filter on approval noise, NOT a security boundary: a pattern matches the TEXT of
 a command and is blind to shell semantics (`rm -fr /`, `rm  -rf /`, `eval $(echo … |
 base64 -d)` all step around a deny of `rm -rf`). Containment is the sandbox's job.
 
-Invariants: standard library only; compiled policies are immutable and safe to share.
+Invariants: standard library plus `regex`; compiled policies are immutable and safe to share.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import regex
 
 #: Most patterns per list, and longest pattern in characters: a policy is configuration,
 #: and a bound keeps a request from compiling megabytes of regular expressions.
 MAX_PATTERNS = 256
 MAX_PATTERN_CHARS = 4096
+#: CPU seconds one command's check may take, across every pattern of every policy applied
+#: (the tool service: its own policy and the request's together). Ordinary patterns take
+#: microseconds; the bound keeps a backtracking pattern from holding an event loop.
+CHECK_BUDGET_SECONDS = 0.05
 #: Policy origins as named to the model.
 AGENT = "agent"
 SERVICE = "service"
+#: The rule of a refusal whose check ran out of time.
+TIMEOUT = "timeout"
 _ORIGIN_TEXT = {AGENT: "the agent's command policy", SERVICE: "the tool service's command policy"}
 _ALTERNATIVE = "The command did not run; do the task another way, or ask the user for help."
+# An unescaped "[:name:]" (regex reads it as a POSIX class inside a set, re as characters).
+_POSIX_CLASS = re.compile(r"(?<!\\)(?:\\\\)*\[:\^?[^\[\]:]+:\]")
+
+
+class _Compiled(Protocol):
+    """The part of a compiled `regex` pattern the policy uses (the package has no stubs)."""
+
+    def search(self, string: str, *, timeout: float) -> object | None: ...
 
 
 def _quote(pattern: str) -> str:
@@ -46,18 +81,31 @@ def _quote(pattern: str) -> str:
 
 
 class PatternError(ValueError):
-    """A policy pattern that is not usable.
+    """A policy pattern, or a pattern list, that is not usable.
+
+    The text reads `deny[3] pattern "x(" does not compile: <why>` for one pattern, and
+    `deny: <why>` for the list as a whole (more than MAX_PATTERNS patterns).
 
     Attributes:
         rule: "allow" or "deny".
-        index: the pattern's position in its list.
-        pattern: the pattern text (cut to 200 characters).
+        index: the pattern's position in its list; -1 when the list as a whole is at fault.
+        pattern: the pattern text (cut to 200 characters); "" when index is -1.
         error: why it is not usable.
     """
 
-    def __init__(self, rule: str, index: int, pattern: str, error: str) -> None:
+    def __init__(
+        self, rule: str, index: int, pattern: str, error: str, *, verb: str = "does not compile"
+    ) -> None:
         self.rule, self.index, self.pattern, self.error = rule, index, pattern[:200], error
-        super().__init__(f"{rule}[{index}] pattern {_quote(self.pattern)} does not compile: {error}")
+        if index < 0:
+            super().__init__(f"{rule}: {error}")
+        else:
+            super().__init__(f"{rule}[{index}] pattern {_quote(self.pattern)} {verb}: {error}")
+
+    @property
+    def field(self) -> str:
+        """Where the problem is: "deny[3]" for one pattern, "deny" for the whole list."""
+        return self.rule if self.index < 0 else f"{self.rule}[{self.index}]"
 
 
 @dataclass(frozen=True)
@@ -67,11 +115,13 @@ class Refusal:
     Attributes:
         origin: "agent" or "service" (whose policy), "" for undecodable arguments.
         rule: "deny" (a deny pattern matched), "allow" (no allow pattern matched),
-            "invalid" (the policy has a pattern that does not compile) or "arguments"
-            (the call's arguments do not decode, 004 §2.7l).
+            "invalid" (the policy has a pattern that is not usable), "timeout" (the check
+            ran out of its time budget) or "arguments" (the call's arguments do not
+            decode, 004 §2.7l).
         pattern: the pattern that decided ("" for allow, where none matched).
         index: that pattern's position in its list (-1 when none).
         message: the model-facing text.
+        pattern_list: "allow" or "deny", the list `index` points into ("" when none).
     """
 
     origin: str
@@ -79,6 +129,18 @@ class Refusal:
     pattern: str
     index: int
     message: str
+    pattern_list: str = ""
+
+    @property
+    def definite(self) -> bool:
+        """True when the same command is refused by the same policies however busy the machine.
+
+        Every refusal but a timeout: whether a check finishes inside its budget depends on
+        the load of the process running it, so the run loop's approval gate does not take a
+        timeout as proof that the tool service will refuse too (it asks; the tool service
+        then decides, failing closed).
+        """
+        return self.rule != TIMEOUT
 
     def details(self) -> dict[str, Any]:
         """Host-side facts for a result's details (JSON-serializable)."""
@@ -88,21 +150,44 @@ class Refusal:
             out["policy"] = self.origin
         if self.index >= 0:
             out["pattern"], out["pattern_index"] = self.pattern, self.index
+            out["pattern_list"] = self.pattern_list
         return out
 
 
-def _check_list(rule: str, patterns: Sequence[str]) -> list[re.Pattern[str]]:
+def _compile(rule: str, index: int, text: str) -> _Compiled:
+    """Compile one pattern: re's syntax, matched by `regex` in VERSION0 (see the module docstring)."""
+    if len(text) > MAX_PATTERN_CHARS:
+        raise PatternError(
+            rule, index, text, f"longer than {MAX_PATTERN_CHARS} characters", verb="is not usable"
+        )
+    try:
+        with warnings.catch_warnings():  # re's "possible nested set" is about re's future, not ours
+            warnings.simplefilter("ignore", FutureWarning)
+            re.compile(text)
+    except (re.error, RecursionError, OverflowError, ValueError) as exc:
+        raise PatternError(rule, index, text, str(exc)) from None
+    posix = _POSIX_CLASS.search(text)
+    if posix is not None:
+        name = posix.group().lstrip("\\")
+        raise PatternError(
+            rule,
+            index,
+            text,
+            f"{name} is a POSIX class, which Python re reads as a set of "
+            "its characters; write the class out (e.g. [a-zA-Z], \\d, \\s) or escape the bracket (\\[)",
+            verb="is not usable",
+        )
+    try:
+        compiled: _Compiled = regex.compile(text, regex.V0)
+    except (regex.error, RecursionError, OverflowError, ValueError) as exc:
+        raise PatternError(rule, index, text, str(exc)) from None
+    return compiled
+
+
+def _check_list(rule: str, patterns: Sequence[str]) -> list[_Compiled]:
     if len(patterns) > MAX_PATTERNS:
-        raise PatternError(rule, MAX_PATTERNS, "", f"more than {MAX_PATTERNS} patterns")
-    out = []
-    for i, text in enumerate(patterns):
-        if len(text) > MAX_PATTERN_CHARS:
-            raise PatternError(rule, i, text, f"longer than {MAX_PATTERN_CHARS} characters")
-        try:
-            out.append(re.compile(text))
-        except (re.error, RecursionError, OverflowError, ValueError) as exc:
-            raise PatternError(rule, i, text, str(exc)) from None
-    return out
+        raise PatternError(rule, -1, "", f"{len(patterns)} patterns, more than the limit of {MAX_PATTERNS}")
+    return [_compile(rule, i, text) for i, text in enumerate(patterns)]
 
 
 def validate_patterns(allow: Sequence[str], deny: Sequence[str]) -> None:
@@ -110,10 +195,26 @@ def validate_patterns(allow: Sequence[str], deny: Sequence[str]) -> None:
 
     Raises:
         PatternError: the first pattern (allow before deny, in list order) that does not
-            compile, is too long, or a list longer than MAX_PATTERNS.
+            compile, is too long or uses a POSIX class; or a list longer than MAX_PATTERNS
+            (index -1).
     """
     _check_list("allow", allow)
     _check_list("deny", deny)
+
+
+def _search(rx: _Compiled, command: str, deadline: float) -> bool | None:
+    """Whether rx matches anywhere in command; None when the budget ran out first.
+
+    `deadline` is on the `time.process_time()` clock, the CPU-time clock `regex` measures
+    its own timeout on, so a process that is merely descheduled does not spend it.
+    """
+    left = deadline - time.process_time()
+    if left <= 0:
+        return None
+    try:
+        return rx.search(command, timeout=left) is not None
+    except TimeoutError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -128,8 +229,8 @@ class CommandPolicy:
     """
 
     origin: str
-    allow: tuple[tuple[str, re.Pattern[str]], ...] = ()
-    deny: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    allow: tuple[tuple[str, _Compiled], ...] = ()
+    deny: tuple[tuple[str, _Compiled], ...] = ()
     broken: PatternError | None = None
 
     @property
@@ -137,12 +238,24 @@ class CommandPolicy:
         """True when the policy allows every command (no patterns, nothing broken)."""
         return not self.allow and not self.deny and self.broken is None
 
-    def check(self, command: str) -> Refusal | None:
+    def check(
+        self, command: str, *, deadline: float | None = None, budget: float = CHECK_BUDGET_SECONDS
+    ) -> Refusal | None:
         """Return why command is refused, or None when the policy lets it through.
 
         Args:
-            command: the command text exactly as the tool would run it.
+            command: the command text exactly as the tool would run it; searched whole.
+            deadline: when the check's time runs out, on the `time.process_time()` clock
+                (seconds); None = `budget` from now. `check_command` shares one deadline
+                among the policies it applies.
+            budget: the budget the deadline was set from, in seconds (named in a refusal).
+
+        Returns:
+            None, or a Refusal with rule "invalid", "allow", "deny" or "timeout" (the budget
+            ran out while a pattern was evaluated, or before it could be: fail closed).
         """
+        if deadline is None:
+            deadline = time.process_time() + budget
         whose = _ORIGIN_TEXT.get(self.origin, f"the {self.origin} command policy")
         if self.broken is not None:
             b = self.broken
@@ -151,37 +264,62 @@ class CommandPolicy:
                 "invalid",
                 b.pattern,
                 b.index,
-                f"Command refused: {whose} has a {b.rule} pattern that does not compile "
-                f"({_quote(b.pattern)}: {b.error}), so it refuses every command until it is fixed. "
-                f"{_ALTERNATIVE}",
+                f"Command refused: {whose} is not usable ({b}), so it refuses every command until "
+                f"it is fixed. {_ALTERNATIVE}",
+                b.rule if b.index >= 0 else "",
             )
-        if self.allow and not any(rx.search(command) for _, rx in self.allow):
-            listed = ", ".join(_quote(t) for t, _ in self.allow[:10])
-            more = f" and {len(self.allow) - 10} more" if len(self.allow) > 10 else ""
-            return Refusal(
-                self.origin,
-                "allow",
-                "",
-                -1,
-                f"Command refused by {whose}: it matches none of the allow rules ({listed}{more}). "
-                f"Only commands matching one of them may run. {_ALTERNATIVE}",
-            )
+        if self.allow:
+            for i, (text, rx) in enumerate(self.allow):
+                found = _search(rx, command, deadline)
+                if found is None:
+                    return self._too_slow(whose, "allow", i, text, budget)
+                if found:
+                    break
+            else:
+                listed = ", ".join(_quote(t) for t, _ in self.allow[:10])
+                more = f" and {len(self.allow) - 10} more" if len(self.allow) > 10 else ""
+                return Refusal(
+                    self.origin,
+                    "allow",
+                    "",
+                    -1,
+                    f"Command refused by {whose}: it matches none of the allow rules ({listed}{more}). "
+                    f"Only commands matching one of them may run. {_ALTERNATIVE}",
+                )
         for i, (text, rx) in enumerate(self.deny):
-            if rx.search(command):
+            found = _search(rx, command, deadline)
+            if found is None:
+                return self._too_slow(whose, "deny", i, text, budget)
+            if found:
                 return Refusal(
                     self.origin,
                     "deny",
                     text,
                     i,
                     f"Command refused by {whose}: it matches the deny rule {_quote(text)}. {_ALTERNATIVE}",
+                    "deny",
                 )
         return None
+
+    def _too_slow(self, whose: str, rule: str, index: int, text: str, budget: float) -> Refusal:
+        """The fail-closed refusal of a check that ran out of time at pattern `index`."""
+        return Refusal(
+            self.origin,
+            TIMEOUT,
+            text,
+            index,
+            f"Command refused by {whose}: its {rule} pattern {_quote(text)} took too long to evaluate "
+            f"against this command (a command's check may take {budget * 1000:g} ms), and a command "
+            f"that cannot be checked is not run. Whoever configured the policy should simplify that "
+            f"pattern. {_ALTERNATIVE}",
+            rule,
+        )
 
 
 def compile_policy(allow: Sequence[str] = (), deny: Sequence[str] = (), *, origin: str) -> CommandPolicy:
     """Compile a policy; never raises.
 
-    A pattern that does not compile yields a policy that refuses every command (fail
+    A pattern that is not usable yields a policy that refuses every command (fail
     closed); callers that can refuse bad input earlier use `validate_patterns`.
 
     Args:
@@ -199,10 +337,20 @@ def compile_policy(allow: Sequence[str] = (), deny: Sequence[str] = (), *, origi
     )
 
 
-def check_command(command: str, policies: Iterable[CommandPolicy]) -> Refusal | None:
-    """Return the first refusal among policies (each must let the command through), or None."""
+def check_command(
+    command: str, policies: Iterable[CommandPolicy], *, budget: float = CHECK_BUDGET_SECONDS
+) -> Refusal | None:
+    """Return the first refusal among policies (each must let the command through), or None.
+
+    Args:
+        command: the command text.
+        policies: applied in order.
+        budget: CPU seconds the whole check may take, shared by every policy; running out
+            refuses the command (rule "timeout", fail closed).
+    """
+    deadline = time.process_time() + budget
     for policy in policies:
-        refusal = policy.check(command)
+        refusal = policy.check(command, deadline=deadline, budget=budget)
         if refusal is not None:
             return refusal
     return None
@@ -222,8 +370,8 @@ def exec_arguments_problem(args: dict[str, Any]) -> str | None:
     """Return why exec_command cannot use decoded arguments, or None when it can.
 
     The rules (004 §2.7l): `cmd` is a non-empty string; `workdir` and `session_id` are
-    strings or one of the zero-value sentinels null, 0, false; `timeout_ms`, when set, is
-    an integer >= 1. Unknown keys are ignored.
+    strings or one of the zero-value sentinels null, 0, false; none of them holds a NUL
+    character; `timeout_ms`, when set, is an integer >= 1. Unknown keys are ignored.
     """
     cmd = args.get("cmd")
     if cmd is None:
@@ -237,6 +385,10 @@ def exec_arguments_problem(args: dict[str, Any]) -> str | None:
         if value is None or value is False or (type(value) is int and value == 0) or isinstance(value, str):
             continue
         return f'"{name}" must be a string (or null), not {json.dumps(value)}.'
+    for name in ("cmd", *_SENTINEL_STRINGS):
+        value = args.get(name)
+        if isinstance(value, str) and "\x00" in value:
+            return f'"{name}" must not contain NUL characters (\\u0000); resend it without them.'
     timeout = args.get("timeout_ms")
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or int(timeout) != timeout:
@@ -263,7 +415,11 @@ def check_exec_call(arguments: str, policies: Iterable[CommandPolicy]) -> Refusa
     The argument string decodes as the tool decodes it: "" and "null" are {} (and so
     lack `cmd`); text that is not JSON, or JSON that is not an object, refuses. This is
     what the run loop's approval gate asks (004 §2.7j, §2.7l): a call refused here is
-    refused as a result by the tool service, so it never needs a person's approval.
+    refused as a result by the tool service, so it never needs a person's approval —
+    provided the refusal is `definite`. A "timeout" refusal is not: the tool service's own
+    check may finish inside its budget, so a gate that skipped approval on a timeout could
+    let a command run that nobody approved. The gate asks instead; the tool service then
+    refuses (its own timeout) or decides as usual.
     """
     text = arguments.strip()
     if not text or text == "null":

@@ -178,7 +178,7 @@ def _validate_command_policy(tool: pb.AgentTool, where: str) -> None:
         raise invalid(
             Reason.INVALID_VALUE,
             f"tool {tool.name!r}: {where}.command_policy.{exc}",
-            field=f"{where}.command_policy.{exc.rule}[{exc.index}]",
+            field=f"{where}.command_policy.{exc.field}",
             pattern=exc.pattern,
         ) from None
 

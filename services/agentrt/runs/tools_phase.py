@@ -15,6 +15,8 @@ never waits for a person. It goes straight to the tool service, which refuses it
 result naming the rule: the refusal has one code path (`agentrt.core.policy`, used by both
 sides), and the tool service also applies its own policy, which the run loop cannot see
 (a call only the service's policy refuses still waits for approval, then is refused).
+A policy check that ran out of its time budget is not taken as proof either: the tool
+service's own check might finish, so such a call waits for approval too.
 Every exec_command request carries the agent's policy, so the tool service enforces it.
 
 `execute_calls` runs the runnable calls concurrently up to the cap (one `sequential`
@@ -148,7 +150,9 @@ def _refused_by_tool(plan: Planned) -> bool:
     policies = []
     if plan.policy is not None:
         policies.append(compile_policy(plan.policy.allow, plan.policy.deny, origin=AGENT))
-    return check_exec_call(plan.call.arguments, policies) is not None
+    refusal = check_exec_call(plan.call.arguments, policies)
+    # A check that ran out of time is no proof the tool service refuses too: ask (core.policy).
+    return refusal is not None and refusal.definite
 
 
 def pending_calls(planned: Sequence[Planned]) -> list[pb.PendingCall]:

@@ -168,13 +168,15 @@ class WorkspaceArchives:
             self._pool = concurrent.futures.ThreadPoolExecutor(_TRANSFER_THREADS, "agentrt-archive")
         return self._pool
 
-    async def _workspace(self, tenant: str, target: Target) -> tuple[Workspace, str]:
+    async def _workspace(self, tenant: str, target: Target, *, create: bool) -> tuple[Workspace, str]:
         if not (target.sandbox_id or target.workspace or target.run_id):
             raise missing("target")
         if target.run_id and not target.sandbox_id and not target.workspace and not valid_id(target.run_id):
             raise invalid(Reason.INVALID_ID, f"malformed run_id {target.run_id!r}", field="target.run_id")
         base = relative_path(target.path, "target.path")
-        ctx = await self._sandboxes.context_for(tenant, target.run_id, target.sandbox_id, target.workspace)
+        ctx = await self._sandboxes.context_for(
+            tenant, target.run_id, target.sandbox_id, target.workspace, create=create
+        )
         return ctx.workspace, base
 
     async def upload(self, tenant: str, target: Target, chunks: AsyncIterator[bytes]) -> Unpacked:
@@ -195,7 +197,7 @@ class WorkspaceArchives:
                 its content over the bound, too many members); NOT_FOUND/SANDBOX_NOT_FOUND;
                 FAILED_PRECONDITION/SANDBOX_STOPPED.
         """
-        ws, base = await self._workspace(tenant, target)
+        ws, base = await self._workspace(tenant, target, create=True)
         it = chunks.__aiter__()
         first, received = b"", 0
         while not first:
@@ -265,13 +267,17 @@ class WorkspaceArchives:
         Entries are named relative to the directory (which is not itself an entry), in
         name order, directories before their contents; symlinks are stored, not followed.
 
+        Nothing is ever created: a missing workspace (an unknown run's, say) or directory
+        is NOT_FOUND.
+
         Raises:
             MeshError: INVALID_ARGUMENT with MISSING_FIELD, INVALID_ID, INVALID_VALUE (bad
-                workspace, or path not an existing directory), PATH_OUTSIDE_WORKSPACE;
-                NOT_FOUND/SANDBOX_NOT_FOUND; FAILED_PRECONDITION/SANDBOX_STOPPED, or
-                INVALID_VALUE mid-stream for a tree deeper than MAX_DEPTH.
+                workspace, or path not a directory), PATH_OUTSIDE_WORKSPACE;
+                NOT_FOUND/SANDBOX_NOT_FOUND, WORKSPACE_NOT_FOUND (the workspace or path does
+                not exist); FAILED_PRECONDITION/SANDBOX_STOPPED, or INVALID_VALUE mid-stream
+                for a tree deeper than MAX_DEPTH.
         """
-        ws, base = await self._workspace(tenant, target)
+        ws, base = await self._workspace(tenant, target, create=False)
         dir_fd = await asyncio.to_thread(open_target_dir, ws, base)
         loop = asyncio.get_running_loop()
         bridge = _Bridge(loop)

@@ -27,7 +27,7 @@ import zlib
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-from agentrt.core.errors import MeshError, Reason, Status, invalid
+from agentrt.core.errors import MeshError, Reason, Status, invalid, not_found
 from agentrt.tools.paths import PathRefused, Workspace, open_dir, resolve
 
 CHUNK_BYTES = 1024 * 1024
@@ -94,8 +94,9 @@ def open_target_dir(ws: Workspace, base: str) -> int:
     """Open the existing directory base (relative, normalized) of ws; the caller closes it.
 
     Raises:
-        MeshError: INVALID_ARGUMENT/PATH_OUTSIDE_WORKSPACE, or INVALID_VALUE when it does not
-            exist or is not a directory.
+        MeshError: INVALID_ARGUMENT/PATH_OUTSIDE_WORKSPACE, or INVALID_VALUE when it is not a
+            directory; NOT_FOUND/WORKSPACE_NOT_FOUND when it (or a directory on the way) does
+            not exist.
     """
     try:
         res = resolve(ws, base or ".")
@@ -104,6 +105,8 @@ def open_target_dir(ws: Workspace, base: str) -> int:
         finally:
             os.close(res.parent_fd)
     except PathRefused as exc:
+        if exc.reason == "NOT_FOUND":
+            raise not_found(Reason.WORKSPACE_NOT_FOUND, str(exc), field="target.path") from None
         raise _path_error(exc, "target.path") from None
 
 

@@ -29,6 +29,11 @@ class CommandLimits:
         file_size_bytes: RLIMIT_FSIZE, largest file a command may write, bytes.
         open_files: RLIMIT_NOFILE, open descriptors.
         tmp_bytes: size of the private /tmp tmpfs, bytes.
+        processes: RLIMIT_NPROC, processes and threads of the command's uid. Under bwrap
+            it is set inside the sandbox's user namespace, so it counts that sandbox's
+            own processes only (a one-shot command's, or a named shell's with its
+            background jobs); unconfined it counts every process of the uid on the host.
+            Config only (`AGENTRT_TOOLS_MAX_PROCESSES`): a sandbox's limits cannot set it.
     """
 
     cpu_seconds: int = 300
@@ -36,6 +41,7 @@ class CommandLimits:
     file_size_bytes: int = 1024**3
     open_files: int = 1024
     tmp_bytes: int = 512 * 1024**2
+    processes: int = 512
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class ToolsConfig:
         shells: persistent named shells for exec_command (004 §2.7k); when off, the
             schema has no `session_id` and one sent anyway is decoded and ignored.
         max_shells: the most named shells open at once in this service.
+        max_shells_per_tenant: the most named shells one tenant may hold open at once.
         shell_idle_seconds: a named shell unused this long is closed, seconds.
         docker: the docker backend's engine, default image and container limits.
         policy_allow: the service's own exec_command allow patterns (004 §2.7j); a
@@ -111,6 +118,7 @@ class ToolsConfig:
     bwrap_path: str = "bwrap"
     shells: bool = True
     max_shells: int = 32
+    max_shells_per_tenant: int = 8
     shell_idle_seconds: float = 600.0
     docker: DockerSettings = field(default_factory=DockerSettings)
     policy_allow: tuple[str, ...] = ()
@@ -131,8 +139,10 @@ class ToolsConfig:
             raise ValueError("max_output_bytes must be at least 256")
         if self.sandbox_uid == 0:
             raise ValueError("sandbox_uid must not be root")
-        if self.max_shells < 1 or self.shell_idle_seconds <= 0:
-            raise ValueError("max_shells and shell_idle_seconds must be positive")
+        if self.max_shells < 1 or self.max_shells_per_tenant < 1 or self.shell_idle_seconds <= 0:
+            raise ValueError("max_shells, max_shells_per_tenant and shell_idle_seconds must be positive")
+        if self.limits.processes < 1:
+            raise ValueError("limits.processes must be positive")
         if self.max_archive_bytes <= 0:
             raise ValueError("max_archive_bytes must be positive")
 
@@ -159,7 +169,8 @@ class ToolsConfig:
         AGENTRT_TOOLS_MAX_ARCHIVE_BYTES, AGENTRT_TOOLS_DOCKER_IMAGE, AGENTRT_TOOLS_DOCKER_HOST
         (else DOCKER_HOST), AGENTRT_TOOLS_DOCKER_OWNER.
         Shells: AGENTRT_TOOLS_SHELLS (1|0), AGENTRT_TOOLS_MAX_SHELLS,
-        AGENTRT_TOOLS_SHELL_IDLE_SECONDS.
+        AGENTRT_TOOLS_MAX_SHELLS_PER_TENANT, AGENTRT_TOOLS_SHELL_IDLE_SECONDS.
+        AGENTRT_TOOLS_MAX_PROCESSES: RLIMIT_NPROC of a command (`CommandLimits.processes`).
 
         Raises:
             ValueError: a variable holds a value of the wrong kind.
@@ -177,8 +188,10 @@ class ToolsConfig:
             sandbox=sandbox or env("SANDBOX", SANDBOX_BWRAP),
             default_timeout_seconds=float(env("TOOLS_TIMEOUT_SECONDS", "60")),
             max_output_bytes=int(env("TOOLS_MAX_OUTPUT_BYTES", str(64 * 1024))),
+            limits=CommandLimits(processes=int(env("TOOLS_MAX_PROCESSES", str(CommandLimits.processes)))),
             shells=_flag("TOOLS_SHELLS", True),
             max_shells=int(env("TOOLS_MAX_SHELLS", "32")),
+            max_shells_per_tenant=int(env("TOOLS_MAX_SHELLS_PER_TENANT", "8")),
             shell_idle_seconds=float(env("TOOLS_SHELL_IDLE_SECONDS", "600")),
             docker=DockerSettings(
                 image=env("TOOLS_DOCKER_IMAGE", DockerSettings.image),

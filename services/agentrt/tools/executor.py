@@ -4,7 +4,9 @@ The journal protocol:
 - A FINISHED record answers every repeat of the call (replayed=True); it never runs twice.
 - A call with side effects records STARTED before it runs and FINISHED with its result
   after. Read-only calls (read_file, list_files) skip STARTED and record FINISHED once:
-  running one twice is harmless, and the hot path saves a transaction.
+  running one twice is harmless, and the hot path saves a transaction. So does an
+  exec_command refused by its own arguments (NUL characters included) or a command
+  policy: it is decided before anything is journaled, and nothing runs.
 - A repeat that finds the call in flight in this process waits for that run's result.
 - A STARTED record whose owner is gone (a dead process on this host, or no heartbeat for
   three periods) is closed as INTERRUPTED: the outcome is unknown, and the run loop applies
@@ -32,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from agentrt.core.errors import MeshError, Reason, Status, invalid, missing
+from agentrt.core.errors import MeshError, Reason, Status, invalid, missing, precondition
 from agentrt.core.ids import valid_id
 from agentrt.core.policy import CommandPolicy, check_exec_args
 from agentrt.tools import args as A
@@ -100,6 +102,24 @@ def _owner_dead(owner: str) -> bool:
             return f.read().rsplit(")", 1)[1].split()[19] != start
     except (OSError, ValueError, IndexError):
         return True
+
+
+def _require_writable(ctx: ExecContext) -> None:
+    """Refuse commands where their uid cannot write: a root-owned directory the service did not create.
+
+    Raises:
+        MeshError: FAILED_PRECONDITION/WORKSPACE_NOT_WRITABLE (field workspace).
+    """
+    ws = ctx.workspace
+    if not ws.writable:
+        raise precondition(
+            Reason.WORKSPACE_NOT_WRITABLE,
+            f"workspace {ws.path!r} belongs to root and was not created by the tool service, so its "
+            f"commands (run as uid {ws.uid}) cannot write in it, and the service never changes the owner of "
+            "a directory it did not create: chown it to the user commands should run as, or name a "
+            "directory that does not exist yet (the service creates it)",
+            field="workspace",
+        )
 
 
 def fingerprint(call: CallInput) -> str:
@@ -181,7 +201,8 @@ class ToolExecutor:
         Raises:
             MeshError: see `validate` and `SandboxManager.context_for`; INVALID_ARGUMENT/
                 CALL_ID_REUSED for a different call under a used key; FAILED_PRECONDITION/
-                SANDBOX_UNAVAILABLE; ABORTED/EXECUTION_IN_PROGRESS; DEADLINE_EXCEEDED/
+                SANDBOX_UNAVAILABLE, WORKSPACE_NOT_WRITABLE (exec_command in a root-owned
+                directory the service did not create); ABORTED/EXECUTION_IN_PROGRESS; DEADLINE_EXCEEDED/
                 CALLER_DEADLINE when the caller's deadline ended the command.
             asyncio.CancelledError: the caller went away (the call is recorded INTERRUPTED).
         """
@@ -195,10 +216,19 @@ class ToolExecutor:
             return await self._answer_from(record, fp), True
         ctx = await self.sandboxes.context_for(tenant, inp.run_id, inp.sandbox_id, inp.workspace)
         ctx = replace(ctx, tenant=tenant)  # named shells are keyed by it
+        early: Outcome | None = None
         if tool is EXEC_COMMAND:
             (ctx.runner or self.runner).require()
-        if tool.read_only:
-            outcome = await self._run(tool, inp, ctx, deadline, emit)
+            # Refused by its own arguments or a policy: nothing will run, so like a
+            # read-only call it records FINISHED once and never STARTED.
+            try:
+                early = self._exec_refusal(A.decode_object(inp.call), inp)
+            except ArgError as exc:
+                early = refused(str(exc), "INVALID_ARGUMENTS")
+            if early is None and ctx.runner is None:
+                _require_writable(ctx)
+        if tool.read_only or early is not None:
+            outcome = early or await self._run(tool, inp, ctx, deadline, emit)
             if await self.store.record(key, tool.name, fp, self.owner, outcome):
                 return outcome, False
             record = await self.store.get(key)
@@ -392,6 +422,22 @@ class ToolExecutor:
         outcome.duration_seconds = time.monotonic() - started
         return outcome
 
+    def _exec_refusal(self, args: dict, inp: ExecuteInput) -> Outcome | None:
+        """Why exec_command refuses these decoded arguments (None: they may run).
+
+        With the same check the run loop's approval gate uses, so a call the gate let skip
+        approval is always refused here (004 §2.7j, §2.7l). It includes NUL characters,
+        which no command line, directory or shell name can carry (INVALID_ARGUMENTS).
+        """
+        veto = check_exec_args(args, inp.command_policies)
+        if veto is not None:
+            facts = veto.details()
+            denied = refused(veto.message, facts.pop("reason"), **facts)
+            if veto.rule != "arguments":
+                denied.status, denied.summary = ResultStatus.DENIED, f"refused by the {veto.origin} policy"
+            return denied
+        return None
+
     def _timeout(self, inp: ExecuteInput, timeout_ms: int | None) -> float:
         ceiling = inp.timeout_seconds or self.config.max_timeout_seconds
         if timeout_ms is not None:
@@ -407,14 +453,8 @@ class ToolExecutor:
         deadline: float | None,
         emit: Emit | None,
     ) -> Outcome:
-        # Before anything else, with the same check the run loop's approval gate uses, so
-        # a call the gate let skip approval is always refused here (004 §2.7j, §2.7l).
-        veto = check_exec_args(args, inp.command_policies)
-        if veto is not None:
-            facts = veto.details()
-            denied = refused(veto.message, facts.pop("reason"), **facts)
-            if veto.rule != "arguments":
-                denied.status, denied.summary = ResultStatus.DENIED, f"refused by the {veto.origin} policy"
+        denied = self._exec_refusal(args, inp)
+        if denied is not None:
             return denied
         cmd = A.required_str(args, "cmd")
         workdir = A.optional_str(args, "workdir")

@@ -10,7 +10,12 @@ Invariants (what `confined` builds; docs/services/tools.md explains each):
   read-only, builds /etc from a short list plus a synthesized passwd/group (no shadow),
   mounts a private /proc, a minimal /dev and a size-bounded tmpfs /tmp, and binds the
   workspace at its host path as the only writable place.
-- `prlimit` sets RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE and no core files.
+- `prlimit` sets RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE and no core files
+  outside; RLIMIT_NPROC is set by a second `prlimit` INSIDE the sandbox (after bwrap made
+  its user namespace), so it counts that namespace's processes only: since Linux 5.14 the
+  count is kept per user namespace, and a limit set before bwrap would also cap the
+  namespace as a whole against every process of the uid on the host (the service's own
+  user's, when it is not root).
 - bwrap reports the host pid of the namespace's pid 1 on an info pipe (for the kill).
 """
 
@@ -81,12 +86,24 @@ class Launch:
     env: dict[str, str]
 
 
-def prlimit_args(prlimit: str, limits: CommandLimits) -> list[str]:
-    """Return `prlimit --cpu=... --` setting every rlimit soft and hard."""
+def prlimit_args(prlimit: str, limits: CommandLimits, *, processes: bool = False) -> list[str]:
+    """Return `prlimit --cpu=... --` setting the rlimits soft and hard.
+
+    Args:
+        prlimit: the prlimit executable.
+        limits: the values.
+        processes: also set RLIMIT_NPROC (`limits.processes`).
+    """
+    nproc = [f"--nproc={limits.processes}"] if processes else []
     return [
         prlimit, f"--cpu={limits.cpu_seconds}", f"--as={limits.memory_bytes}",
-        f"--fsize={limits.file_size_bytes}", f"--nofile={limits.open_files}", "--core=0", "--",
+        f"--fsize={limits.file_size_bytes}", f"--nofile={limits.open_files}", "--core=0", *nproc, "--",
     ]  # fmt: skip
+
+
+def nproc_args(prlimit: str, limits: CommandLimits) -> list[str]:
+    """Return `prlimit --nproc=N --`: RLIMIT_NPROC alone, run inside the sandbox (module docstring)."""
+    return [prlimit, f"--nproc={limits.processes}", "--"]
 
 
 def unconfined(
@@ -107,7 +124,7 @@ def unconfined(
             "--no-new-privs",
             "--",
         ]
-    argv = [*drop, *prlimit_args(bins.prlimit, limits), bins.bash, "-c", command]
+    argv = [*drop, *prlimit_args(bins.prlimit, limits, processes=True), bins.bash, "-c", command]
     return Launch(argv, [], -1, workdir, {**BASE_ENV, **env})
 
 
@@ -162,7 +179,7 @@ def confined(
         "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
         "--perms", "0755", "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
         *source, ws.path, "--chdir", workdir, "--info-fd", str(info_w),
-        "--", "/bin/bash", "-c", command,
+        "--", *nproc_args(bins.prlimit, limits), "/bin/bash", "-c", command,
     ]  # fmt: skip
     full = [*launcher, *prlimit_args(bins.prlimit, limits), *argv]
     return Launch(full, fds, info_r, "/", {"PATH": BASE_ENV["PATH"]})

@@ -1,9 +1,11 @@
 """Workspaces and path confinement: no file tool reaches outside its workspace.
 
 A `Workspace` is a real (symlink-free) absolute directory plus the uid/gid its commands
-run as. `open_workspace` validates a requested directory (absolute, parent exists, not a
-system directory or the service's own state), creates it when missing and, when the
-service is root, hands it to an unprivileged uid (see docs/services/tools.md).
+run as. `open_workspace` opens an already checked directory (`workspaces.WorkspaceRules`
+says which may be used) without following a symlink in its last component (nor in any
+component below the workspace root), creates it when missing and, when the service is
+root, hands a directory it created (and only such a one) to an unprivileged uid (see
+docs/services/tools.md).
 
 `resolve` walks a path one component at a time from a descriptor of the workspace root,
 with O_NOFOLLOW on every open: a symlink is expanded by hand and followed only while the
@@ -15,55 +17,17 @@ for a symlink between two steps makes the walk fail, never escape. Refusals rais
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentrt.core.errors import Reason, invalid
+from agentrt.core.errors import Reason, invalid, not_found
 
 _MAX_SYMLINK_HOPS = 40
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-#: A workspace may not be one of these or contain one (it would bind them writable).
-_SYSTEM_ROOTS = (
-    "/",
-    "/usr",
-    "/etc",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/boot",
-    "/proc",
-    "/sys",
-    "/dev",
-    "/run",
-    "/var",
-    "/root",
-    "/home",
-    "/tmp",
-    "/opt",
-    "/srv",
-    "/mnt",
-)
-#: A workspace may not live inside these.
-_SYSTEM_TREES = (
-    "/usr",
-    "/etc",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/boot",
-    "/proc",
-    "/sys",
-    "/dev",
-    "/run",
-)
+_READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class PathRefused(Exception):
@@ -88,11 +52,14 @@ class Workspace:
         uid: uid commands run as and files are given to; None when the service is not root
             (commands then run as the service's own user and nothing is chowned).
         gid: gid paired with uid.
+        writable: whether uid may create entries in the directory (False for a root-owned
+            directory the service did not create; see `open_workspace`).
     """
 
     path: str
     uid: int | None = None
     gid: int | None = None
+    writable: bool = True
 
     def chown(self, fd: int) -> None:
         """Give an object the tools created to the workspace's uid (no-op when not root)."""
@@ -104,93 +71,163 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def check_workspace_path(
-    path: str, protected: tuple[str, ...] = (), allowed_roots: tuple[str, ...] = ()
-) -> str:
-    """Validate a requested workspace path and return it normalized.
+def _writable_by(st: os.stat_result, uid: int, gid: int) -> bool:
+    """Whether uid:gid may create entries in a directory, by its mode bits (ACLs not consulted)."""
+    if st.st_uid == uid:
+        bits = st.st_mode >> 6
+    elif st.st_gid == gid:
+        bits = st.st_mode >> 3
+    else:
+        bits = st.st_mode
+    return bits & 0o3 == 0o3
 
-    Args:
-        path: the requested absolute path.
-        protected: service directories (its state dir) a workspace may neither be nor
-            contain nor live inside, unless inside one of allowed_roots.
-        allowed_roots: directories inside `protected` where workspaces are fine (the
-            workspace root).
+
+def _open_below(base: str, rel: str, create: bool) -> tuple[int, bool]:
+    """Open base/rel as a directory without following any symlink below base.
+
+    Each component is opened with O_NOFOLLOW from the previous one's descriptor and made
+    (mode 0755) when missing and create is set. Returns (descriptor, whether the last
+    component was made by this call).
 
     Raises:
-        MeshError: INVALID_ARGUMENT/INVALID_VALUE for a relative path, a NUL byte, a system
-            directory, the service's own state, or a missing parent directory.
+        MeshError: NOT_FOUND/WORKSPACE_NOT_FOUND when missing and not create;
+            INVALID_ARGUMENT/INVALID_VALUE for a component that is a symlink or no directory.
     """
-    if not path or "\x00" in path or not os.path.isabs(path):
-        raise invalid(
-            Reason.INVALID_VALUE, f"workspace must be an absolute path, not {path!r}", field="workspace"
-        )
-    norm = os.path.normpath(path)
-    parent = os.path.dirname(norm)
-    real = os.path.join(os.path.realpath(parent), os.path.basename(norm)) if norm != "/" else "/"
-    for candidate in {norm, real}:
-        for root in _SYSTEM_ROOTS:
-            if _inside(root, candidate):
-                raise invalid(
-                    Reason.INVALID_VALUE, f"workspace {path!r} would expose {root}", field="workspace"
-                )
-        for tree in _SYSTEM_TREES:
-            if _inside(candidate, tree):
-                raise invalid(
-                    Reason.INVALID_VALUE, f"workspace {path!r} is a system directory", field="workspace"
-                )
-        for guarded in protected:
-            if _inside(guarded, candidate) or (
-                _inside(candidate, guarded) and not any(_inside(candidate, ok) for ok in allowed_roots)
-            ):
+    if create:
+        os.makedirs(base, mode=0o755, exist_ok=True)
+    comps = [c for c in rel.split("/") if c not in ("", ".")]
+    try:
+        fd = os.open(base, _READ_DIR)
+    except FileNotFoundError as exc:
+        raise not_found(
+            Reason.WORKSPACE_NOT_FOUND, f"workspace {base!r} does not exist", field="workspace"
+        ) from exc
+    made = False
+    try:
+        for comp in comps:
+            if comp == "..":
+                raise invalid(Reason.INVALID_VALUE, f"workspace {rel!r} leaves {base!r}", field="workspace")
+            made = False
+            if create:
+                try:
+                    os.mkdir(comp, 0o755, dir_fd=fd)
+                    made = True
+                except FileExistsError:
+                    pass
+            try:
+                nxt = os.open(comp, _READ_DIR | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError as exc:
+                raise not_found(
+                    Reason.WORKSPACE_NOT_FOUND,
+                    f"workspace {os.path.join(base, rel)!r} does not exist",
+                    field="workspace",
+                ) from exc
+            except OSError as exc:  # ELOOP (a symlink) or ENOTDIR
                 raise invalid(
                     Reason.INVALID_VALUE,
-                    f"workspace {path!r} contains or lies inside the service's state directory "
-                    f"{guarded!r} (its databases); use another directory, or move the state "
-                    "with AGENTRT_STATE_DIR",
+                    f"workspace {os.path.join(base, rel)!r}: {comp!r} is a symlink or not a directory",
                     field="workspace",
-                )
-    if not os.path.isdir(parent):
-        raise invalid(Reason.INVALID_VALUE, f"workspace parent {parent!r} does not exist", field="workspace")
-    return norm
+                ) from exc
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, made
 
 
-def open_workspace(path: str, *, make_parents: bool, sandbox_uid: int, sandbox_gid: int) -> Workspace:
-    """Create (when missing) and prepare an already validated workspace directory.
+def _open_leaf(path: str, create: bool) -> tuple[int, bool]:
+    """Open path (already resolved, its parent existing) as a directory; make it when missing.
 
-    When the service runs as root, commands run as the directory's owner if that is not
-    root, else the directory is chowned (itself, not its contents) to sandbox_uid:gid and
-    commands run as that; a root-run command is never possible.
-
-    Args:
-        path: a path that passed `check_workspace_path`.
-        make_parents: create missing parents (the service's own workspace root).
-        sandbox_uid: the unprivileged uid for root-owned workspaces.
-        sandbox_gid: its gid.
-
-    Raises:
-        MeshError: INVALID_VALUE when the path exists and is not a directory.
+    The last component is never followed: a symlink there (swapped in after the checks)
+    is refused. Returns (descriptor, whether this call made the directory).
     """
-    try:
-        if make_parents:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-        elif not os.path.isdir(path):
+    made = False
+    if create:
+        try:
             os.mkdir(path, 0o755)
-    except FileExistsError as exc:
-        raise invalid(
-            Reason.INVALID_VALUE, f"workspace {path!r} is not a directory", field="workspace"
+            made = True
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise invalid(
+                Reason.INVALID_VALUE, f"workspace {path!r}: {exc.strerror}", field="workspace"
+            ) from exc
+    try:
+        return os.open(path, _READ_DIR | os.O_NOFOLLOW), made
+    except FileNotFoundError as exc:
+        raise not_found(
+            Reason.WORKSPACE_NOT_FOUND, f"workspace {path!r} does not exist", field="workspace"
         ) from exc
     except OSError as exc:
-        raise invalid(Reason.INVALID_VALUE, f"workspace {path!r}: {exc.strerror}", field="workspace") from exc
-    real = os.path.realpath(path)
-    if not os.path.isdir(real):
-        raise invalid(Reason.INVALID_VALUE, f"workspace {path!r} is not a directory", field="workspace")
-    if os.geteuid() != 0:
-        return Workspace(real)
-    st = os.stat(real)
-    if st.st_uid != 0:
-        return Workspace(real, st.st_uid, st.st_gid)
-    os.chown(real, sandbox_uid, sandbox_gid)
-    return Workspace(real, sandbox_uid, sandbox_gid)
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"workspace {path!r} is not a directory (or is a symlink)",
+            field="workspace",
+        ) from exc
+
+
+def open_workspace(
+    path: str,
+    *,
+    make_parents: bool,
+    sandbox_uid: int,
+    sandbox_gid: int,
+    base: str = "",
+    create: bool = True,
+    check: Callable[[str], None] | None = None,
+) -> Workspace:
+    """Open (creating it when missing and create is set) and prepare a workspace directory.
+
+    Ownership (docs/services/tools.md "Workspaces and sandboxes"): when the service runs
+    as root, a directory this call creates is chowned (itself, not its contents) to
+    sandbox_uid:gid and commands run as that; an existing directory is NEVER chowned:
+    commands run as its owner when that is not root, else as sandbox_uid:gid, and the
+    workspace is then marked not `writable` when its mode bits do not let that uid write
+    (exec_command refuses such a workspace). A root-run command is never possible.
+
+    Args:
+        path: an absolute path; for an explicit workspace one `check` (and the caller's
+            checks) accept.
+        make_parents: create missing parents (a trusted path such as the probe's).
+        sandbox_uid: the unprivileged uid for directories the service creates.
+        sandbox_gid: its gid.
+        base: when set, path lies inside this trusted directory (the workspace root) and
+            every component below it is walked without following symlinks.
+        create: make the directory when missing; False (downloads) answers NOT_FOUND.
+        check: called with the real path of the opened directory; raises to refuse it
+            (catches a component swapped for a symlink between the checks and the open).
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/INVALID_VALUE (not a directory, a symlink, refused by
+            check); NOT_FOUND/WORKSPACE_NOT_FOUND when missing and not create.
+    """
+    if base:
+        fd, made = _open_below(base, os.path.relpath(path, base), create)
+    else:
+        if make_parents and create:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        fd, made = _open_leaf(path, create)
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+        if check is not None:
+            try:
+                check(real)
+            except BaseException:
+                if made:  # made through a component swapped under us: take it back
+                    with contextlib.suppress(OSError):
+                        os.rmdir(real)
+                raise
+        if os.geteuid() != 0:
+            return Workspace(real)
+        st = os.fstat(fd)
+        if made and st.st_uid == 0:
+            os.fchown(fd, sandbox_uid, sandbox_gid)
+            return Workspace(real, sandbox_uid, sandbox_gid)
+        uid, gid = (st.st_uid, st.st_gid) if st.st_uid != 0 else (sandbox_uid, sandbox_gid)
+        return Workspace(real, uid, gid, _writable_by(st, uid, gid))
+    finally:
+        os.close(fd)
 
 
 @dataclass

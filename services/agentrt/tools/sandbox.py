@@ -3,7 +3,8 @@
 Isolation (mode "bwrap"): `launch.confined` builds the command line. The service never
 runs a command as root (it drops to an unprivileged uid before bwrap), every namespace is
 unshared (no network), only the workspace is writable, rlimits bound CPU, memory, file
-size and open files. `probe()` checks all of it at startup from inside and outside.
+size, open files and processes (RLIMIT_NPROC, set inside the sandbox's user namespace).
+`probe()` checks all of it at startup from inside and outside.
 
 Ending (004 §2.7m): the sandbox's own timer kills pid 1 of the command's pid namespace
 through a pidfd; the kernel then kills every process in it (setsid'd grandchildren

@@ -35,9 +35,10 @@ from agentrt.core.ids import new_id, valid_id
 from agentrt.tools.config import CommandLimits, ToolsConfig
 from agentrt.tools.docker_backend import DockerSandbox
 from agentrt.tools.docker_engine import ContainerSpec, container_name
-from agentrt.tools.paths import Workspace, check_workspace_path, open_workspace
+from agentrt.tools.paths import Workspace, open_workspace
 from agentrt.tools.sandbox import CommandRequest, CommandResult, LocalSandbox
 from agentrt.tools.store import SandboxRecord, ToolStore
+from agentrt.tools.workspaces import WorkspaceRules
 
 LOCAL = "local"
 DOCKER = "docker"
@@ -129,8 +130,8 @@ class SandboxManager:
         self.runner = runner
         self.docker = docker or DockerSandbox(config.docker, config.max_progress_bytes)
         self.root = os.path.realpath(config.resolved_workspace_root)
-        self._protected = (os.path.realpath(config.server.state_dir),)
-        self._allowed = (self.root,)
+        roots = tuple(dict.fromkeys((self.root, config.resolved_workspace_root)))
+        self.rules = WorkspaceRules(roots, (os.path.realpath(config.server.state_dir),))
         #: called with the kill group when a sandbox's processes must end (stop, destroy,
         #: replace); the executor's named shells register here (004 §2.7k)
         self.on_release: list[Callable[[str], Awaitable[object]]] = []
@@ -142,21 +143,52 @@ class SandboxManager:
         for release in self.on_release:
             await release(group)
 
-    def _open(self, path: str, *, owned: bool) -> Workspace:
+    def _open(self, tenant: str, path: str, *, owned: bool, create: bool = True) -> Workspace:
+        """Open a workspace: one the service made below its root, or a checked explicit one.
+
+        A workspace the service made is walked from the root without following symlinks;
+        an explicit one passes the rules as requested and again as opened (a component
+        swapped for a symlink in between is caught). Only a directory made here is chowned.
+        """
+        uid, gid = self.config.sandbox_uid, self.config.sandbox_gid
+        if owned and path.startswith(self.root + "/"):
+            return open_workspace(
+                path, make_parents=True, sandbox_uid=uid, sandbox_gid=gid, base=self.root, create=create
+            )
+        real = self._check(path, tenant, create=create)
         return open_workspace(
-            path, make_parents=owned, sandbox_uid=self.config.sandbox_uid, sandbox_gid=self.config.sandbox_gid
+            real,
+            make_parents=False,
+            sandbox_uid=uid,
+            sandbox_gid=gid,
+            create=create,
+            check=lambda opened: self.rules.refuse_if_bad(path, opened, tenant),
         )
 
-    def _check(self, path: str) -> str:
-        return check_workspace_path(path, self._protected, self._allowed)
+    def _check(self, path: str, tenant: str, *, create: bool = True) -> str:
+        """Validate an explicit workspace (`WorkspaceRules.check`); return its real path."""
+        if create:  # the tenant's own directory, where its explicit workspaces may lie
+            os.makedirs(os.path.join(self.root, tenant), mode=0o755, exist_ok=True)
+        return self.rules.check(path, tenant)
 
-    async def context_for(self, tenant: str, run_id: str, sandbox_id: str, workspace: str) -> ExecContext:
+    async def context_for(
+        self, tenant: str, run_id: str, sandbox_id: str, workspace: str, *, create: bool = True
+    ) -> ExecContext:
         """Return where a call runs: its sandbox, its workspace, or the run's default workspace.
 
+        Args:
+            tenant: the caller's tenant (an explicit workspace in the workspace root must lie
+                in this tenant's directory).
+            run_id: the run (its default workspace when neither other field is set).
+            sandbox_id: a sandbox, or "".
+            workspace: an explicit absolute directory, or "".
+            create: make a missing workspace; False (downloads) answers NOT_FOUND instead.
+
         Raises:
-            MeshError: INVALID_ARGUMENT/INVALID_VALUE for a bad workspace or both fields set;
-                NOT_FOUND/SANDBOX_NOT_FOUND for an unknown sandbox; FAILED_PRECONDITION/
-                SANDBOX_STOPPED for a stopped one.
+            MeshError: INVALID_ARGUMENT/INVALID_VALUE for a refused workspace or both fields
+                set; NOT_FOUND/SANDBOX_NOT_FOUND for an unknown sandbox, WORKSPACE_NOT_FOUND
+                for a missing workspace when not create; FAILED_PRECONDITION/SANDBOX_STOPPED
+                for a stopped sandbox.
         """
         if sandbox_id and workspace:
             raise invalid(Reason.INVALID_VALUE, "set sandbox_id or workspace, not both", field="workspace")
@@ -169,22 +201,24 @@ class SandboxManager:
             settings = json.loads(rec.settings_json)
             if rec.backend == DOCKER:  # its env is on the container (004 §2.7n)
                 return ExecContext(
-                    self._open(rec.workspace, owned=rec.owns_workspace),
+                    self._open(tenant, rec.workspace, owned=rec.owns_workspace, create=create),
                     {},
                     self._limits(settings["limits"]),
                     f"{tenant}/{sandbox_id}",
                     self.docker.runner_for(settings["docker"]["container"]),
                 )
             return ExecContext(
-                self._open(rec.workspace, owned=rec.owns_workspace),
+                self._open(tenant, rec.workspace, owned=rec.owns_workspace, create=create),
                 dict(settings["env"]),
                 self._limits(settings["limits"]),
                 f"{tenant}/{sandbox_id}",
             )
         if workspace:
-            return ExecContext(self._open(self._check(workspace), owned=False), {}, self.config.limits)
+            return ExecContext(
+                self._open(tenant, workspace, owned=False, create=create), {}, self.config.limits
+            )
         path = os.path.join(self.root, tenant, "runs", run_id)
-        return ExecContext(self._open(path, owned=True), {}, self.config.limits)
+        return ExecContext(self._open(tenant, path, owned=True, create=create), {}, self.config.limits)
 
     def _limits(self, given: dict[str, int]) -> CommandLimits:
         base = self.config.limits
@@ -242,7 +276,9 @@ class SandboxManager:
             raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {sandbox_id!r}", field="sandbox_id")
         owned = not spec.workspace
         path = (
-            os.path.join(self.root, tenant, "sandboxes", sandbox_id) if owned else self._check(spec.workspace)
+            os.path.join(self.root, tenant, "sandboxes", sandbox_id)
+            if owned
+            else self._check(spec.workspace, tenant)
         )
         if backend == DOCKER:
             return await self._create_docker(tenant, spec, sandbox_id, path, owned, limits)
@@ -256,7 +292,7 @@ class SandboxManager:
         }
         fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         existing = await self.store.get_sandbox(tenant, sandbox_id)
-        ws = self._open(path, owned=owned)
+        ws = self._open(tenant, path, owned=owned)
         if existing is not None and existing.fingerprint == fingerprint:
             await self.store.set_sandbox_state(tenant, sandbox_id, RUNNING)
             return SandboxInfo(sandbox_id, backend, RUNNING, ws.path)
@@ -351,13 +387,14 @@ class SandboxManager:
             "env": env,  # an empty map hashes like an absent one (both {})
             "user": spec.user,
             "network": spec.network,
-            "limits": asdict(resolved),
+            # the container's own pids_limit bounds its processes, not RLIMIT_NPROC
+            "limits": {k: v for k, v in asdict(resolved).items() if k != "processes"},
             "cpus": docker.cpus,
             "pids_limit": docker.pids_limit,
         }
         fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         existing = await self.store.get_sandbox(tenant, sandbox_id)
-        ws = self._open(path, owned=owned)
+        ws = self._open(tenant, path, owned=owned)
         name = container_name(self.root, tenant, sandbox_id)
         if existing is not None and existing.backend != DOCKER:
             await self._end_processes(tenant, sandbox_id)

@@ -112,7 +112,7 @@ def _request_policy(policy: common_pb2.CommandPolicy) -> CommandPolicy | None:
     except PatternError as exc:
         raise invalid(
             Reason.INVALID_VALUE,
-            f"command_policy.{exc.rule}[{exc.index}]: {exc}",
+            f"command_policy.{exc}",
             field=f"command_policy.{exc.rule}",
             pattern=exc.pattern,
         ) from None
@@ -196,7 +196,9 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
                 UNKNOWN_TOOL, INVALID_VALUE (workspace, timeout, a command_policy pattern that
                 does not compile), CALL_ID_REUSED.
             NOT_FOUND: SANDBOX_NOT_FOUND.
-            FAILED_PRECONDITION: SANDBOX_UNAVAILABLE (isolation probe failed), SANDBOX_STOPPED.
+            FAILED_PRECONDITION: SANDBOX_UNAVAILABLE (isolation probe failed), SANDBOX_STOPPED,
+                WORKSPACE_NOT_WRITABLE (exec_command in a root-owned directory the service did
+                not create).
             ABORTED: EXECUTION_IN_PROGRESS (running in another process; RetryInfo set).
             DEADLINE_EXCEEDED / CANCELLED: the caller's own ending (recorded INTERRUPTED).
         """
@@ -364,12 +366,13 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         """Stream a tar (gzip when asked) of a workspace directory, in chunks of at most 1 MiB.
 
         The stream ends after the archive's last chunk. Symlinks are stored as links, never
-        followed; FIFOs, sockets and devices are left out.
+        followed; FIFOs, sockets and devices are left out. Nothing is created.
 
         Raises:
             INVALID_ARGUMENT: MISSING_FIELD (target), INVALID_ID, INVALID_VALUE (workspace;
-                path not an existing directory), PATH_OUTSIDE_WORKSPACE.
-            NOT_FOUND: SANDBOX_NOT_FOUND. FAILED_PRECONDITION: SANDBOX_STOPPED.
+                path not a directory), PATH_OUTSIDE_WORKSPACE.
+            NOT_FOUND: SANDBOX_NOT_FOUND, WORKSPACE_NOT_FOUND (the workspace or path does not
+                exist). FAILED_PRECONDITION: SANDBOX_STOPPED.
         """
         if not request.HasField("target"):
             raise missing("target")

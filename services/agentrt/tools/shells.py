@@ -13,7 +13,8 @@ between calls. Decisions (docs/services/tools.md "Persistent shells"):
   closed while it waited (a timeout, a Stop) opens a fresh one.
 - A shell whose command timed out, failed, or whose caller ended is closed, never reused;
   the next call with its name opens a fresh one.
-- The pool is bounded (`max_shells`, a polite is_error refusal when full) and closes shells
+- The pool is bounded (`max_shells` in all and `max_shells_per_tenant` per tenant, a
+  polite is_error refusal when full) and closes shells
   idle longer than `idle_seconds`. StopSandbox/DestroySandbox (and a replacing Create)
   close that sandbox's shells. Closing the pool is final: it closes every terminal first,
   so in-flight commands return an error at once, and any later named command fails.
@@ -42,7 +43,11 @@ _OPEN_SECONDS = 15.0
 
 
 class PoolFull(Exception):
-    """Every shell slot is taken."""
+    """Every shell slot is taken: the service's (per_tenant False) or the tenant's own."""
+
+    def __init__(self, per_tenant: bool = False) -> None:
+        super().__init__("the tenant's shells are all in use" if per_tenant else "every shell is in use")
+        self.per_tenant = per_tenant
 
 
 class PoolClosed(Exception):
@@ -56,15 +61,21 @@ class OpenFailed(Exception):
 class ShellPool:
     """Named shells of one service (see the module docstring); transport-agnostic."""
 
-    def __init__(self, max_shells: int, idle_seconds: float, max_progress_bytes: int) -> None:
+    def __init__(
+        self, max_shells: int, idle_seconds: float, max_progress_bytes: int, max_per_tenant: int = 0
+    ) -> None:
         """Create an empty pool.
 
         Args:
             max_shells: the most shells open at once (opening ones included).
             idle_seconds: a shell unused this long is closed, seconds.
             max_progress_bytes: output streamed as progress per command, bytes.
+            max_per_tenant: the most shells one tenant (key[0]) holds at once, opening
+                ones included; 0 = max_shells.
         """
         self.max_shells = max_shells
+        self.max_per_tenant = max_per_tenant or max_shells
+        self._launching_by: dict[str, int] = {}
         self.idle_seconds = idle_seconds
         self._max_progress = max_progress_bytes
         self._shells: dict[ShellKey, Shell] = {}
@@ -87,7 +98,8 @@ class ShellPool:
             The result (`fresh` when a shell was opened for it).
 
         Raises:
-            PoolFull: no shell of that name and no room for one.
+            PoolFull: no shell of that name and no room for one (in the service, or for
+                the tenant key[0]).
             PoolClosed: the pool is closed.
             OpenFailed: the shell could not be started.
             CallerDeadline: the caller's deadline passed (the shell was closed).
@@ -116,12 +128,19 @@ class ShellPool:
             raise PoolClosed
         if len(self) + self._launching >= self.max_shells:
             raise PoolFull
+        tenant = key[0]
+        if self._held_by(tenant) >= self.max_per_tenant:
+            raise PoolFull(per_tenant=True)
         epoch = self._epochs.get(key[1], 0)
         self._launching += 1
+        self._launching_by[tenant] = self._launching_by.get(tenant, 0) + 1
         try:
             shell = await self._open(key, opener, deadline)
         finally:
             self._launching -= 1
+            self._launching_by[tenant] -= 1
+            if not self._launching_by[tenant]:
+                del self._launching_by[tenant]
         if self._closed:
             await shell.close("the shell pool is closed")
             raise PoolClosed
@@ -161,6 +180,11 @@ class ShellPool:
                     raise CallerDeadline("")
             raise OpenFailed(problem)
         return shell
+
+    def _held_by(self, tenant: str) -> int:
+        """Shells a tenant has open or is opening."""
+        open_now = sum(1 for k, s in self._shells.items() if k[0] == tenant and not s.closed)
+        return open_now + self._launching_by.get(tenant, 0)
 
     def _forget(self, key: ShellKey, shell: Shell) -> None:
         if self._shells.get(key) is shell:
@@ -215,7 +239,12 @@ class Shells:
     def __init__(self, config: ToolsConfig, runner: LocalSandbox) -> None:
         """Create the pool from the service configuration (nothing is opened yet)."""
         self.enabled = config.shells
-        self.pool = ShellPool(config.max_shells, config.shell_idle_seconds, config.max_progress_bytes)
+        self.pool = ShellPool(
+            config.max_shells,
+            config.shell_idle_seconds,
+            config.max_progress_bytes,
+            max_per_tenant=config.max_shells_per_tenant,
+        )
         self._runner = runner
         self._bins = local_binaries(config.bwrap_path)
 
@@ -273,11 +302,17 @@ class Shells:
             result = await self.pool.run(
                 key, opener, ShellCommand(cmd, workdir, timeout, cap), emit=emit, deadline=deadline
             )
-        except PoolFull:
+        except PoolFull as exc:
+            limit = (
+                f"this tenant's {self.pool.max_per_tenant}"
+                if exc.per_tenant
+                else f"all {self.pool.max_shells}"
+            )
             return refused(
-                f"exec_command: all {self.pool.max_shells} persistent shells are in use; run this "
+                f"exec_command: {limit} persistent shells are in use; run this "
                 "command without session_id, or reuse a session_id you already have.",
                 "SHELLS_EXHAUSTED",
+                limit="tenant" if exc.per_tenant else "service",
             )
         except PoolClosed:
             raise MeshError(

@@ -9,7 +9,7 @@ import tarfile
 
 import grpc
 import pytest
-from tools_helpers import make_config
+from tools_helpers import make_config, make_workspace
 
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.status import reason_of
@@ -112,8 +112,7 @@ def files_under(root) -> list[str]:
 
 @pytest.fixture
 def ws(tools):
-    tools.workspace.mkdir(parents=True, exist_ok=True)
-    return tools.workspace
+    return make_workspace(tools.workspace)
 
 
 async def test_round_trip_upload_download_upload(tools, ws):
@@ -300,7 +299,7 @@ async def test_bad_requests(tools, ws):
     await expect("INVALID_VALUE", upload(tools.stub, target(workspace=str(ws), sandbox_id="sbx_x"), tar))
     await expect("PATH_OUTSIDE_WORKSPACE", upload(tools.stub, target(workspace=str(ws), path="../up"), tar))
     await expect("PATH_OUTSIDE_WORKSPACE", upload(tools.stub, target(workspace=str(ws), path="/abs"), tar))
-    await expect("INVALID_VALUE", download(tools.stub, target(workspace=str(ws), path="missing")))
+    await expect("WORKSPACE_NOT_FOUND", download(tools.stub, target(workspace=str(ws), path="missing")))
     await expect("MISSING_FIELD", download(tools.stub, pb.WorkspaceTarget()))
     (ws / "file").write_text("x")
     await expect("INVALID_VALUE", download(tools.stub, target(workspace=str(ws), path="file")))

@@ -9,7 +9,7 @@ import os
 
 import grpc
 import pytest
-from tools_helpers import pids_with
+from tools_helpers import make_workspace, pids_with
 
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
@@ -63,7 +63,7 @@ async def test_nonzero_exit_is_an_error_result_with_output(tools):
 
 
 async def test_workdir_is_relative_to_the_workspace(tools):
-    (tools.workspace / "a" / "b").mkdir(parents=True)
+    (make_workspace(tools.workspace) / "a" / "b").mkdir(parents=True)
     resp = await tools.run("exec_command", {"cmd": "pwd", "workdir": "a/b"})
     assert resp.result.content.strip() == str(tools.workspace / "a" / "b")
     escaped = await tools.run("exec_command", {"cmd": "pwd", "workdir": "../"}, call_id="c2")
@@ -198,3 +198,26 @@ async def test_stream_errors_and_replays(tools):
     assert len(again) == 1 and again[0].result.replayed  # a replay streams only its result
     assert again[0].result.result.content == first[-1].result.result.content == "ok\n"
     assert (tools.workspace / "once.txt").read_text() == "once\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"cmd": "echo a\u0000b > nul.txt"}, "cmd"),
+        ({"cmd": "echo a > nul.txt", "workdir": "sub\u0000"}, "workdir"),
+        ({"cmd": "echo a > nul.txt", "session_id": "s\u0000"}, "session_id"),
+    ],
+)
+async def test_nul_characters_are_refused_as_a_result_before_anything_runs(tools, args, field):
+    resp = await tools.run("exec_command", args, call_id="c_nul")
+    result = resp.result
+    assert result.is_error and result.status == common_pb2.TOOL_RESULT_STATUS_ERROR, result.content
+    facts = json.loads(result.details_json)
+    assert facts["reason"] == "INVALID_ARGUMENTS"
+    assert "NUL" in result.content and f'"{field}"' in result.content
+    # journaled as a plain refusal: FINISHED with that result, never INTERRUPTED
+    record = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_nul"))
+    assert record.state == pb.EXECUTION_STATE_FINISHED and record.result.status == result.status
+    again = await tools.run("exec_command", args, call_id="c_nul")
+    assert again.replayed and again.result.content == result.content
+    assert not (tools.workspace / "nul.txt").exists()

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+from tools_helpers import make_workspace
 
 from agentrt.v1 import common_pb2
 
@@ -16,8 +17,7 @@ def _reason(result: common_pb2.ToolResult) -> str:
 
 @pytest.fixture
 def ws(tools):
-    tools.workspace.mkdir(parents=True, exist_ok=True)
-    return tools.workspace
+    return make_workspace(tools.workspace)
 
 
 async def test_write_read_list_round_trip(tools, ws):

@@ -177,3 +177,42 @@ async def test_rlimits_bound_file_size(start_server, tmp_path):
         size, limit = result.content.strip().splitlines()[-2:]
         assert int(size) <= 1024 * 1024
         assert limit == "1024"  # blocks of 1 KiB
+
+
+async def test_process_count_is_limited_inside_the_sandbox(tools):
+    """600 background processes in one command: forks fail past RLIMIT_NPROC (512), seen from the host."""
+    from tools_helpers import spawner
+
+    from agentrt.v1 import tool_service_pb2 as pb
+
+    limit = tools.config.limits.processes
+    tag = _marker()
+    stream = tools.stub.StreamExecuteTool(
+        pb.StreamExecuteToolRequest(request=tools.request("exec_command", {"cmd": spawner(tag, 600, True)}))
+    )
+    seen, report, result = 0, "", None
+    async for message in stream:
+        if message.HasField("progress"):
+            report += message.progress.text
+            if "forked=" in report and not seen:
+                forked = int(report.split()[0].split("=")[1])
+                # while they all still run (a child shows its name once it has exec'd sleep)
+                for _ in range(500):  # a bound, not a timing assertion
+                    seen = len(_pids_with(tag + "-child"))
+                    if seen >= forked:
+                        break
+                    await asyncio.sleep(0.02)
+                (tools.workspace / "release").write_text("")
+        else:
+            result = message.result.result
+    assert result is not None and not result.is_error, result
+    forked, failed = (int(part.split("=")[1]) for part in report.split()[:2])
+    assert failed > 0 and forked + failed == 600, report
+    assert seen == forked and 0 < seen <= limit, (seen, report)
+    assert not _pids_with(tag + "-child")  # and they all ended with the command
+
+
+def _pids_with(marker: str) -> list[int]:
+    from tools_helpers import pids_with
+
+    return pids_with(marker)

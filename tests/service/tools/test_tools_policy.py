@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tools_helpers import ToolsEnv, make_config
 
-from agentrt.mesh.status import reason_of
+from agentrt.mesh.status import details_of, reason_of
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.server import build_server
 from agentrt.v1 import common_pb2
@@ -28,9 +30,14 @@ async def sh(tools: ToolsEnv, cmd: str, allow=(), deny=(), call_id: str = "", **
     return await tools.stub.ExecuteTool(req)
 
 
+#: A pattern with exponential backtracking, and a command on which it never finishes unaided.
+CATASTROPHIC = r"(a|a)+$"
+CATASTROPHIC_CMD = "echo " + "a" * 64 + "b > made.txt"
+
+
 @pytest.fixture
 def ws(tools):
-    tools.workspace.mkdir(parents=True, exist_ok=True)
+    # not created here: the service creates a workspace that does not exist yet (and owns it)
     return tools.workspace
 
 
@@ -126,7 +133,6 @@ async def start(start_server, tmp_path, **overrides) -> ToolsEnv:
     address = await start_server(build_server(config))
     channel = grpc.aio.insecure_channel(address)
     ws = tmp_path / "ws"
-    ws.mkdir()
     return ToolsEnv(pb_grpc.ToolServiceStub(channel), channel, config, tmp_path, ws)
 
 
@@ -175,3 +181,67 @@ def test_policy_environment_variables(monkeypatch):
         monkeypatch.setenv("AGENTRT_TOOLS_POLICY_DENY", bad)
         with pytest.raises(ValueError, match="AGENTRT_TOOLS_POLICY_DENY"):
             ToolsConfig.from_env(port=0)
+
+
+async def test_a_catastrophic_pattern_is_refused_while_the_server_keeps_answering(tools, ws):
+    wrote = await tools.run("write_file", {"path": "notes.txt", "content": "kept"}, call_id="call_w")
+    assert not wrote.result.is_error
+    health = health_pb2_grpc.HealthStub(tools.channel)
+    # all three in flight at once: without the check's time budget the first never returns
+    # and the event loop it holds never answers the other two
+    slow, checked, read = await asyncio.gather(
+        sh(tools, CATASTROPHIC_CMD, deny=[r"curl", CATASTROPHIC], call_id="call_redos"),
+        health.Check(health_pb2.HealthCheckRequest(service="agentrt.v1.ToolService")),
+        tools.run("read_file", {"path": "notes.txt"}, call_id="call_r"),
+    )
+    assert checked.status == health_pb2.HealthCheckResponse.SERVING
+    assert not read.result.is_error and "kept" in read.result.content
+    refused = slow.result
+    assert refused.is_error and refused.status == common_pb2.TOOL_RESULT_STATUS_DENIED
+    assert f'deny pattern "{CATASTROPHIC}" took too long to evaluate' in refused.content
+    assert "agent's command policy" in refused.content
+    d = details(refused)
+    assert (d["reason"], d["rule"], d["pattern"], d["pattern_index"], d["pattern_list"], d["policy"]) == (
+        "POLICY_DENIED",
+        "timeout",
+        CATASTROPHIC,
+        1,
+        "deny",
+        "agent",
+    )
+    assert not (ws / "made.txt").exists()
+    # the refusal is the call's journaled answer, like any other
+    again = await sh(tools, CATASTROPHIC_CMD, deny=[r"curl", CATASTROPHIC], call_id="call_redos")
+    assert again.replayed and again.result.content == refused.content
+    # the same policy still judges ordinary commands as before
+    assert details((await sh(tools, "curl x", deny=[r"curl", CATASTROPHIC])).result)["rule"] == "deny"
+    ok = (await sh(tools, "echo fine > fine.txt", deny=[r"curl", CATASTROPHIC])).result
+    assert not ok.is_error and (ws / "fine.txt").exists()
+
+
+async def test_a_catastrophic_service_pattern_is_refused_too(start_server, tmp_path):
+    tools = await start(start_server, tmp_path, policy_deny=(CATASTROPHIC,))
+    try:
+        refused = (await sh(tools, CATASTROPHIC_CMD)).result
+        assert refused.status == common_pb2.TOOL_RESULT_STATUS_DENIED
+        assert "tool service's command policy" in refused.content
+        assert (details(refused)["rule"], details(refused)["policy"]) == ("timeout", "service")
+        assert not (await sh(tools, "echo ok")).result.is_error
+    finally:
+        await tools.channel.close()
+
+
+async def test_policy_limits_are_invalid_argument_naming_the_limit(tools, ws):
+    with pytest.raises(grpc.RpcError) as info:
+        await sh(tools, "ls", deny=["rm"] * 257, call_id="call_many")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and reason_of(info.value) == "INVALID_VALUE"
+    assert "command_policy.deny: 257 patterns, more than the limit of 256" in info.value.details()
+    assert "does not compile" not in info.value.details()
+    assert details_of(info.value)[1]["field"] == "command_policy.deny"
+    for allow, needle in (([r"[[:alpha:]]"], "POSIX class"), ([r"\p{L}"], "does not compile")):
+        with pytest.raises(grpc.RpcError) as info:
+            await sh(tools, "ls", allow=allow, call_id="call_many")
+        assert reason_of(info.value) == "INVALID_VALUE" and needle in info.value.details()
+        assert "command_policy.allow[0]" in info.value.details()
+    record = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="call_many"))
+    assert record.state == pb.EXECUTION_STATE_ABSENT

@@ -15,7 +15,7 @@ import socket
 
 import grpc
 import pytest
-from tools_helpers import ToolsEnv, make_config, pids_with
+from tools_helpers import ToolsEnv, make_config, make_workspace, pids_with
 
 from agentrt.tools.config import CommandLimits
 from agentrt.tools.paths import open_workspace
@@ -91,7 +91,7 @@ async def tools_with(start_server, tmp_path):
 
 
 async def test_cd_and_export_persist_between_calls(tools):
-    (tools.workspace / "sub").mkdir(parents=True)
+    (make_workspace(tools.workspace) / "sub").mkdir(parents=True)
     first = await sh(tools, "cd sub && export GREETING=hello && f() { echo fn; }")
     assert first.status == OK, first.content
     assert details(first)["shell"] == "new" and details(first)["session_id"] == "main"
@@ -110,7 +110,7 @@ async def test_two_names_are_independent(tools):
 
 
 async def test_workdir_changes_the_shells_directory_for_good(tools):
-    (tools.workspace / "w" / "deeper").mkdir(parents=True)
+    (make_workspace(tools.workspace) / "w" / "deeper").mkdir(parents=True)
     r = await sh(tools, "cd deeper && pwd", workdir="w")
     assert r.content == f"{tools.workspace}/w/deeper\n"
     assert (await sh(tools, "pwd")).content == f"{tools.workspace}/w/deeper\n"
@@ -505,3 +505,44 @@ async def test_a_shell_opening_while_its_sandbox_stops_is_not_kept(workspace):
         assert r.output == "ok\n" and r.fresh
     finally:
         await pool.close()
+
+
+async def test_process_count_is_limited_in_a_shell_across_its_commands(tools):
+    """Background jobs outlive a session command; RLIMIT_NPROC (512) still bounds them all."""
+    from tools_helpers import spawner
+
+    limit = tools.config.limits.processes
+    await tools.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox_id="sbx_procs"))
+    tag = _marker()
+    first = await sh(tools, spawner(tag, 300, False), session="procs", sandbox_id="sbx_procs")
+    second = await sh(tools, spawner(tag, 300, False), session="procs", sandbox_id="sbx_procs")
+    counts = [tuple(int(p.split("=")[1]) for p in r.content.split()[:2]) for r in (first, second)]
+    forked = sum(ok for ok, _ in counts)
+    assert counts[0] == (300, 0) and counts[1][1] > 0 and forked + counts[1][1] == 600, counts
+    children = f"{tag}-child"  # a child shows this name once it has exec'd sleep
+    seen = await _until(lambda: len(pids_with(children)) >= forked and pids_with(children), "the children")
+    assert len(seen) == forked <= limit
+    await tools.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id="sbx_procs"))
+    await _until(lambda: not pids_with(children), "the shell's processes to end")
+
+
+async def test_each_tenant_has_its_own_shell_cap(tools_with):
+    tools = await tools_with(max_shells=8, max_shells_per_tenant=2)
+
+    async def named(who: str, session: str, ws: str) -> common_pb2.ToolResult:
+        req = tools.request(
+            "exec_command",
+            {"cmd": "echo ran > ran.txt; echo ok", "session_id": session},
+            workspace=str(tools.tmp / ws),
+            call_id=f"call_{os.urandom(6).hex()}",
+        )
+        return (await tools.stub.ExecuteTool(req, metadata=(("x-agentrt-tenant", who),))).result
+
+    assert (await named("alice", "one", "a1")).content == "ok\n"
+    assert (await named("alice", "two", "a2")).content == "ok\n"
+    full = await named("alice", "three", "a3")
+    assert full.is_error and details(full)["reason"] == "SHELLS_EXHAUSTED"
+    assert details(full)["limit"] == "tenant"
+    assert "tenant" in full.content and not (tools.tmp / "a3" / "ran.txt").exists()
+    assert (await named("bob", "one", "b1")).content == "ok\n"  # another tenant is not held up
+    assert (await named("alice", "one", "a1")).content == "ok\n"  # alice's open shells keep working

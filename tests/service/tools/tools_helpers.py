@@ -60,6 +60,20 @@ class ToolsEnv:
 
 
 PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+SANDBOX_UID = 65534
+
+
+def make_workspace(path: Path) -> Path:
+    """Create a workspace directory the way the service hands over one it creates.
+
+    As root the service never chowns a directory it did not create, and refuses commands
+    in a root-owned one; a test that prepares files before the first call therefore gives
+    the directory to the sandbox uid, as the service would have.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(path, SANDBOX_UID, SANDBOX_UID)
+    return path
 
 
 def make_config(tmp: Path, db_url: str = "", **overrides) -> ToolsConfig:
@@ -92,3 +106,34 @@ def pids_with(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+#: Forks `count` children named `<tag>-child` (each execs sleep), reports how many forks
+#: failed, then waits for the file `release` in its directory (when asked to). No fork bomb:
+#: the loop is bounded and the children never fork.
+_SPAWNER = """
+import os, sys, time
+tag, count, wait = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "wait"
+ok = failed = 0
+for _ in range(count):
+    try:
+        pid = os.fork()
+    except OSError:
+        failed += 1
+        continue
+    if pid == 0:
+        try:
+            os.execv("/bin/sleep", [tag + "-child", "120"])
+        finally:
+            os._exit(127)
+    ok += 1
+print(f"forked={ok} failed={failed}", flush=True)
+while wait and not os.path.exists("release"):
+    time.sleep(0.02)
+"""
+
+
+def spawner(tag: str, count: int, wait: bool) -> str:
+    """The shell text running _SPAWNER (its children's name never appears in it whole)."""
+    quoted = _SPAWNER.replace("'", "'\\''")
+    return f"python3 -c '{quoted}' {tag} {count} {'wait' if wait else 'go'}"

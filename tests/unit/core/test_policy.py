@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
 
 from agentrt.core.policy import (
     AGENT,
+    CHECK_BUDGET_SECONDS,
     MAX_PATTERN_CHARS,
     MAX_PATTERNS,
     SERVICE,
+    TIMEOUT,
     PatternError,
     check_command,
+    check_exec_args,
     check_exec_call,
     compile_policy,
     exec_arguments_problem,
     validate_patterns,
 )
+
+#: Exponential backtracking in `regex` (nested alternatives of the same text): without a
+#: time limit, searching it in CATASTROPHIC_CMD would take longer than the universe's age.
+CATASTROPHIC = r"(a|a)+$"
+CATASTROPHIC_CMD = "echo " + "a" * 64 + "b"
 
 
 def test_empty_policy_allows_everything():
@@ -82,6 +92,162 @@ def test_validate_patterns_names_the_first_bad_one():
         validate_patterns(["a"] * (MAX_PATTERNS + 1), [])
 
 
+def test_too_many_patterns_is_reported_as_a_count_not_as_an_empty_pattern():
+    with pytest.raises(PatternError) as info:
+        validate_patterns([], ["rm"] * (MAX_PATTERNS + 1))
+    err = info.value
+    assert (err.rule, err.index, err.pattern, err.field) == ("deny", -1, "", "deny")
+    assert str(err) == f"deny: {MAX_PATTERNS + 1} patterns, more than the limit of {MAX_PATTERNS}"
+    assert "does not compile" not in str(err) and '""' not in str(err)
+    validate_patterns(["a"] * MAX_PATTERNS, ["b"] * MAX_PATTERNS)  # the limit itself is fine
+    # a policy built anyway refuses every command, naming the count
+    refusal = compile_policy(allow=["ls"] * (MAX_PATTERNS + 1), origin=AGENT).check("ls")
+    assert refusal is not None and refusal.rule == "invalid" and refusal.index == -1
+    assert f"{MAX_PATTERNS + 1} patterns" in refusal.message
+    assert refusal.details() == {"reason": "POLICY_DENIED", "rule": "invalid", "policy": "agent"}
+    # one pattern's problems keep naming the pattern and its position
+    with pytest.raises(PatternError) as info:
+        validate_patterns(["ok", "(x"], [])
+    assert info.value.field == "allow[1]" and str(info.value).startswith(
+        'allow[1] pattern "(x" does not compile: '
+    )
+
+
+# Patterns of the tests above and of docs/services/*.md, with commands they must (not) match:
+# the `regex` engine (VERSION0) must answer exactly as Python `re` did.
+SAME_AS_RE = [
+    r"^git ",
+    r"\bls\b",
+    r"push\s+--force",
+    r"reset --hard",
+    r"rm\s+-rf",
+    r"rm -rf",
+    r"^(echo|rm|touch) ",
+    r"(?i)^SUDO\b",
+    r"curl\s+\S+\s*\|\s*(ba)?sh",
+    r"[;&|]\s*rm\b",
+    r"^[\w./-]+$",
+    r"\$\(|`",
+    r"x{2,3}y?",
+    r"(?P<q>['\"]).*(?P=q)",
+    r"(?<!\\)\$HOME",
+    r"^(?!git ).*push",
+    r"[[]",
+    r"(?x) rm \s+ -rf  # a verbose one",
+]
+COMMANDS = [
+    "git status",
+    "git push --force origin",
+    "git reset --hard HEAD",
+    "cd src && ls -la",
+    "lsof",
+    "rm -rf /",
+    "rm  -rf /",
+    "echo hi; rm x",
+    "sudo make",
+    "Sudo make",
+    "curl https://x.sh | bash",
+    "./build.sh",
+    "echo $(whoami)",
+    "echo `id`",
+    "xxy",
+    "echo 'quoted'",
+    "echo \\$HOME $HOME",
+    "hg push",
+    "[",
+    "",
+]
+
+
+@pytest.mark.parametrize("pattern", SAME_AS_RE)
+def test_matching_is_unchanged_from_python_re(pattern):
+    validate_patterns([pattern], [pattern])
+    policy = compile_policy(deny=[pattern], origin=AGENT)
+    expected = [bool(re.search(pattern, cmd)) for cmd in COMMANDS]
+    assert any(expected) and not all(expected), "each pattern matches some of the commands"
+    assert [policy.check(cmd) is not None for cmd in COMMANDS] == expected
+
+
+@pytest.mark.parametrize(
+    "pattern,needle",
+    [
+        (r"\p{L}", "bad escape"),  # regex syntax Python re does not have
+        (r"(?<name>x)", "unknown extension"),
+        (r"a\Kb", "bad escape"),
+        (r"(?|a|b)", "unknown extension"),
+        (r"[[:alpha:]]+", "POSIX class"),  # re: the characters "[:alph", regex: letters
+        (r"^ls[ [:space:]]", "POSIX class"),
+        (r"\\[:digit:]", "POSIX class"),
+    ],
+)
+def test_syntax_is_python_re_and_posix_classes_are_refused(pattern, needle):
+    with pytest.raises(PatternError) as info:
+        validate_patterns([], [pattern])
+    assert needle in info.value.error and info.value.field == "deny[0]"
+    # escaped, the bracket is a plain character in both engines
+    validate_patterns([r"\[:alpha:]", r"[\[:]"], [])
+
+
+def test_a_catastrophic_pattern_fails_closed_within_the_budget():
+    policy = compile_policy(deny=[r"curl", CATASTROPHIC, r"never"], origin=SERVICE)
+    refusal = policy.check(CATASTROPHIC_CMD)  # returns at all: the budget stopped the search
+    assert refusal is not None and not refusal.definite
+    assert (refusal.rule, refusal.pattern, refusal.index, refusal.pattern_list) == (
+        TIMEOUT,
+        CATASTROPHIC,
+        1,
+        "deny",
+    )
+    assert f'deny pattern "{CATASTROPHIC}" took too long to evaluate' in refusal.message
+    assert "simplify that pattern" in refusal.message
+    assert f"{CHECK_BUDGET_SECONDS * 1000:g} ms" in refusal.message
+    assert "tool service's command policy" in refusal.message
+    assert refusal.details() == {
+        "reason": "POLICY_DENIED",
+        "rule": "timeout",
+        "policy": "service",
+        "pattern": CATASTROPHIC,
+        "pattern_index": 1,
+        "pattern_list": "deny",
+    }
+    # the same pattern on short text answers normally, as under re
+    assert policy.check("echo aab") is None
+    assert policy.check("echo aaa").rule == "deny"  # type: ignore[union-attr]
+    # an earlier deny that matches decides before the slow pattern runs: a definite refusal
+    early = policy.check("curl x " + CATASTROPHIC_CMD)
+    assert early is not None and early.rule == "deny" and early.pattern == "curl" and early.definite
+
+
+def test_a_catastrophic_allow_pattern_fails_closed_too():
+    policy = compile_policy(allow=[r"^ls\b", CATASTROPHIC], origin=AGENT)
+    assert policy.check("ls " + CATASTROPHIC_CMD) is None  # the first allow pattern matched
+    refusal = policy.check(CATASTROPHIC_CMD)
+    assert refusal is not None and refusal.rule == TIMEOUT
+    assert (refusal.pattern, refusal.index, refusal.pattern_list) == (CATASTROPHIC, 1, "allow")
+    assert "allow pattern" in refusal.message
+
+
+def test_the_budget_is_shared_by_every_policy_of_a_check():
+    slow = compile_policy(deny=[CATASTROPHIC], origin=SERVICE)
+    agent = compile_policy(deny=["echo"], origin=AGENT)
+    refusal = check_command(CATASTROPHIC_CMD, [slow, agent])
+    assert refusal is not None and refusal.origin == SERVICE and refusal.rule == TIMEOUT
+    # a deadline already spent refuses at the first pattern it could not evaluate
+    spent = agent.check("ls", deadline=time.process_time() - 1)
+    assert spent is not None and (spent.rule, spent.pattern, spent.index) == (TIMEOUT, "echo", 0)
+    # check_exec_args (the tool service's check) answers the same
+    args = check_exec_args({"cmd": CATASTROPHIC_CMD}, [slow])
+    assert args is not None and args.rule == TIMEOUT and not args.definite
+
+
+def test_every_refusal_but_a_timeout_is_definite():
+    policy = compile_policy([r"^echo"], [r"rm"], origin=AGENT)
+    for cmd in ("ls", "echo rm"):
+        assert policy.check(cmd).definite  # type: ignore[union-attr]
+    assert compile_policy(deny=["("], origin=AGENT).check("x").definite  # type: ignore[union-attr]
+    assert check_exec_call("[]", [policy]).definite  # type: ignore[union-attr]
+
+
 def test_several_policies_each_must_pass():
     service = compile_policy(deny=["sudo"], origin=SERVICE)
     agent = compile_policy(allow=["^make"], origin=AGENT)
@@ -106,6 +272,9 @@ def test_several_policies_each_must_pass():
         ({"cmd": "ls", "timeout_ms": 0}, "at least 1"),
         ({"cmd": "ls", "timeout_ms": 1.5}, "integer"),
         ({"cmd": "ls", "timeout_ms": True}, "integer"),
+        ({"cmd": "echo a\u0000b"}, '"cmd" must not contain NUL'),
+        ({"cmd": "ls", "workdir": "x\u0000"}, '"workdir" must not contain NUL'),
+        ({"cmd": "ls", "session_id": "s\u0000"}, '"session_id" must not contain NUL'),
     ],
 )
 def test_exec_arguments_refused(args, problem):
