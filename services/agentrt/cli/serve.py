@@ -163,7 +163,9 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(server_module.serve(config))
     except PortInUseError as exc:
-        print(f"agentrt serve {args.service}: port {config.server.port} is taken ({exc})", file=sys.stderr)
+        # A service's second port (the gateway's /metrics) names itself on the error.
+        port = getattr(exc, "port", None) or config.server.port
+        print(f"agentrt serve {args.service}: port {port} is taken ({exc})", file=sys.stderr)
         return EXIT_PORT_TAKEN
     except KeyboardInterrupt:
         # serve() handles SIGINT itself; this only catches one that lands before it installs.

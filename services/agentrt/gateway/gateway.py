@@ -31,6 +31,7 @@ from agentrt.gateway.limiter_count import input_token_bound
 from agentrt.gateway.provider import Call, Provider
 from agentrt.gateway.retry import RetryContext, RetryPolicy, log_retry, next_delay, with_retries
 from agentrt.gateway.validation import validate_request
+from agentrt.mesh.context import DEFAULT_TENANT
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 
@@ -48,6 +49,8 @@ _REFUSED = (
     Reason.CONTEXT_OVERFLOW,
     Reason.PROVIDER_AUTHENTICATION,
 )
+#: Most of the caller's remaining time kept back from limiter admission, in seconds.
+_DEADLINE_MARGIN_SECONDS = 0.25
 #: Settles of abandoned calls still running (kept referenced until done).
 _BACKGROUND: set[asyncio.Task[None]] = set()
 
@@ -131,13 +134,18 @@ class ModelGateway:
         if request.HasField("max_queue_wait"):
             wait = request.max_queue_wait.ToTimedelta().total_seconds()
         if deadline is not None:
-            wait = min(wait, max(0.0, deadline - time.monotonic()))
+            # Admission (store round trips included) ends a little before the caller's
+            # deadline, so a refusal reaches it with its reason rather than DEADLINE_EXCEEDED.
+            left = max(0.0, deadline - time.monotonic())
+            wait = min(wait, left - min(_DEADLINE_MARGIN_SECONDS, left * 0.1))
         return wait
 
     async def _reserve(
         self, request: g.ModelRequest, provider: Provider, call: Call, deadline: float | None
     ) -> Reservation:
-        key = LimiterKey(request.tenant, provider.name, call.model)
+        # The servicer resolved the tenant (validation.resolve_tenant); "" from a direct
+        # caller is the default tenant, as in the metrics' labels.
+        key = LimiterKey(request.tenant or DEFAULT_TENANT, provider.name, call.model)
         exact = None
         if provider.name == "local" or (provider.name == "openai" and self._limiter.exact_count):
             exact = await self._exact_count(provider, call)

@@ -6,6 +6,19 @@ Redis (limiter_redis.py), the last two shared by every gateway replica. It owns 
 (polling the store, with jitter, until the request fits or its wait ends) and the errors;
 the store owns the state and makes each step atomic. `build_limiter` picks the store by
 config. The names of limiter_rules.py are re-exported here.
+
+Every call into the store is bounded (`LimiterSettings.store_timeout_seconds`), and a
+reservation attempt also by what is left of the request's admission wait (never less than
+`MIN_ATTEMPT_SECONDS`), so a store that accepts connections but never answers costs a
+caller its wait, not a minute: the first attempt that times out is UNAVAILABLE/
+DEPENDENCY_UNAVAILABLE; a later one, when it is the wait that ran out, is the usual
+RESOURCE_EXHAUSTED/RATE_LIMITED refusal. An attempt abandoned this way may still have been
+admitted by the store (the answer was lost): its entry counts until it leaves the window,
+which errs on the side of the budget.
+
+`snapshot()` is this replica's view for metrics: each bucket as of its latest reservation
+attempt here, with the view's age. Once a whole span (window + guard) has passed since that
+attempt, every entry it counted has left the window, so used and pending read 0.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ from typing import Protocol
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.gateway.limiter_rules import (
     BACKENDS,
+    DEFAULT_TENANT,
     Attempt,
     BucketState,
     LimiterKey,
@@ -52,6 +66,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("agentrt.gateway")
+
+#: The least time a reservation attempt is given, even when less of its wait is left, in seconds.
+MIN_ATTEMPT_SECONDS = 0.5
 
 
 class OverBudget(MeshError):
@@ -104,6 +121,7 @@ class AdaptiveTokenLimiter:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rand: Callable[[], float] = random.random
     _seen: dict[str, BucketState] = field(default_factory=dict, init=False, repr=False)
+    _seen_at: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def exact_count(self) -> bool:
@@ -121,12 +139,16 @@ class AdaptiveTokenLimiter:
     async def reserve(self, key: LimiterKey, tokens: int, max_wait_seconds: float) -> Reservation:
         """Hold `tokens` input tokens (>= 0) for key, waiting at most max_wait_seconds.
 
+        Each store attempt is bounded by the store timeout and by what is left of
+        max_wait_seconds (at least MIN_ATTEMPT_SECONDS), see the module docstring.
+
         Raises:
             OverBudget: RESOURCE_EXHAUSTED/RATE_LIMITED: tokens exceed the bucket's current
                 budget (RetryInfo: one window) or its maximum (no RetryInfo: never fits).
             MeshError: RESOURCE_EXHAUSTED/RATE_LIMITED with retry_after_seconds (the
                 earliest the tokens could fit) when they cannot be had in time;
-                UNAVAILABLE/DEPENDENCY_UNAVAILABLE when the store cannot be reached.
+                UNAVAILABLE/DEPENDENCY_UNAVAILABLE (RetryInfo 1 s) when the store cannot be
+                reached or does not answer in time.
         """
         s = self.settings
         tokens = max(0, int(tokens))
@@ -144,8 +166,18 @@ class AdaptiveTokenLimiter:
         start = self.clock()
         deadline = start + max(0.0, max_wait_seconds)
         entry_id = uuid.uuid4().hex
+        last: Attempt | None = None
         while True:
-            attempt = await self._attempt(key, bucket, entry_id, tokens)
+            left = deadline - self.clock()
+            bound = min(s.store_timeout_seconds, max(left, MIN_ATTEMPT_SECONDS))
+            try:
+                attempt = await self._attempt(key, bucket, entry_id, tokens, bound)
+            except TimeoutError as exc:
+                if last is not None and left <= s.store_timeout_seconds:
+                    # The store answered before; what ran out is this request's wait.
+                    raise self._spent(key, tokens, last, max_wait_seconds) from exc
+                raise _unavailable(f"did not answer within {bound:g} s") from exc
+            last = attempt
             if attempt.admitted:
                 return Reservation(key, tokens, self.clock() - start, bucket, entry_id)
             if tokens > attempt.budget_tokens:
@@ -166,15 +198,7 @@ class AdaptiveTokenLimiter:
                 )
             remaining = deadline - self.clock()
             if attempt.wait_seconds > remaining or remaining <= 0:
-                raise self._refusal(
-                    key,
-                    tokens,
-                    attempt.budget_tokens,
-                    max(attempt.wait_seconds, s.poll_seconds),
-                    MeshError,
-                    f"input-token budget of {attempt.budget_tokens} per {s.window_seconds:g} s is spent; "
-                    f"{tokens} tokens do not fit within the {max(0.0, max_wait_seconds):g} s admission wait",
-                )
+                raise self._spent(key, tokens, attempt, max_wait_seconds)
             pause = max(attempt.wait_seconds, s.poll_seconds * 0.5) + self.rand() * s.poll_seconds
             await self.sleep(min(remaining, pause))
 
@@ -185,7 +209,8 @@ class AdaptiveTokenLimiter:
         """
         tokens = None if input_tokens is None else max(0, int(input_tokens))
         try:
-            await self.store.settle(reservation.bucket, reservation.entry_id, tokens)
+            async with asyncio.timeout(self.settings.store_timeout_seconds):
+                await self.store.settle(reservation.bucket, reservation.entry_id, tokens)
         except Exception:  # noqa: BLE001 - the call is over; the entry keeps its reserved size
             log.warning("limiter settle failed for %s", reservation.bucket, exc_info=True)
             return
@@ -205,7 +230,8 @@ class AdaptiveTokenLimiter:
         """
         bucket = self.settings.bucket(key)
         try:
-            budget = await self.store.outcome(bucket, rate_limited)
+            async with asyncio.timeout(self.settings.store_timeout_seconds):
+                budget = await self.store.outcome(bucket, rate_limited)
         except Exception:  # noqa: BLE001 - adaptation is best effort
             log.warning("limiter outcome failed for %s", bucket, exc_info=True)
             return
@@ -217,45 +243,71 @@ class AdaptiveTokenLimiter:
         """Read key's bucket from the store now.
 
         Raises:
+            TimeoutError: the store did not answer within the store timeout.
             Exception: whatever the store raises when it cannot be reached.
         """
         bucket = self.settings.bucket(key)
-        budget, used, pending = await self.store.read(bucket)
+        async with asyncio.timeout(self.settings.store_timeout_seconds):
+            budget, used, pending = await self.store.read(bucket)
         return self._state(key, bucket, budget, used, pending)
 
     def snapshot(self) -> list[BucketState]:
-        """Return the last-known state of every bucket this process has used, by bucket key.
+        """Return this replica's view of every bucket it has used, sorted by bucket key.
 
-        Synchronous and cheap (no store access): budgets and usage as of this replica's
-        latest reservation attempt or outcome, for metrics scraped off the event loop.
+        Synchronous and cheap (no store access), for metrics scraped off the event loop:
+        the budget as of the latest attempt or outcome here; used and pending tokens as of
+        the latest reservation attempt here, `age_seconds` ago, and 0 once a whole span has
+        passed since (every entry that attempt counted has left the window by then).
         """
-        return [self._seen[b] for b in sorted(self._seen)]
+        now, span = self.clock(), self.settings.span_seconds
+        out: list[BucketState] = []
+        for bucket, state in sorted(list(self._seen.items())):
+            age = max(0.0, now - self._seen_at.get(bucket, now))
+            if age >= span:
+                state = dataclasses.replace(state, used_tokens=0, pending_tokens=0)
+            out.append(dataclasses.replace(state, age_seconds=age))
+        return out
 
     def _state(self, key: LimiterKey, bucket: str, budget: int, used: int, pending: int) -> BucketState:
         s = self.settings
-        tenant = key.tenant if s.per_tenant else ""
+        tenant = (key.tenant or DEFAULT_TENANT) if s.per_tenant else ""
         return BucketState(
             bucket, key.provider, s.family(key.model), tenant, budget, used, pending, s.window_seconds
         )
 
-    async def _attempt(self, key: LimiterKey, bucket: str, entry_id: str, tokens: int) -> Attempt:
+    async def _attempt(
+        self, key: LimiterKey, bucket: str, entry_id: str, tokens: int, bound: float
+    ) -> Attempt:
+        # TimeoutError (bound passed) goes to the caller, which knows whether the wait or
+        # the store is to blame; any other store failure fails closed.
         try:
-            attempt = await self.store.try_reserve(bucket, entry_id, tokens)
+            async with asyncio.timeout(bound):
+                attempt = await self.store.try_reserve(bucket, entry_id, tokens)
         except MeshError:
+            raise
+        except TimeoutError:
+            log.warning("limiter store did not answer within %g s for %s", bound, bucket)
             raise
         except Exception as exc:  # noqa: BLE001 - fail closed: without the store no budget holds
             log.warning("limiter store unreachable for %s", bucket, exc_info=True)
-            raise MeshError(
-                Status.UNAVAILABLE,
-                Reason.DEPENDENCY_UNAVAILABLE,
-                f"the rate-limit store is unreachable ({type(exc).__name__}); try again",
-                {"limiter": "gateway"},
-                retry_after_seconds=1.0,
-            ) from exc
+            raise _unavailable(f"is unreachable ({type(exc).__name__})") from exc
         used = attempt.used_tokens + (tokens if attempt.admitted else 0)
         pending = attempt.pending_tokens + (tokens if attempt.admitted else 0)
         self._seen[bucket] = self._state(key, bucket, attempt.budget_tokens, used, pending)
+        self._seen_at[bucket] = self.clock()
         return attempt
+
+    def _spent(self, key: LimiterKey, tokens: int, attempt: Attempt, max_wait_seconds: float) -> MeshError:
+        s = self.settings
+        return self._refusal(
+            key,
+            tokens,
+            attempt.budget_tokens,
+            max(attempt.wait_seconds, s.poll_seconds),
+            MeshError,
+            f"input-token budget of {attempt.budget_tokens} per {s.window_seconds:g} s is spent; "
+            f"{tokens} tokens do not fit within the {max(0.0, max_wait_seconds):g} s admission wait",
+        )
 
     def _refusal(
         self,
@@ -281,6 +333,17 @@ class AdaptiveTokenLimiter:
             },
             retry_after_seconds=retry_after,
         )
+
+
+def _unavailable(what: str) -> MeshError:
+    """UNAVAILABLE/DEPENDENCY_UNAVAILABLE for a store that failed (RetryInfo 1 s)."""
+    return MeshError(
+        Status.UNAVAILABLE,
+        Reason.DEPENDENCY_UNAVAILABLE,
+        f"the rate-limit store {what}; try again",
+        {"limiter": "gateway"},
+        retry_after_seconds=1.0,
+    )
 
 
 def build_limiter(backend: str, url: str, settings: LimiterSettings) -> AdaptiveTokenLimiter:

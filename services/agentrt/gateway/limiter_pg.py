@@ -17,6 +17,13 @@ is settled). The rules are limiter.py's, written in SQL:
 
 The schema is migrated by Alembic in the server's ready hook (`prepare`), under the mesh's
 advisory lock, so replicas starting together migrate once.
+
+Timeouts: the engine connects within `store_timeout_seconds` and each statement answers
+within it (asyncpg `timeout` and `command_timeout`), so a database that accepts TCP
+connections but never answers fails an operation in seconds, not asyncpg's default minute.
+Migrations get their own short-lived engine with the same connect timeout and a longer
+statement one (`MIGRATION_STATEMENT_TIMEOUT_SECONDS`): a replica may wait there for another
+replica's migration under the advisory lock.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from agentrt.mesh import migrate
 from agentrt.mesh.db import Database
 
 MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent / "migrations"
+#: The longest one migration statement (the advisory lock included) may take, in seconds.
+MIGRATION_STATEMENT_TIMEOUT_SECONDS = 120.0
 
 metadata = sa.MetaData()
 
@@ -145,12 +154,30 @@ class PostgresStore:
         """
         if not url.startswith("postgresql+asyncpg://"):
             raise ValueError(f"the postgres limiter needs a postgresql+asyncpg:// URL, got {url!r}")
-        self._db = Database(url)
+        timeout = settings.store_timeout_seconds
+        self._url = url
+        self._db = Database(url, connect_args={"timeout": timeout, "command_timeout": timeout})
         self._s = settings
 
     async def prepare(self) -> None:
-        """Migrate the limiter's tables (Alembic, version table alembic_version_gateway)."""
-        await upgrade(self._db)
+        """Migrate the limiter's tables (Alembic, version table alembic_version_gateway).
+
+        Raises:
+            TimeoutError: the database did not accept a connection, or a statement did not
+                finish, in time (see the module docstring).
+            sqlalchemy.exc.SQLAlchemyError: the database refused a migration step.
+        """
+        db = Database(
+            self._url,
+            connect_args={
+                "timeout": self._s.store_timeout_seconds,
+                "command_timeout": MIGRATION_STATEMENT_TIMEOUT_SECONDS,
+            },
+        )
+        try:
+            await upgrade(db)
+        finally:
+            await db.close()
 
     async def close(self) -> None:
         """Dispose of the engine."""

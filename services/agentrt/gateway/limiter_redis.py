@@ -146,7 +146,11 @@ class RedisStore:
             raise ValueError(f"the redis limiter needs a redis:// URL, got {url!r}")
         import redis.asyncio as aioredis
 
-        self._redis: Any = aioredis.Redis.from_url(url)
+        # Connect and answer within the store timeout (the limiter bounds each call too).
+        timeout = settings.store_timeout_seconds
+        self._redis: Any = aioredis.Redis.from_url(
+            url, socket_connect_timeout=timeout, socket_timeout=timeout
+        )
         self._s = settings
         self._reserve = self._redis.register_script(_RESERVE)
         self._read = self._redis.register_script(_READ)

@@ -36,9 +36,12 @@ closed (UNAVAILABLE/DEPENDENCY_UNAVAILABLE); failed settles and outcomes are log
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
+#: The tenant of a key that names none ("" = default), as `agentrt.mesh.context` names it.
+DEFAULT_TENANT = "default"
 #: The limiter backends `build_limiter` knows.
 BACKENDS = ("memory", "postgres", "redis")
 
@@ -113,6 +116,9 @@ class LimiterSettings:
         exact_count: count OpenAI Responses requests with the provider's input-token
             endpoint before reserving, instead of reserving an upper bound.
         namespace: prefix of the bucket keys in a shared store.
+        store_timeout_seconds: the longest one store operation may take, in seconds: the
+            PostgreSQL connect and statement timeouts, Redis's socket timeouts, and the
+            bound `AdaptiveTokenLimiter` puts on every call into its store.
     """
 
     initial_tokens: int = 4_000_000
@@ -127,13 +133,15 @@ class LimiterSettings:
     poll_seconds: float = 0.1
     exact_count: bool = False
     namespace: str = "agentrt"
+    store_timeout_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         """Check the figures agree.
 
         Raises:
             ValueError: floor > initial, initial > max, a budget below 1, a window <= 0,
-                a negative guard/cooldown, poll <= 0, or a probe fraction outside (0, 1].
+                a negative guard/cooldown, poll <= 0, a probe fraction outside (0, 1], or
+                a store timeout <= 0.
         """
         if not 1 <= self.floor_tokens <= self.initial_tokens <= self.max_tokens:
             raise ValueError(
@@ -144,6 +152,8 @@ class LimiterSettings:
             raise ValueError("limiter window must be > 0 s, guard and cooldown >= 0 s")
         if self.poll_seconds <= 0 or not 0 < self.probe_fraction <= 1:
             raise ValueError("limiter poll must be > 0 s and probe fraction in (0, 1]")
+        if not (self.store_timeout_seconds > 0 and math.isfinite(self.store_timeout_seconds)):
+            raise ValueError(f"limiter store timeout must be > 0 s, got {self.store_timeout_seconds}")
 
     @property
     def span_seconds(self) -> float:
@@ -165,7 +175,7 @@ class LimiterSettings:
     def bucket(self, key: LimiterKey) -> str:
         """Return the bucket key: "namespace:provider:family" (+ ":tenant" when per_tenant)."""
         base = f"{self.namespace}:{key.provider}:{self.family(key.model)}"
-        return f"{base}:{key.tenant}" if self.per_tenant else base
+        return f"{base}:{key.tenant or DEFAULT_TENANT}" if self.per_tenant else base
 
 
 @dataclass(frozen=True)
@@ -197,11 +207,13 @@ class BucketState:
         bucket: the bucket key.
         provider: provider key.
         family: model family.
-        tenant: the tenant ("" when budgets are not per tenant).
+        tenant: the tenant ("" when budgets are not per tenant: one bucket for all).
         budget_tokens: current budget, in input tokens per window.
-        used_tokens: tokens of the entries in the span (as last seen by this replica).
+        used_tokens: tokens of the entries in the span, as observed `age_seconds` ago.
         pending_tokens: the part of used_tokens not yet settled.
         window_seconds: the window, in seconds.
+        age_seconds: how long ago used and pending were read from the store, in seconds
+            (0 for a state just read).
     """
 
     bucket: str
@@ -212,6 +224,7 @@ class BucketState:
     used_tokens: int
     pending_tokens: int
     window_seconds: float
+    age_seconds: float = 0.0
 
 
 class LimiterStore(Protocol):

@@ -27,6 +27,10 @@ reason for anything else (e.g. `request_too_large`, `unsupported_capability`). `
 is `provider` when the provider said so, `gateway` when the gateway refused on its own
 (validation, limiter admission, configuration).
 
+The limiter's gauges (`limiter_gauges`): `agentrt_gateway_limiter_{budget,used,pending}_tokens`
+and `agentrt_gateway_limiter_state_age_seconds` {provider, family, tenant}; tenant is "*"
+for a budget shared by all tenants.
+
 Gauges owned by other parts (the limiter's budget state) are read at scrape time from
 readers registered with `add_gauge_reader`: a reader is a cheap synchronous function
 returning `Gauge` samples, called on the scrape thread (not the event loop), so it must
@@ -81,7 +85,8 @@ class CallLabels:
     """Who a call is counted for.
 
     Attributes:
-        tenant: the tenant charged (the request's, else the caller's).
+        tenant: the tenant charged (validation.resolve_tenant: the caller's header, or
+            the request's tenant when no header was sent; never a rejected value).
         provider: provider key ("unknown" for a provider this build does not know).
         model: the resolved model id ("" when it could not be resolved).
     """
@@ -118,15 +123,22 @@ class Gauge:
 GaugeReader = Callable[[], Iterable[Gauge]]
 
 
+#: The `tenant` label of a limiter bucket shared by every tenant (AGENTRT_LIMITER_PER_TENANT
+#: off). No tenant can be called that: tenants start with a letter or digit.
+ALL_TENANTS = "*"
+
+
 def limiter_gauges(states: Iterable[BucketState]) -> list[Gauge]:
     """Return the limiter's bucket states as gauges (budget, used and pending input tokens).
 
-    Labels: provider, family, tenant ("" unless budgets are per tenant). Values are this
-    replica's last-known view (as of its latest reservation or outcome), in tokens per window.
+    Labels: provider, family, tenant: the bucket's tenant with per-tenant budgets (named
+    as in the other metrics, "default" for callers that sent none), else ALL_TENANTS ("*").
+    Values are this replica's view (limiter.snapshot): tokens per window, and
+    `limiter_state_age_seconds`, how long ago used and pending were read from the store.
     """
     out: list[Gauge] = []
     for st in states:
-        labels = {"provider": st.provider, "family": st.family, "tenant": st.tenant}
+        labels = {"provider": st.provider, "family": st.family, "tenant": st.tenant or ALL_TENANTS}
         out.append(
             Gauge("limiter_budget_tokens", "Current input-token budget per window.", st.budget_tokens, labels)
         )
@@ -138,6 +150,14 @@ def limiter_gauges(states: Iterable[BucketState]) -> list[Gauge]:
         out.append(
             Gauge(
                 "limiter_pending_tokens", "Reserved input tokens not yet settled.", st.pending_tokens, labels
+            )
+        )
+        out.append(
+            Gauge(
+                "limiter_state_age_seconds",
+                "Seconds since used and pending tokens were read from the limiter's store.",
+                st.age_seconds,
+                labels,
             )
         )
     return out

@@ -4,12 +4,14 @@
 its configured store (`AGENTRT_LIMITER_BACKEND`: memory, postgres or redis) and the retry
 policy. The ready hook prepares the limiter's store (Alembic migrations on PostgreSQL, a
 ping on Redis; failing either fails the start) and loads the local model when it is
-configured, so the first turn does not pay for it; the close hook closes the providers'
-HTTP clients and the limiter's store.
+configured, so the first turn does not pay for it, then serves `/metrics` when a metrics
+port is set (a taken one is `MetricsPortInUseError`, naming that port); the close hook
+closes the providers' HTTP clients and the limiter's store.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 
 from agentrt.gateway.anthropic_messages import AnthropicMessagesProvider
@@ -28,6 +30,18 @@ from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
 SERVICE_NAME = "agentrt.v1.ModelGatewayService"
 
 log = logging.getLogger("agentrt.gateway")
+
+
+class MetricsPortInUseError(PortInUseError):
+    """The `/metrics` port (AGENTRT_GATEWAY_METRICS_PORT) is taken.
+
+    Attributes:
+        port: the taken metrics port (not the gRPC port), for the caller's message.
+    """
+
+    def __init__(self, port: int, message: str) -> None:
+        super().__init__(message)
+        self.port = port
 
 
 def build_providers(config: GatewayConfig) -> dict[str, Provider]:
@@ -97,12 +111,15 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
             except Exception:  # noqa: BLE001 - a model that fails to load fails its calls, not the server
                 log.exception("the local model could not be loaded; local calls will fail")
         if config.metrics_port:
+            where = f"{config.server.host}:{config.metrics_port}"
             try:
                 port = metrics.start_http(config.server.host, config.metrics_port)
             except OSError as exc:
-                raise PortInUseError(
-                    f"cannot serve gateway metrics on {config.server.host}:{config.metrics_port}: {exc}"
-                ) from exc
+                if exc.errno == errno.EADDRINUSE:
+                    raise MetricsPortInUseError(
+                        config.metrics_port, f"cannot serve gateway metrics on {where}: {exc}"
+                    ) from exc
+                raise RuntimeError(f"cannot serve gateway metrics on {where}: {exc}") from exc
             log.info("gateway metrics on http://%s:%d/metrics", config.server.host, port)
 
     async def close() -> None:

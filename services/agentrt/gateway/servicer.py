@@ -6,8 +6,12 @@ ErrorInfo reason (and RetryInfo for rate limits) in the mesh interceptor. When a
 cancels a call, grpc.aio cancels this handler: the provider's HTTP request (or stream) is
 closed with it.
 
+The tenant a call is charged to is `validation.resolve_tenant` of the body's `tenant` and the
+caller's `x-agentrt-tenant` header; the request goes on with that tenant, so metrics and the
+limiter's per-tenant buckets see only tenants that passed the header's rules.
+
 Every Generate and StreamGenerate is recorded in `GatewayMetrics` (metrics.py) under the
-request's tenant and the resolved provider and model: the final response's usage and queue
+resolved tenant and the resolved provider and model: the final response's usage and queue
 wait, or the failure's reason, or the cancellation; each retry as it happens (through
 `retry.retry_observer`, set for the call's task).
 """
@@ -25,6 +29,7 @@ from agentrt.gateway.errors import ProviderError
 from agentrt.gateway.gateway import KNOWN_PROVIDERS, ModelGateway
 from agentrt.gateway.metrics import CallLabels, GatewayMetrics
 from agentrt.gateway.retry import retry_observer
+from agentrt.gateway.validation import resolve_tenant
 from agentrt.mesh.context import current_tenant
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
@@ -36,12 +41,24 @@ _INTERNAL = MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error")
 def _request(
     message: pb.GenerateRequest | pb.StreamGenerateRequest | pb.CountTokensRequest,
 ) -> pb.ModelRequest:
+    """Return the message's ModelRequest with `tenant` set to the resolved tenant.
+
+    Raises:
+        MeshError: MISSING_FIELD (no request); INVALID_ID / INVALID_VALUE from `resolve_tenant`.
+    """
     if not message.HasField("request"):
         raise missing("request")
     request = message.request
-    if not request.tenant:
-        request.tenant = current_tenant()
+    request.tenant = resolve_tenant(request.tenant, current_tenant())
     return request
+
+
+def _tenant_label(request: pb.ModelRequest) -> str:
+    # A rejected body tenant is never a label: the call is counted for the caller's header.
+    try:
+        return resolve_tenant(request.tenant, current_tenant())
+    except MeshError:
+        return current_tenant()
 
 
 class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
@@ -54,7 +71,7 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
 
     def _labels(self, message: pb.GenerateRequest | pb.StreamGenerateRequest) -> CallLabels:
         request = message.request
-        tenant = request.tenant or current_tenant()
+        tenant = _tenant_label(request)
         if not message.HasField("request"):
             return CallLabels(tenant, "unknown", "")
         try:
@@ -89,6 +106,8 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
         Raises:
             INVALID_ARGUMENT: MISSING_FIELD, UNKNOWN_PROVIDER, INVALID_JSON, INVALID_VALUE,
                 UNKNOWN_TOOL, REQUEST_TOO_LARGE, UNSUPPORTED_CAPABILITY (bad request);
+                INVALID_ID (malformed request.tenant), INVALID_VALUE (request.tenant differs
+                from a non-default x-agentrt-tenant header);
                 CONTEXT_OVERFLOW or INVALID_REQUEST (the provider refused it).
             FAILED_PRECONDITION: PROVIDER_NOT_CONFIGURED.
             RESOURCE_EXHAUSTED: RATE_LIMITED, with RetryInfo.

@@ -7,6 +7,11 @@ schema and recorded tool-call arguments), JSON nested at most 64 deep. Tool name
 image carries exactly one of inline data (JPEG, PNG, GIF or WebP, its media type named) or
 an http(s)/data URL.
 Every failure is INVALID_ARGUMENT with a stable reason and the offending field.
+
+`resolve_tenant` decides whom a call is charged to (metrics label and, with per-tenant
+budgets, the limiter's bucket): the `x-agentrt-tenant` header is the caller's identity
+(checked by the mesh interceptor); the body's `tenant` must obey the header's rules and may
+only repeat a non-default header, never contradict it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import re
 from typing import Any
 
 from agentrt.core.errors import MeshError, Reason, invalid, missing
+from agentrt.mesh.context import DEFAULT_TENANT, TENANT_HEADER, valid_tenant
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 
@@ -27,6 +33,42 @@ _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
 
+def resolve_tenant(body: str, caller: str) -> str:
+    """Return the tenant a call is charged to, from the body's tenant and the caller's header.
+
+    Args:
+        body: `ModelRequest.tenant` ("" = not set).
+        caller: the tenant of the `x-agentrt-tenant` header ("default" when none was sent),
+            already checked by the mesh interceptor.
+
+    Returns:
+        caller when body is empty or equal to it; body when the header names no tenant
+        (the caller is "default"), so a caller without the header may name its tenant in
+        the body.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/INVALID_ID (field "request.tenant") when body breaks the
+            header's rule (1..64 of letters, digits, `_ . -`, starting with a letter or
+            digit); INVALID_ARGUMENT/INVALID_VALUE when body names another tenant than a
+            non-default header.
+    """
+    if not body:
+        return caller
+    if not valid_tenant(body):
+        raise invalid(
+            Reason.INVALID_ID,
+            "request.tenant must be 1..64 letters, digits, '_', '.' or '-', starting with a letter or digit",
+            field="request.tenant",
+        )
+    if caller != DEFAULT_TENANT and body != caller:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"request.tenant {body!r} differs from the caller's {TENANT_HEADER} {caller!r}",
+            field="request.tenant",
+        )
+    return body
+
+
 def validate_request(request: g.ModelRequest) -> None:
     """Check a ModelRequest against the 002 limits and the contract's field rules.
 
@@ -35,7 +77,7 @@ def validate_request(request: g.ModelRequest) -> None:
             metadata `limit` says which), INVALID_JSON (a schema that is not a JSON object),
             MISSING_FIELD (no messages, a tool call without id or name), INVALID_VALUE
             (bad role, empty block, bad image, bad tool name, bad setting, negative
-            max_queue_wait) or
+            max_queue_wait), INVALID_ID (a malformed `tenant`) or
             UNKNOWN_TOOL (a named tool choice that is not among the tools).
     """
     size = request.ByteSize()
@@ -47,6 +89,8 @@ def validate_request(request: g.ModelRequest) -> None:
         )
     if not request.messages:
         raise missing("messages")
+    if request.tenant:
+        resolve_tenant(request.tenant, DEFAULT_TENANT)
     if request.HasField("max_queue_wait") and (
         request.max_queue_wait.seconds < 0 or request.max_queue_wait.nanos < 0
     ):

@@ -28,7 +28,7 @@ def set_tenant(tenant: str) -> contextvars.Token[str]:
 
 def valid_tenant(tenant: str) -> bool:
     """Return True for 1..64 chars of letters, digits, ``_ . -`` starting alphanumeric."""
-    return bool(_TENANT_RE.match(tenant))
+    return bool(_TENANT_RE.fullmatch(tenant))  # fullmatch: `$` alone admits a trailing newline
 
 
 def reset_tenant(token: contextvars.Token[str]) -> None:

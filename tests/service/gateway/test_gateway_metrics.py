@@ -252,8 +252,13 @@ async def test_metrics_endpoint_is_off_by_default_and_a_taken_port_is_refused(st
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         config = emulator_config(emu, metrics_port=taken.getsockname()[1])
-        with pytest.raises(PortInUseError):
-            await start_server(build_server(config))
+        server = build_server(config)
+        try:
+            with pytest.raises(PortInUseError) as info:
+                await start_server(server)
+            assert getattr(info.value, "port", None) == taken.getsockname()[1]  # the metrics port, named
+        finally:
+            await server.stop(grace=0)  # start failed after binding the gRPC port (as serve_forever does)
 
 
 async def test_the_endpoint_stops_with_the_server(start_server, emu):
@@ -293,8 +298,58 @@ async def test_limiter_budget_is_exposed_as_gauges(served, emu):
     emu.script([Reply(text="ok", input_tokens=42, output_tokens=1)])
     await stub.Generate(generate("openai"))
     samples = await scrape(port)
-    labels = {"provider": "openai", "family": "gpt-emu", "tenant": ""}
+    # One budget for every tenant (not per tenant): tenant "*", which no tenant can be called.
+    labels = {"provider": "openai", "family": "gpt-emu", "tenant": "*"}
     assert value(samples, "agentrt_gateway_limiter_budget_tokens", **labels) == 4_000_000
     # After settling, the window holds exactly the provider-reported input tokens, none pending.
     assert value(samples, "agentrt_gateway_limiter_used_tokens", **labels) == 42
     assert value(samples, "agentrt_gateway_limiter_pending_tokens", **labels) == 0
+    assert ("agentrt_gateway_limiter_state_age_seconds", tuple(sorted(labels.items()))) in samples
+
+
+async def test_limiter_gauges_age_out_and_name_tenants_like_the_other_metrics(start_server, emu):
+    """Per-tenant budgets are labelled with the charged tenant; usage leaves with its window."""
+    port = _free_port()
+    limiter = replace(
+        GatewayConfig().limiter, per_tenant=True, window_seconds=0.5, guard_seconds=0.0, cooldown_seconds=0.0
+    )
+    address = await start_server(build_server(emulator_config(emu, metrics_port=port, limiter=limiter)))
+    emu.script([Reply(text="ok", input_tokens=42, output_tokens=1)])
+    async with grpc.aio.insecure_channel(address) as channel:
+        await pb_grpc.ModelGatewayServiceStub(channel).Generate(generate("openai"))
+    labels = {"provider": "openai", "family": "gpt-emu", "tenant": "default"}
+    used = "agentrt_gateway_limiter_used_tokens"
+    samples = await scrape(port)
+    assert tokens(samples, "default", "openai", "gpt-emu")[0] == 42  # the same tenant label
+    # the used gauge shows the window's tokens, then nothing once the window has passed
+    # (polled: the test waits for the state, not for a time)
+    seen = [value(samples, used, **labels)]
+    for _ in range(200):
+        if seen[-1] == 0:
+            break
+        await asyncio.sleep(0.05)
+        samples = await scrape(port)
+        seen.append(value(samples, used, **labels))
+    assert seen[0] in (0, 42) and seen[-1] == 0, seen
+    assert value(samples, "agentrt_gateway_limiter_budget_tokens", **labels) > 0
+    assert value(samples, "agentrt_gateway_limiter_state_age_seconds", **labels) >= 0.5
+
+
+async def test_a_rejected_body_tenant_mints_no_series(served, emu):
+    """Malformed body tenants are refused and counted under the caller's own (header) tenant."""
+    stub, port = served
+    bad = ["x" * 5000, "a\nb", *(f"t{i}\n" for i in range(5))]
+    for i, tenant in enumerate(bad):
+        request = generate("openai")
+        request.request.tenant = tenant
+        metadata = [(TENANT_HEADER, "acme")] if i % 2 else None
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Generate(request, metadata=metadata)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    samples = await scrape(port)
+    tenants = {dict(labels).get("tenant") for _, labels in samples} - {None}
+    assert tenants == {"default", "acme"}
+    errors = "agentrt_gateway_errors_total"
+    call = {"provider": "openai", "model": "gpt-emu", "reason": "invalid_id", "origin": "gateway"}
+    assert value(samples, errors, tenant="default", **call) == 4
+    assert value(samples, errors, tenant="acme", **call) == 3

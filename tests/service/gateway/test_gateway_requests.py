@@ -11,7 +11,8 @@ from gateway_helpers import generate, model_request, user
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.gateway.server import build_server
-from agentrt.mesh.status import reason_of
+from agentrt.mesh.context import TENANT_HEADER
+from agentrt.mesh.status import details_of, reason_of
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
@@ -49,8 +50,14 @@ def _bad_requests() -> list[tuple[str, pb.GenerateRequest, grpc.StatusCode, str]
     )
     negative_wait = generate("openai")
     negative_wait.request.max_queue_wait.seconds = -1
+    long_tenant = generate("openai")
+    long_tenant.request.tenant = "x" * 5000
+    newline_tenant = generate("openai")
+    newline_tenant.request.tenant = "acme\nX-Injected: 1"
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     return [
+        ("tenant of 5000 characters", long_tenant, invalid, "INVALID_ID"),
+        ("tenant with a newline", newline_tenant, invalid, "INVALID_ID"),
         ("negative max_queue_wait", negative_wait, invalid, "INVALID_VALUE"),
         ("missing request", pb.GenerateRequest(), invalid, "MISSING_FIELD"),
         ("unknown provider", unknown, invalid, "UNKNOWN_PROVIDER"),
@@ -91,6 +98,28 @@ async def test_bad_input_is_rejected_and_the_server_keeps_serving(gateway, emu, 
     emu.script([Reply(text="still here")])
     out = await gateway.Generate(generate("openai"))
     assert out.response.content[0].text.text == "still here"
+
+
+async def test_the_body_tenant_may_repeat_the_tenant_header_but_not_contradict_it(gateway, emu):
+    acme = [(TENANT_HEADER, "acme")]
+    other = generate("openai")
+    other.request.tenant = "globex"
+    for call in (
+        lambda: gateway.Generate(other, metadata=acme),
+        lambda: gateway.CountTokens(pb.CountTokensRequest(request=other.request), metadata=acme),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call()
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        _, metadata, _ = details_of(info.value)
+        assert (reason_of(info.value), metadata["field"]) == ("INVALID_VALUE", "request.tenant")
+    assert emu.requests == []
+    # agreeing with the header (how runs sends it), or naming a tenant without one, is fine
+    same = generate("openai")
+    same.request.tenant = "acme"
+    emu.script([Reply(text="a"), Reply(text="b")])
+    assert (await gateway.Generate(same, metadata=acme)).response.content[0].text.text == "a"
+    assert (await gateway.Generate(other)).response.content[0].text.text == "b"
 
 
 async def test_tools_with_structured_output_are_refused_by_openai(gateway, emu):

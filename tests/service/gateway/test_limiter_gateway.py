@@ -19,6 +19,7 @@ from agentrt.gateway.limiter import AdaptiveTokenLimiter, LimiterKey, LimiterSet
 from agentrt.gateway.limiter_count import input_token_bound
 from agentrt.gateway.limiter_memory import MemoryStore
 from agentrt.gateway.server import build_server
+from agentrt.mesh.context import TENANT_HEADER
 from agentrt.mesh.status import details_of
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as pb
@@ -177,3 +178,24 @@ async def test_the_configured_limiter_is_built_from_config(start_server, emu):
             await stub.Generate(generate("anthropic"))
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert details_of(info.value)[1]["budget_tokens"] == "300"
+
+
+async def test_per_tenant_budgets_are_kept_for_resolved_tenants_only(start_server, emu):
+    """A malformed body tenant makes no bucket; the header, else the body, names the tenant."""
+    lim = limiter(per_tenant=True)
+    channel, stub = await open_gateway(start_server, emu, lim)
+    async with channel:
+        for tenant in ("x" * 5000, "a\nb", *(f"t{i}\n" for i in range(10))):
+            request = generate("openai")
+            request.request.tenant = tenant
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.Generate(request)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert lim.snapshot() == []
+        emu.script([Reply(text="a"), Reply(text="b"), Reply(text="c")])
+        body_only = generate("openai")
+        body_only.request.tenant = "globex"
+        await stub.Generate(body_only)
+        await stub.Generate(generate("openai"), metadata=[(TENANT_HEADER, "acme")])
+        await stub.Generate(generate("openai"))
+    assert sorted(s.tenant for s in lim.snapshot()) == ["acme", "default", "globex"]

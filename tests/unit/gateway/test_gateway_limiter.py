@@ -1,6 +1,12 @@
-"""The limiter's rules on the in-process store, with an injected clock (no sleeps)."""
+"""The limiter's rules on the in-process store, with an injected clock (no sleeps).
+
+The store-timeout cases at the end run on the event loop's real clock (a fraction of a
+second each): the bound on a store call is the loop's.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 from hypothesis import given, settings
@@ -8,6 +14,7 @@ from hypothesis import strategies as st
 
 from agentrt.core.errors import MeshError
 from agentrt.gateway.limiter import (
+    MIN_ATTEMPT_SECONDS,
     AdaptiveTokenLimiter,
     LimiterKey,
     LimiterSettings,
@@ -17,6 +24,7 @@ from agentrt.gateway.limiter import (
     parse_families,
 )
 from agentrt.gateway.limiter_memory import MemoryStore
+from agentrt.gateway.metrics import ALL_TENANTS, limiter_gauges
 
 KEY = LimiterKey("t", "openai", "gpt-4.1")
 
@@ -256,3 +264,102 @@ def test_families_parse_in_order_and_reject_malformed_entries():
     assert [s.family(m) for m in ("gpt-4.1-mini", "gpt-4.1-nano", "o3")] == ["mini", "gpt-4.1", "o3"]
     with pytest.raises(ValueError, match="PATTERN=FAMILY"):
         parse_families("gpt-4.1")
+
+
+async def test_the_snapshot_ages_out_usage_a_span_after_this_replica_last_looked():
+    clock = Clock()
+    limiter = make(clock, guard_seconds=1.0)  # span = 61 s
+    reservation = await limiter.reserve(KEY, 700, 0)
+    [state] = limiter.snapshot()
+    assert (state.used_tokens, state.pending_tokens, state.age_seconds) == (700, 700, 0.0)
+    await limiter.settle(reservation, 300)
+    clock.now += 30
+    [state] = limiter.snapshot()
+    assert (state.used_tokens, state.pending_tokens, state.age_seconds) == (300, 0, 30.0)
+    clock.now += 31  # a whole span since the attempt: every entry it counted has left the window
+    [state] = limiter.snapshot()
+    assert (state.used_tokens, state.pending_tokens, state.age_seconds) == (0, 0, 61.0)
+    assert state.budget_tokens == 1000  # the budget is not usage: it stays
+    assert (await limiter.state(KEY)).used_tokens == 0  # and the store agrees
+    await limiter.reserve(KEY, 200, 0)  # a new attempt refreshes the view
+    [state] = limiter.snapshot()
+    assert (state.used_tokens, state.age_seconds) == (200, 0.0)
+
+
+async def test_gauge_tenant_labels_follow_the_metrics_convention():
+    clock = Clock()
+    shared = make(clock)
+    await shared.reserve(LimiterKey("acme", "openai", "gpt-4.1"), 10, 0)
+    per_tenant = make(clock, per_tenant=True)
+    await per_tenant.reserve(LimiterKey("acme", "openai", "gpt-4.1"), 10, 0)
+    await per_tenant.reserve(LimiterKey("", "openai", "gpt-4.1"), 10, 0)  # a direct caller without one
+    labels = {
+        (g.name, g.labels["tenant"])
+        for g in limiter_gauges([*shared.snapshot(), *per_tenant.snapshot()])
+        if g.name == "limiter_used_tokens"
+    }
+    assert labels == {
+        ("limiter_used_tokens", ALL_TENANTS),
+        ("limiter_used_tokens", "acme"),
+        ("limiter_used_tokens", "default"),
+    }
+    ages = [g for g in limiter_gauges(shared.snapshot()) if g.name == "limiter_state_age_seconds"]
+    assert [g.value for g in ages] == [0.0]
+
+
+class HangingStore(MemoryStore):
+    """A store that answers `answers` reservation attempts, then never again (a black hole)."""
+
+    def __init__(self, settings: LimiterSettings, answers: int) -> None:
+        super().__init__(settings)
+        self.answers = answers
+
+    async def try_reserve(self, bucket: str, entry_id: str, tokens: int):
+        if self.answers <= 0:
+            await asyncio.Event().wait()
+        self.answers -= 1
+        return await super().try_reserve(bucket, entry_id, tokens)
+
+    async def settle(self, bucket: str, entry_id: str, tokens: int | None) -> None:
+        await asyncio.Event().wait()
+
+    async def outcome(self, bucket: str, rate_limited: bool) -> int:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def hanging(answers: int, **kw: object) -> AdaptiveTokenLimiter:
+    s = LimiterSettings(initial_tokens=1000, max_tokens=1000, floor_tokens=100, **kw)  # type: ignore[arg-type]
+    return AdaptiveTokenLimiter(HangingStore(s, answers), s)
+
+
+async def test_a_store_that_never_answers_fails_the_attempt_with_a_reason():
+    # Real time (the bound is the event loop's): each case lasts about MIN_ATTEMPT_SECONDS.
+    limiter = hanging(0, store_timeout_seconds=0.3)
+    with pytest.raises(MeshError) as info:
+        await asyncio.wait_for(limiter.reserve(KEY, 10, max_wait_seconds=30), 20)
+    assert (info.value.status, info.value.reason) == ("UNAVAILABLE", "DEPENDENCY_UNAVAILABLE")
+    assert info.value.retry_after_seconds == 1.0 and "did not answer within 0.3 s" in info.value.message
+    # the admission wait bounds an attempt too (here below the store timeout)
+    limiter = hanging(0, store_timeout_seconds=30)
+    with pytest.raises(MeshError) as info:
+        await asyncio.wait_for(limiter.reserve(KEY, 10, max_wait_seconds=0.2), 20)
+    assert info.value.reason == "DEPENDENCY_UNAVAILABLE"
+    assert f"within {MIN_ATTEMPT_SECONDS:g} s" in info.value.message  # never less than this
+
+
+async def test_a_store_that_stops_answering_while_a_request_waits_ends_its_wait():
+    limiter = hanging(2, store_timeout_seconds=30)
+    await limiter.reserve(KEY, 900, 0)  # in flight: a later request polls
+    with pytest.raises(MeshError) as info:
+        await asyncio.wait_for(limiter.reserve(KEY, 500, max_wait_seconds=0.3), 20)
+    # the store answered once for this request: what ran out is its wait
+    assert (info.value.status, info.value.reason) == ("RESOURCE_EXHAUSTED", "RATE_LIMITED")
+    assert "do not fit within the 0.3 s admission wait" in info.value.message
+
+
+async def test_settles_and_outcomes_are_bounded_by_the_store_timeout():
+    limiter = hanging(1, store_timeout_seconds=0.2)
+    reservation = await limiter.reserve(KEY, 10, 0)
+    await asyncio.wait_for(limiter.settle(reservation, 5), 20)  # logged, not raised
+    await asyncio.wait_for(limiter.record_outcome(KEY, rate_limited=True), 20)

@@ -45,6 +45,7 @@ def test_every_variable_is_read(monkeypatch):
         "MODEL_FAMILIES": "gpt-4.1*=gpt-4.1",
         "EXACT_COUNT": "1",
         "NAMESPACE": "prod",
+        "STORE_TIMEOUT_SECONDS": "2.5",
     }.items():
         monkeypatch.setenv(f"AGENTRT_LIMITER_{name}", value)
     config = GatewayConfig.from_env()
@@ -53,6 +54,7 @@ def test_every_variable_is_read(monkeypatch):
     assert (s.initial_tokens, s.max_tokens, s.floor_tokens) == (50_000, 80_000, 5_000)
     assert (s.window_seconds, s.guard_seconds, s.cooldown_seconds, s.probe_fraction) == (10, 0.5, 2, 0.05)
     assert s.per_tenant and s.exact_count and s.namespace == "prod"
+    assert s.store_timeout_seconds == 2.5
     assert s.family("gpt-4.1-mini") == "gpt-4.1"
 
 
@@ -82,6 +84,12 @@ def test_postgres_falls_back_to_the_gateways_database_flag(monkeypatch):
         ({"PER_TENANT": "maybe"}, "not a boolean"),
         ({"MODEL_FAMILIES": "gpt"}, "PATTERN=FAMILY"),
         ({"WINDOW_SECONDS": "-1"}, "window must be > 0"),
+        ({"STORE_TIMEOUT_SECONDS": "0"}, "store timeout must be > 0"),
+        ({"STORE_TIMEOUT_SECONDS": "inf"}, "store timeout must be > 0"),
+        ({"BACKEND": "redis", "URL": "redis://:::bad"}, "not a valid redis URL"),
+        ({"BACKEND": "redis", "URL": "redis://h:70000/0"}, "not a valid redis URL"),
+        ({"BACKEND": "postgres", "URL": "postgresql+asyncpg://:::bad"}, "not a valid postgres URL"),
+        ({"BACKEND": "postgres", "URL": "postgresql+asyncpg://u@h:70000/db"}, "not a valid postgres URL"),
     ],
 )
 def test_bad_values_are_refused_at_start(monkeypatch, env, words):
@@ -110,3 +118,27 @@ def test_the_bound_counts_bytes_and_allowances_and_prices_images_by_a_constant()
     with_tool.CopyFrom(plain)
     with_tool.tools.add(name="t", parameters_json_schema="{}")
     assert input_token_bound(with_tool) > input_token_bound(plain) + 600
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [("-1", "must be 0..65535"), ("70000", "must be 0..65535"), ("9464x", "is not an integer")],
+)
+def test_a_metrics_port_outside_the_port_range_is_refused(monkeypatch, value, words):
+    monkeypatch.setenv("AGENTRT_GATEWAY_METRICS_PORT", value)
+    with pytest.raises(ValueError, match=words):
+        GatewayConfig.from_env()
+
+
+def test_well_formed_store_urls_and_metrics_ports_are_accepted(monkeypatch):
+    monkeypatch.setenv("AGENTRT_GATEWAY_METRICS_PORT", "65535")
+    for backend, url in [
+        ("redis", "redis://127.0.0.1:6379/0"),
+        ("redis", "unix:///run/redis.sock"),
+        ("postgres", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"),
+        ("postgres", "postgresql+asyncpg://postgres@db/test"),
+    ]:
+        monkeypatch.setenv("AGENTRT_LIMITER_BACKEND", backend)
+        monkeypatch.setenv("AGENTRT_LIMITER_URL", url)
+        config = GatewayConfig.from_env()
+        assert (config.limiter_url, config.metrics_port) == (url, 65535)

@@ -1,0 +1,85 @@
+"""`agentrt serve gateway` as a process: bad configuration is exit 2 with a message, a taken
+metrics port is exit 98 naming that port; never a traceback (docs/operations.md "exit status")."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+#: Generous: a process that does not exit by then is a failure (it should exit at start).
+EXIT_TIMEOUT = 60
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve_gateway(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `agentrt serve gateway` on a free port with env (and no local model) until it exits."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRT_", "OPENAI_", "ANTHROPIC_"))}
+    base.update(AGENTRT_LOCAL_MODEL_PATH="/nonexistent", AGENTRT_STATE_DIR=str(tmp_path))
+    port = str(_free_port())
+    return subprocess.run(
+        [sys.executable, "-m", "agentrt.cli.main", "serve", "gateway", "--port", port],
+        env={**base, **env},
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=EXIT_TIMEOUT,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"AGENTRT_GATEWAY_METRICS_PORT": "-1"}, "AGENTRT_GATEWAY_METRICS_PORT=-1: a port must be 0..65535"),
+        (
+            {"AGENTRT_GATEWAY_METRICS_PORT": "70000"},
+            "AGENTRT_GATEWAY_METRICS_PORT=70000: a port must be 0..65535",
+        ),
+        ({"AGENTRT_GATEWAY_METRICS_PORT": "http"}, "AGENTRT_GATEWAY_METRICS_PORT='http' is not an integer"),
+        (
+            {"AGENTRT_LIMITER_BACKEND": "redis", "AGENTRT_LIMITER_URL": "redis://:::bad"},
+            "AGENTRT_LIMITER_URL is not a valid redis URL",
+        ),
+        (
+            {"AGENTRT_LIMITER_BACKEND": "postgres", "AGENTRT_LIMITER_URL": "postgresql+asyncpg://:::bad"},
+            "AGENTRT_LIMITER_URL is not a valid postgres URL",
+        ),
+        ({"AGENTRT_LIMITER_STORE_TIMEOUT_SECONDS": "0"}, "store timeout must be > 0"),
+    ],
+    ids=[
+        "metrics-port-negative",
+        "metrics-port-too-big",
+        "metrics-port-not-a-number",
+        "redis-url",
+        "pg-url",
+        "timeout",
+    ],
+)
+def test_bad_configuration_exits_2_with_a_message(tmp_path, env, words):
+    done = serve_gateway(tmp_path, **env)
+    assert done.returncode == 2, done.stderr
+    assert words in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_taken_metrics_port_exits_98_naming_the_metrics_port(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        metrics_port = taken.getsockname()[1]
+        done = serve_gateway(tmp_path, AGENTRT_GATEWAY_METRICS_PORT=str(metrics_port))
+    assert done.returncode == 98, done.stderr
+    assert f"port {metrics_port} is taken" in done.stderr
+    assert "Traceback" not in done.stderr
