@@ -19,7 +19,7 @@ import subprocess
 import grpc
 import pytest
 from backend_helpers import docker_api, grandchild, marker_of, open_box, split, until
-from tools_helpers import pids_with
+from tools_helpers import HostListener, pids_with
 
 from agentrt.mesh.status import reason_of
 from agentrt.v1 import common_pb2
@@ -38,33 +38,6 @@ async def box(request, start_server, tmp_path):
 # -- network ------------------------------------------------------------------------------
 
 
-class _Listener:
-    """A host-side TCP or UDP listener that records what reaches it."""
-
-    def __init__(self, family: int, kind: int, host: str) -> None:
-        self.sock = socket.socket(family, kind)
-        self.sock.bind((host, 0))
-        self.sock.setblocking(False)
-        if kind == socket.SOCK_STREAM:
-            self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.kind = kind
-
-    def received(self) -> bytes:
-        data = b""
-        try:
-            if self.kind == socket.SOCK_STREAM:
-                while True:
-                    conn, _ = self.sock.accept()
-                    conn.settimeout(2)
-                    data += conn.recv(4096) or b"<connected>"
-                    conn.close()
-            while True:
-                data += self.sock.recv(4096)
-        except OSError:
-            return data
-
-
 @pytest.mark.parametrize(
     ("family", "kind", "host", "dev"),
     [
@@ -76,7 +49,7 @@ class _Listener:
 )
 async def test_no_network_reaches_a_host_listener(box, family, kind, host, dev):
     marker = marker_of()
-    listener = _Listener(family, kind, host)
+    listener = HostListener(family, kind, host)
     try:
         send = f"echo {marker} > /dev/{dev}/{host}/{listener.port}"
         # control: the same text from the host arrives, so silence below means something

@@ -13,40 +13,11 @@ import socket
 import subprocess
 
 import pytest
+from tools_helpers import HostListener
 
 
 def _marker() -> str:
     return f"agentrt-{os.urandom(8).hex()}"
-
-
-class _Listener:
-    """A host-side TCP or UDP listener that records what reaches it."""
-
-    def __init__(self, family: int, kind: int, host: str) -> None:
-        self.sock = socket.socket(family, kind)
-        self.sock.bind((host, 0))
-        self.sock.setblocking(False)
-        if kind == socket.SOCK_STREAM:
-            self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.kind = kind
-
-    def received(self) -> bytes:
-        data = b""
-        try:
-            if self.kind == socket.SOCK_STREAM:
-                while True:
-                    conn, _ = self.sock.accept()
-                    conn.settimeout(2)
-                    data += conn.recv(4096) or b"<connected>"
-                    conn.close()
-            while True:
-                data += self.sock.recv(4096)
-        except (BlockingIOError, OSError):
-            return data
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.mark.parametrize(
@@ -59,7 +30,7 @@ class _Listener:
 )
 async def test_no_network_reaches_a_host_listener(tools, family, kind, host, dev):
     marker = _marker()
-    listener = _Listener(family, kind, host)
+    listener = HostListener(family, kind, host)
     try:
         send = f"echo {marker} > /dev/{dev}/{host}/{listener.port}"
         # control: the same text from the host does arrive, so silence below means something

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,3 +138,33 @@ def spawner(tag: str, count: int, wait: bool) -> str:
     """The shell text running _SPAWNER (its children's name never appears in it whole)."""
     quoted = _SPAWNER.replace("'", "'\\''")
     return f"python3 -c '{quoted}' {tag} {count} {'wait' if wait else 'go'}"
+
+
+class HostListener:
+    """A host-side TCP or UDP listener that records what reaches it."""
+
+    def __init__(self, family: int, kind: int, host: str) -> None:
+        self.sock = socket.socket(family, kind)
+        self.sock.bind((host, 0))
+        self.sock.setblocking(False)
+        if kind == socket.SOCK_STREAM:
+            self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.kind = kind
+
+    def received(self) -> bytes:
+        data = b""
+        try:
+            if self.kind == socket.SOCK_STREAM:
+                while True:
+                    conn, _ = self.sock.accept()
+                    conn.settimeout(2)
+                    data += conn.recv(4096) or b"<connected>"
+                    conn.close()
+            while True:
+                data += self.sock.recv(4096)
+        except OSError:  # BlockingIOError included: nothing more is waiting
+            return data
+
+    def close(self) -> None:
+        self.sock.close()
