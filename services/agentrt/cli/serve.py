@@ -140,7 +140,7 @@ def _setup_logging() -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Serve `args.service` until drained; return the exit status (see the module docstring)."""
-    from agentrt.mesh.server import PortInUseError
+    from agentrt.mesh.server import PortInUseError, StartupError
 
     _die_with_supervisor(env("SUPERVISOR_PID", ""))
     _setup_logging()
@@ -167,6 +167,9 @@ def run_serve(args: argparse.Namespace) -> int:
         port = getattr(exc, "port", None) or config.server.port
         print(f"agentrt serve {args.service}: port {port} is taken ({exc})", file=sys.stderr)
         return EXIT_PORT_TAKEN
+    except StartupError as exc:
+        print(f"agentrt serve {args.service}: cannot start: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         # serve() handles SIGINT itself; this only catches one that lands before it installs.
         return 0

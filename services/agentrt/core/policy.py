@@ -22,8 +22,12 @@ evaluated when the budget ran out. The whole command text is inspected, never a 
 a cut would let padding push a denied command past the part a pattern sees.
 
 The engine is the `regex` package in its re-compatible VERSION0 mode, because Python `re`
-cannot be interrupted. A pattern must also compile under `re`, so the accepted syntax is
-exactly re's. Decisions on the two engines' known differences:
+cannot be interrupted. Patterns are compiled by `regex` only: `re`'s compiler is Python code
+that takes seconds on a long case-insensitive pattern of wide sets (an event loop stalled
+while it ran), `regex`'s is C and milliseconds. The accepted syntax is therefore VERSION0's:
+re's, plus a few extensions of `regex` (e.g. `\p{...}` classes). The patterns of one policy
+total at most MAX_POLICY_CHARS characters, which bounds compiling too, and compiled policies
+are cached by their text. Decisions on the two engines' known differences:
 - A POSIX class inside a set (`[[:alpha:]]`) is refused: re reads it as a set of the
   characters `[:alph` (and warns), `regex` as the class, so the one text would mean two things.
 - Unicode definitions differ for non-ASCII text: `\w`/`\b` follow Unicode's word
@@ -40,10 +44,10 @@ Invariants: standard library plus `regex`; compiled policies are immutable and s
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -54,6 +58,8 @@ import regex
 #: and a bound keeps a request from compiling megabytes of regular expressions.
 MAX_PATTERNS = 256
 MAX_PATTERN_CHARS = 4096
+#: Most characters of all the patterns of one policy (allow and deny together).
+MAX_POLICY_CHARS = 16384
 #: CPU seconds one command's check may take, across every pattern of every policy applied
 #: (the tool service: its own policy and the request's together). Ordinary patterns take
 #: microseconds; the bound keeps a backtracking pattern from holding an event loop.
@@ -155,17 +161,11 @@ class Refusal:
 
 
 def _compile(rule: str, index: int, text: str) -> _Compiled:
-    """Compile one pattern: re's syntax, matched by `regex` in VERSION0 (see the module docstring)."""
+    """Compile one pattern with `regex` in VERSION0 (see the module docstring)."""
     if len(text) > MAX_PATTERN_CHARS:
         raise PatternError(
             rule, index, text, f"longer than {MAX_PATTERN_CHARS} characters", verb="is not usable"
         )
-    try:
-        with warnings.catch_warnings():  # re's "possible nested set" is about re's future, not ours
-            warnings.simplefilter("ignore", FutureWarning)
-            re.compile(text)
-    except (re.error, RecursionError, OverflowError, ValueError) as exc:
-        raise PatternError(rule, index, text, str(exc)) from None
     posix = _POSIX_CLASS.search(text)
     if posix is not None:
         name = posix.group().lstrip("\\")
@@ -190,6 +190,18 @@ def _check_list(rule: str, patterns: Sequence[str]) -> list[_Compiled]:
     return [_compile(rule, i, text) for i, text in enumerate(patterns)]
 
 
+def _check_total(allow: Sequence[str], deny: Sequence[str]) -> None:
+    total = sum(len(p) for p in allow) + sum(len(p) for p in deny)
+    if total > MAX_POLICY_CHARS:
+        rule = "deny" if deny else "allow"
+        raise PatternError(
+            rule,
+            -1,
+            "",
+            f"the policy's patterns total {total} characters, more than the limit of {MAX_POLICY_CHARS}",
+        )
+
+
 def validate_patterns(allow: Sequence[str], deny: Sequence[str]) -> None:
     """Check that every pattern compiles; change nothing.
 
@@ -198,6 +210,7 @@ def validate_patterns(allow: Sequence[str], deny: Sequence[str]) -> None:
             compile, is too long or uses a POSIX class; or a list longer than MAX_PATTERNS
             (index -1).
     """
+    _check_total(allow, deny)
     _check_list("allow", allow)
     _check_list("deny", deny)
 
@@ -317,7 +330,7 @@ class CommandPolicy:
 
 
 def compile_policy(allow: Sequence[str] = (), deny: Sequence[str] = (), *, origin: str) -> CommandPolicy:
-    """Compile a policy; never raises.
+    """Compile a policy (cached by its text: policies are immutable); never raises.
 
     A pattern that is not usable yields a policy that refuses every command (fail
     closed); callers that can refuse bad input earlier use `validate_patterns`.
@@ -327,7 +340,13 @@ def compile_policy(allow: Sequence[str] = (), deny: Sequence[str] = (), *, origi
         deny: patterns no command may match.
         origin: "agent" or "service" (named in refusals).
     """
+    return _compile_policy(tuple(allow), tuple(deny), origin)
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_policy(allow: tuple[str, ...], deny: tuple[str, ...], origin: str) -> CommandPolicy:
     try:
+        _check_total(allow, deny)
         allowed = _check_list("allow", allow)
         denied = _check_list("deny", deny)
     except PatternError as exc:

@@ -24,7 +24,7 @@ from agentrt.gateway.openai_responses import OpenAIResponsesProvider
 from agentrt.gateway.provider import Provider
 from agentrt.gateway.retry import RetryPolicy
 from agentrt.gateway.servicer import GatewayServicer
-from agentrt.mesh.server import MeshServer, PortInUseError, ServiceBinding
+from agentrt.mesh.server import MeshServer, PortInUseError, ServiceBinding, StartupError
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.ModelGatewayService"
@@ -103,7 +103,13 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
 
     async def ready() -> None:
         if owned is not None:
-            await owned.prepare()
+            try:
+                await owned.prepare()
+            except Exception as exc:  # noqa: BLE001 - named in one line instead of a traceback
+                raise StartupError(
+                    f"the limiter store ({config.limiter_backend}, AGENTRT_LIMITER_URL) could not be "
+                    f"prepared: {type(exc).__name__}: {str(exc) or 'no answer within the store timeout'}"
+                ) from exc
         local = gateway.provider("local")
         if local is not None:
             try:

@@ -34,6 +34,10 @@ class PortInUseError(RuntimeError):
     """The configured address could not be bound (the port is taken)."""
 
 
+class StartupError(RuntimeError):
+    """Something the service needs at start (e.g. a store) did not answer; the message says what."""
+
+
 @dataclass
 class ServiceBinding:
     """One gRPC service a process serves.

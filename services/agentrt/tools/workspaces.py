@@ -112,7 +112,11 @@ class WorkspaceRules:
             MeshError: INVALID_ARGUMENT/INVALID_VALUE (field workspace) for a relative path,
                 a NUL byte, a refused directory (module docstring) or a missing parent.
         """
-        if not path or "\x00" in path or not os.path.isabs(path):
+        if "\x00" in path:
+            raise invalid(
+                Reason.INVALID_VALUE, "workspace must not contain NUL characters", field="workspace"
+            )
+        if not path or not os.path.isabs(path):
             raise invalid(
                 Reason.INVALID_VALUE,
                 f"workspace must be an absolute path, not {path[:200]!r}",
@@ -121,10 +125,17 @@ class WorkspaceRules:
         norm = os.path.normpath(path)
         self.refuse_if_bad(path, norm, tenant)
         parent = os.path.dirname(norm)
-        if os.path.lexists(norm):
-            real = os.path.realpath(norm)
-        else:
-            real = os.path.join(os.path.realpath(parent), os.path.basename(norm))
+        try:
+            if os.path.lexists(norm):
+                real = os.path.realpath(norm)
+            else:
+                real = os.path.join(os.path.realpath(parent), os.path.basename(norm))
+        except OSError as exc:  # a component vanished or was swapped while it was resolved
+            raise invalid(
+                Reason.INVALID_VALUE,
+                f"workspace {path[:200]!r} changed while it was checked ({exc.strerror or exc}); try again",
+                field="workspace",
+            ) from None
         self.refuse_if_bad(path, real, tenant)
         if not os.path.isdir(os.path.dirname(real)):
             raise invalid(

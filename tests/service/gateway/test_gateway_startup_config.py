@@ -83,3 +83,24 @@ def test_a_taken_metrics_port_exits_98_naming_the_metrics_port(tmp_path):
     assert done.returncode == 98, done.stderr
     assert f"port {metrics_port} is taken" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("backend", ["postgres", "redis"])
+def test_a_limiter_store_that_never_answers_fails_the_start_in_one_line(tmp_path, backend):
+    """A store that accepts connections but never answers: exit 1 naming the limiter store."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)  # accepts (the kernel completes handshakes), never answers
+        port = hole.getsockname()[1]
+        url = {
+            "postgres": f"postgresql+asyncpg://u@127.0.0.1:{port}/db",
+            "redis": f"redis://127.0.0.1:{port}/0",
+        }[backend]
+        done = serve_gateway(
+            tmp_path,
+            AGENTRT_LIMITER_BACKEND=backend,
+            AGENTRT_LIMITER_URL=url,
+            AGENTRT_LIMITER_STORE_TIMEOUT_SECONDS="1",
+        )
+    assert done.returncode == 1, done.stderr
+    assert "cannot start: the limiter store" in done.stderr and "AGENTRT_LIMITER_URL" in done.stderr

@@ -238,7 +238,7 @@ async def test_policy_limits_are_invalid_argument_naming_the_limit(tools, ws):
     assert "command_policy.deny: 257 patterns, more than the limit of 256" in info.value.details()
     assert "does not compile" not in info.value.details()
     assert details_of(info.value)[1]["field"] == "command_policy.deny"
-    for allow, needle in (([r"[[:alpha:]]"], "POSIX class"), ([r"\p{L}"], "does not compile")):
+    for allow, needle in (([r"[[:alpha:]]"], "POSIX class"), ([r"(unclosed"], "does not compile")):
         with pytest.raises(grpc.RpcError) as info:
             await sh(tools, "ls", allow=allow, call_id="call_many")
         assert reason_of(info.value) == "INVALID_VALUE" and needle in info.value.details()

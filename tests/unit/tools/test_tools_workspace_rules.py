@@ -138,3 +138,23 @@ def test_open_workspace_chowns_only_what_it_made(tmp_path):
             sandbox_gid=65534, base=str(tmp_path / "root"),
         )  # fmt: skip
     assert existing.stat().st_uid == 0
+
+
+def test_a_nul_in_a_workspace_is_named_as_such():
+    with pytest.raises(MeshError) as info:
+        RULES.check("/tmp/a\x00b", "eve")
+    assert info.value.metadata["field"] == "workspace" and "NUL" in info.value.message
+
+
+def test_a_path_that_changes_while_it_is_resolved_is_invalid_not_internal(monkeypatch, tmp_path):
+    """A component swapped mid-check (a race) is the caller's INVALID_VALUE, never INTERNAL."""
+    target = tmp_path / "ws"
+    target.mkdir()
+
+    def vanished(path, *args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    monkeypatch.setattr(os.path, "realpath", vanished)
+    with pytest.raises(MeshError) as info:
+        RULES.check(str(target), "eve")
+    assert info.value.reason == "INVALID_VALUE" and "changed while it was checked" in info.value.message
