@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
-from tools_helpers import ToolsEnv, make_config
+from tools_helpers import ToolsEnv, make_config, until  # noqa: F401 - until: re-exported
 
 from agentrt.tools.config import DockerSettings
 from agentrt.tools.docker_engine import OWNER_LABEL, container_name
@@ -49,21 +49,6 @@ def grandchild(marker: str) -> str:
     Not `exec -a`: busybox applets pick themselves by argv[0].
     """
     return f"setsid bash -c 'sleep 300; : '{split(marker)} </dev/null >/dev/null 2>&1 &"
-
-
-async def until(predicate, what: str, bound_s: float = 15.0):
-    """Poll predicate() (sync or async) until truthy, at most bound_s seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + bound_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def docker_api():

@@ -9,28 +9,13 @@ import os
 
 import grpc
 import pytest
-from tools_helpers import make_workspace, pids_with
+from tools_helpers import make_workspace, pids_with, until
 
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 
 TIMED_OUT = common_pb2.TOOL_RESULT_STATUS_TIMED_OUT
 INTERRUPTED = common_pb2.TOOL_RESULT_STATUS_INTERRUPTED
-
-
-async def _until(predicate, what: str, bound_s: float = 10.0):
-    """Poll predicate() (sync or async) until truthy, at most bound_s seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + bound_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def _marker() -> str:
@@ -115,7 +100,7 @@ async def test_sandbox_timeout_kills_everything_and_says_timed_out(tools):
     async for event in stream:
         if event.WhichOneof("event") == "progress" and "started" in event.progress.text:
             # host side: the setsid'd grandchild is really running
-            seen_alive = bool(await _until(lambda: pids_with(marker), "the grandchild to appear"))
+            seen_alive = bool(await until(lambda: pids_with(marker), "the grandchild to appear"))
         elif event.WhichOneof("event") == "result":
             final = event.result.result
     assert seen_alive
@@ -147,10 +132,10 @@ async def test_caller_deadline_is_not_a_timeout(tools):
         got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_deadline"))
         return got if got.state == pb.EXECUTION_STATE_FINISHED else None
 
-    got = await _until(recorded, "the journal to record the ending")
+    got = await until(recorded, "the journal to record the ending")
     assert got.result.status == INTERRUPTED
     assert json.loads(got.result.details_json)["reason"] == "CALLER_DEADLINE"
-    await _until(lambda: not pids_with(marker), "the command to be killed")
+    await until(lambda: not pids_with(marker), "the command to be killed")
 
 
 async def test_caller_cancellation_is_not_a_timeout(tools):
@@ -159,7 +144,7 @@ async def test_caller_cancellation_is_not_a_timeout(tools):
         "exec_command", {"cmd": f"exec -a {marker} sleep 300"}, call_id="c_cancel", timeout=60
     )
     call = tools.stub.ExecuteTool(req)
-    await _until(lambda: pids_with(marker), "the command to start")
+    await until(lambda: pids_with(marker), "the command to start")
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
@@ -169,10 +154,10 @@ async def test_caller_cancellation_is_not_a_timeout(tools):
         got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_cancel"))
         return got if got.state == pb.EXECUTION_STATE_FINISHED else None
 
-    got = await _until(recorded, "the journal to record the ending")
+    got = await until(recorded, "the journal to record the ending")
     assert got.result.status == INTERRUPTED
     assert json.loads(got.result.details_json)["reason"] == "CALLER_CANCELLED"
-    await _until(lambda: not pids_with(marker), "the command to be killed")
+    await until(lambda: not pids_with(marker), "the command to be killed")
     # a repeat answers from the record, never runs again
     again = await tools.stub.ExecuteTool(req)
     assert again.replayed and again.result.status == INTERRUPTED

@@ -15,7 +15,7 @@ import socket
 
 import grpc
 import pytest
-from tools_helpers import ToolsEnv, make_config, make_workspace, pids_with
+from tools_helpers import ToolsEnv, make_config, make_workspace, pids_with, until
 
 from agentrt.tools.config import CommandLimits
 from agentrt.tools.paths import open_workspace
@@ -40,20 +40,6 @@ def _marker() -> str:
 def _grandchild(marker: str) -> str:
     """Shell text leaving a setsid'd grandchild named marker running."""
     return f"setsid bash -c 'exec -a {marker} sleep 300' </dev/null >/dev/null 2>&1 &"
-
-
-async def _until(predicate, what: str, bound_s: float = 10.0):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + bound_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def sh(tools: ToolsEnv, cmd: str, session: object = "main", **kw) -> common_pb2.ToolResult:
@@ -183,7 +169,7 @@ async def test_commands_printing_the_sentinel_halves_do_not_end_early(tools):
 async def test_exit_ends_the_session_and_the_next_call_is_fresh(tools):
     marker = _marker()
     await sh(tools, f"export KEEP=1; {_grandchild(marker)}")
-    await _until(lambda: pids_with(marker), "the grandchild to start")
+    await until(lambda: pids_with(marker), "the grandchild to start")
     r = await sh(tools, "echo bye; exit 4")
     assert r.is_error and r.status == ERROR
     assert r.content.startswith("bye\n") and "the shell exited" in r.content
@@ -220,14 +206,14 @@ async def test_caller_deadline_and_cancel_close_the_shell(tools):
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await tools.stub.ExecuteTool(req, timeout=1.0)
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    await _until(lambda: not pids_with(marker), "the command to be killed")
+    await until(lambda: not pids_with(marker), "the command to be killed")
 
     async def finished():
         got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_deadline"))
         return got if got.state == pb.EXECUTION_STATE_FINISHED else None
 
     # The journal closes the record just after the kill; wait for it rather than race it.
-    got = await _until(finished, "the journal to close the call")
+    got = await until(finished, "the journal to close the call")
     assert got.result.status == INTERRUPTED
     assert json.loads(got.result.details_json)["reason"] == "CALLER_DEADLINE"
     assert (await sh(tools, "echo [$KEEP]; export KEEP=2")).content == "[]\n"
@@ -236,11 +222,11 @@ async def test_caller_deadline_and_cancel_close_the_shell(tools):
     call = tools.stub.ExecuteTool(
         tools.request("exec_command", {"cmd": f"bash -c 'exec -a {marker} sleep 300'", "session_id": "main"})
     )
-    await _until(lambda: pids_with(marker), "the command to start")
+    await until(lambda: pids_with(marker), "the command to start")
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
-    await _until(lambda: not pids_with(marker), "the command to be killed")
+    await until(lambda: not pids_with(marker), "the command to be killed")
     assert (await sh(tools, "echo [$KEEP]")).content == "[]\n"
 
 
@@ -459,7 +445,7 @@ async def test_idle_shells_are_closed(workspace):
     opener = _opener(workspace, opened)
     try:
         await pool.run(("t", "w", "x"), opener, _cmd("export N=1"), emit=None, deadline=None)
-        await _until(lambda: len(pool) == 0 and opened[0].exit_status is not None, "the idle shell to close")
+        await until(lambda: len(pool) == 0 and opened[0].exit_status is not None, "the idle shell to close")
         r = await pool.run(("t", "w", "x"), opener, _cmd("echo [$N]"), emit=None, deadline=None)
         assert r.output == "[]\n" and r.fresh
     finally:
@@ -520,10 +506,10 @@ async def test_process_count_is_limited_in_a_shell_across_its_commands(tools):
     forked = sum(ok for ok, _ in counts)
     assert counts[0] == (300, 0) and counts[1][1] > 0 and forked + counts[1][1] == 600, counts
     children = f"{tag}-child"  # a child shows this name once it has exec'd sleep
-    seen = await _until(lambda: len(pids_with(children)) >= forked and pids_with(children), "the children")
+    seen = await until(lambda: len(pids_with(children)) >= forked and pids_with(children), "the children")
     assert len(seen) == forked <= limit
     await tools.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id="sbx_procs"))
-    await _until(lambda: not pids_with(children), "the shell's processes to end")
+    await until(lambda: not pids_with(children), "the shell's processes to end")
 
 
 async def test_each_tenant_has_its_own_shell_cap(tools_with):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -168,3 +169,18 @@ class HostListener:
 
     def close(self) -> None:
         self.sock.close()
+
+
+async def until(predicate, what: str, bound_s: float = 15.0):
+    """Poll predicate() (sync or async) until truthy, at most bound_s seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + bound_s
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
