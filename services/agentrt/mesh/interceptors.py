@@ -139,16 +139,7 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
                 await context.abort_with_status(to_grpc_status(problem))
             token = set_tenant(tenant)
             try:
-                return await behavior(request, context)
-            except MeshError as err:
-                await context.abort_with_status(to_grpc_status(err))
-            except grpc.aio.AbortError:
-                raise
-            except Exception:  # noqa: BLE001 - a server never dies of a request
-                log.exception("unhandled error in %s", method)
-                await context.abort_with_status(
-                    to_grpc_status(MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error"))
-                )
+                return await _answered(behavior(request, context), context, method)
             finally:
                 reset_tenant(token)
 
@@ -172,16 +163,7 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
                 await context.abort_with_status(to_grpc_status(failure))
             token = set_tenant(tenant)
             try:
-                return await behavior(self._checked(requests), context)
-            except MeshError as err:
-                await context.abort_with_status(to_grpc_status(err))
-            except grpc.aio.AbortError:
-                raise
-            except Exception:  # noqa: BLE001 - a server never dies of a request
-                log.exception("unhandled error in %s", method)
-                await context.abort_with_status(
-                    to_grpc_status(MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error"))
-                )
+                return await _answered(behavior(self._checked(requests), context), context, method)
             finally:
                 reset_tenant(token)
 
@@ -209,3 +191,18 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
                 )
 
         return call
+
+
+async def _answered(outcome: Awaitable[Any], context: grpc.aio.ServicerContext, method: str) -> Any:
+    """Await a handler's answer; a MeshError becomes its status, anything else INTERNAL (logged)."""
+    try:
+        return await outcome
+    except MeshError as err:
+        await context.abort_with_status(to_grpc_status(err))
+    except grpc.aio.AbortError:
+        raise
+    except Exception:  # noqa: BLE001 - a server never dies of a request
+        log.exception("unhandled error in %s", method)
+        await context.abort_with_status(
+            to_grpc_status(MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error"))
+        )

@@ -21,6 +21,7 @@ Invariants (what `confined` builds; docs/services/tools.md explains each):
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -208,3 +209,32 @@ def _identity_files(ws: Workspace) -> tuple[int, int]:
         os.lseek(fd, 0, os.SEEK_SET)
         out.append(fd)
     return out[0], out[1]
+
+
+async def spawn(launch: Launch, stdin: int, stdout: int, stderr: int) -> asyncio.subprocess.Process:
+    """Start launch's argv in a session of its own with the given stdio (fds or subprocess constants).
+
+    The fds in `launch.pass_fds` are closed here once the child holds them; `launch.info_fd`
+    stays open for the caller, and is closed here when the start fails.
+
+    Raises:
+        OSError: the launcher could not be executed.
+    """
+    try:
+        return await asyncio.create_subprocess_exec(
+            *launch.argv,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=launch.cwd,
+            env=launch.env,
+            pass_fds=tuple(launch.pass_fds),
+            start_new_session=True,
+        )
+    except BaseException:
+        if launch.info_fd >= 0:
+            os.close(launch.info_fd)
+        raise
+    finally:
+        for fd in launch.pass_fds:
+            os.close(fd)

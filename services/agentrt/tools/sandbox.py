@@ -317,24 +317,8 @@ class LocalSandbox:
             launch = launcher.unconfined(self._bins, req.command, ws, req.workdir, req.env, req.limits)
         else:
             launch = launcher.confined(self._bins, req.command, ws, req.workdir, req.env, req.limits)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *launch.argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=launch.cwd,
-                env=launch.env,
-                pass_fds=tuple(launch.pass_fds),
-                start_new_session=True,
-            )
-        except BaseException:
-            if launch.info_fd >= 0:
-                os.close(launch.info_fd)
-            raise
-        finally:
-            for fd in launch.pass_fds:
-                os.close(fd)
+        pipe = asyncio.subprocess.PIPE
+        proc = await launcher.spawn(launch, asyncio.subprocess.DEVNULL, pipe, pipe)
         return _Running(proc, req.group), (launch.info_fd if launch.info_fd >= 0 else None)
 
 

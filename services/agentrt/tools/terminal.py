@@ -122,24 +122,7 @@ async def open_local(
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", _ROWS, _COLUMNS, 0, 0))
         build = launcher.unconfined if mode == SANDBOX_UNCONFINED else launcher.confined
         launch = build(bins, SHELL_COMMAND, ws, ws.path, env, limits)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *launch.argv,
-                stdin=slave,
-                stdout=slave,
-                stderr=slave,
-                cwd=launch.cwd,
-                env=launch.env,
-                pass_fds=tuple(launch.pass_fds),
-                start_new_session=True,
-            )
-        except BaseException:
-            if launch.info_fd >= 0:
-                os.close(launch.info_fd)
-            raise
-        finally:
-            for fd in launch.pass_fds:
-                os.close(fd)
+        proc = await launcher.spawn(launch, slave, slave, slave)
     except BaseException:
         os.close(master)
         raise
