@@ -11,7 +11,7 @@ LLAMA_WHEELS ?= $(HOME)/.cache/agentrt-wheels
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
 .DEFAULT_GOAL := help
-.PHONY: help install docker-sandbox demo test check protos protos-fresh lint typecheck bench up clean
+.PHONY: help install docker-sandbox demo test test-fast check protos protos-fresh lint typecheck bench up clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -66,6 +66,9 @@ demo: install ## Start the mesh, run an agent with the local model on a sample t
 
 test: install docker-sandbox ## Run the whole test suite (unit, service, e2e; prepares docker first)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: install ## Unit and service tests without the slow end-to-end ones (no docker preparation)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 check: install protos-fresh lint typecheck test ## What CI should run: protos fresh, buf lint, ruff, mypy, tests
 

@@ -36,6 +36,7 @@ from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
 from tests.needs import unavailable
+from tests.stores import PG_URL, REDIS_URL
 
 pytestmark = pytest.mark.slow
 
@@ -48,8 +49,8 @@ RUN_SECONDS = 12.5
 CLIENTS_PER_REPLICA = 2
 WORKERS_PER_CLIENT = 6
 STORES = {
-    "postgres": "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
-    "redis": "redis://127.0.0.1:6379/0",
+    "postgres": PG_URL,
+    "redis": REDIS_URL,
 }
 
 

@@ -14,7 +14,6 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 
-import asyncpg
 import pytest
 
 from agentrt.core.errors import MeshError
@@ -27,21 +26,11 @@ from agentrt.gateway.limiter import (
 )
 from agentrt.gateway.limiter_memory import MemoryStore
 from tests.needs import unavailable
+from tests.stores import PG_URL, REDIS_URL, pg_reachable
 
-PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-REDIS_URL = "redis://127.0.0.1:6379/0"
 KEY = LimiterKey("tenant-a", "openai", "gpt-emu")
 
 Replicas = Callable[..., AsyncIterator[list[AdaptiveTokenLimiter]]]
-
-
-async def pg_reachable() -> bool:
-    try:
-        conn = await asyncio.wait_for(asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test"), 5)
-    except (OSError, asyncpg.PostgresError, TimeoutError):
-        return False
-    await conn.close()
-    return True
 
 
 async def redis_reachable() -> bool:

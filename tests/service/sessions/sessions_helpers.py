@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
-import asyncpg
 import grpc
 import pytest
 
@@ -14,23 +12,12 @@ from agentrt.mesh.context import TENANT_HEADER
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
-
-PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-
+from tests.stores import PG_URL, pg_reachable  # noqa: F401 - re-exported to the suite
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
 ]
-
-
-async def pg_reachable() -> bool:
-    try:
-        conn = await asyncio.wait_for(asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test"), 5)
-    except (OSError, asyncpg.PostgresError, TimeoutError):
-        return False
-    await conn.close()
-    return True
 
 
 @dataclass

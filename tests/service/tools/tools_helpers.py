@@ -16,6 +16,7 @@ from agentrt.tools.config import ToolsConfig
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
+from tests.stores import PG_URL, pg_reachable  # noqa: F401 - re-exported to the suite
 
 
 @dataclass
@@ -61,7 +62,6 @@ class ToolsEnv:
         return (await self.run("exec_command", {"cmd": cmd}, **kw)).result
 
 
-PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 SANDBOX_UID = 65534
 
 
@@ -80,19 +80,6 @@ def make_workspace(path: Path) -> Path:
 
 def make_config(tmp: Path, db_url: str = "", **overrides) -> ToolsConfig:
     return ToolsConfig(server=ServerConfig(port=0, state_dir=str(tmp / "state"), db_url=db_url), **overrides)
-
-
-async def pg_reachable() -> bool:
-    import asyncio
-
-    import asyncpg
-
-    try:
-        conn = await asyncio.wait_for(asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test"), 5)
-    except (OSError, asyncpg.PostgresError, TimeoutError):
-        return False
-    await conn.close()
-    return True
 
 
 def pids_with(marker: str) -> list[int]:
