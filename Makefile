@@ -11,10 +11,10 @@ LLAMA_WHEELS ?= $(HOME)/.cache/agentrt-wheels
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
 .DEFAULT_GOAL := help
-.PHONY: help install docker-sandbox demo test test-fast check protos protos-fresh lint typecheck bench up clean
+.PHONY: help install docker-sandbox demo test test-fast check protos protos-fresh breaking contracts-land lint typecheck bench up clean
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # Reinstalls only when pyproject.toml changes (or the venv is gone).
 $(STAMP): pyproject.toml
@@ -70,7 +70,7 @@ test: install docker-sandbox ## Run the whole test suite (unit, service, e2e; pr
 test-fast: install ## Unit and service tests without the slow end-to-end ones (no docker preparation)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
-check: install protos-fresh lint typecheck test ## What CI should run: protos fresh, buf lint, ruff, mypy, tests
+check: install protos-fresh lint breaking typecheck test ## What CI runs: generated code fresh, buf lint, buf breaking, ruff, mypy, tests
 
 protos: install ## Regenerate services/agentrt/v1 from protos/
 	$(PY) protos/generate.py
@@ -80,6 +80,16 @@ protos-fresh: install ## Fail when the committed generated code differs from pro
 	$(PY) protos/generate.py $$tmp >/dev/null && diff -r -x __pycache__ $$tmp/agentrt/v1 services/agentrt/v1; \
 	rc=$$?; rm -rf $$tmp; \
 	if [ $$rc -ne 0 ]; then echo "generated code is stale: run make protos"; fi; exit $$rc
+
+# The contracts as last landed on main are recorded in protos/landed.json (a buf image);
+# `buf breaking` compares protos/ against it. Only `make contracts-land`, run deliberately
+# on main after contracts land, updates it (docs/decisions/0003-clients-and-contracts.md).
+breaking: install ## buf breaking: protos/ against the last landed contracts (protos/landed.json)
+	$(VENV)/bin/buf breaking --against protos/landed.json
+
+contracts-land: install ## Record protos/ as the landed contracts (on main, after a merge; deliberate)
+	$(VENV)/bin/buf build --exclude-source-info -o protos/landed.json
+	$(PY) -c "import json,sys; p='protos/landed.json'; d=json.load(open(p)); open(p,'w').write(json.dumps(d, indent=1) + '\n')"
 
 lint: install ## buf lint and ruff
 	$(VENV)/bin/buf lint

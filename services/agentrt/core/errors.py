@@ -4,6 +4,7 @@ A `MeshError` carries a gRPC-independent status name and a stable reason; the me
 error interceptor turns it into a gRPC status with a google.rpc.ErrorInfo detail (and a
 RetryInfo for rate limits). The reason set is open: clients that meet an unknown reason
 fall back to the status code. Domain code raises these; it never imports grpc.
+Every reason is also a value of the proto enum `agentrt.v1.ErrorReason` (see `Reason`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ class Status(enum.StrEnum):
 
 
 class Reason(enum.StrEnum):
-    """Stable ErrorInfo reasons. Add freely; never rename or reuse one."""
+    """Stable ErrorInfo reasons. Add freely; never rename or reuse one.
+
+    The contract of these is the proto enum `agentrt.v1.ErrorReason`
+    (protos/agentrt/v1/error_reason.proto): each member's value is the name of one enum
+    value, one to one, and docs/errors.md has a row for each. `core/` imports no generated
+    code, so the link is a test: tests/unit/core/test_error_reasons.py fails, naming the
+    reason, when a member has no enum value or a row (or an enum value has no member).
+    """
 
     # Bad input (INVALID_ARGUMENT)
     MISSING_FIELD = "MISSING_FIELD"

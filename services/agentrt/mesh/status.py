@@ -2,10 +2,13 @@
 
 `to_rpc_status` builds a google.rpc.Status with an ErrorInfo (domain "agentrt.dev",
 the stable reason) and, when the error says when to retry, a RetryInfo. Clients read the
-reason with `reason_of(rpc_error)`.
+reason with `reason_of(rpc_error)` (the string) or `reason_code_of(rpc_error)` (the value of
+the generated enum `agentrt.v1.ErrorReason`, the contract; docs/errors.md).
 """
 
 from __future__ import annotations
+
+import logging
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -13,6 +16,11 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from agentrt.core.errors import ERROR_DOMAIN, MeshError, Reason, Status
+from agentrt.v1 import error_reason_pb2
+
+_log = logging.getLogger(__name__)
+#: The reasons the contract names (agentrt.v1.ErrorReason), as their wire strings.
+CONTRACT_REASONS = frozenset(error_reason_pb2.ErrorReason.keys()) - {"ERROR_REASON_UNSPECIFIED"}
 
 _CODES: dict[Status, tuple[grpc.StatusCode, int]] = {
     Status.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, code_pb2.INVALID_ARGUMENT),
@@ -37,7 +45,13 @@ def grpc_code(status: Status) -> grpc.StatusCode:
 
 
 def to_rpc_status(err: MeshError) -> status_pb2.Status:
-    """Build the google.rpc.Status (with ErrorInfo and optional RetryInfo) for err."""
+    """Build the google.rpc.Status (with ErrorInfo and optional RetryInfo) for err.
+
+    A reason outside agentrt.v1.ErrorReason is still sent (clients fall back to the status
+    code) and logged, since no client has a value for it.
+    """
+    if str(err.reason) not in CONTRACT_REASONS:
+        _log.warning("error reason %r is not in agentrt.v1.ErrorReason", str(err.reason))
     info = error_details_pb2.ErrorInfo(reason=str(err.reason), domain=ERROR_DOMAIN, metadata=err.metadata)
     details = [_pack(info)]
     if err.retry_after_seconds is not None:
@@ -83,6 +97,16 @@ def details_of(error: grpc.RpcError) -> tuple[str, dict[str, str], float | None]
 def reason_of(error: grpc.RpcError) -> str:
     """Return the ErrorInfo reason of a failed call, "" when it carries none."""
     return details_of(error)[0]
+
+
+def reason_code_of(error: grpc.RpcError) -> int:
+    """Return the agentrt.v1.ErrorReason value of a failed call's reason.
+
+    ERROR_REASON_UNSPECIFIED (0) when the call carries no reason or one newer than these
+    contracts.
+    """
+    reason = reason_of(error)
+    return error_reason_pb2.ErrorReason.Value(reason) if reason in CONTRACT_REASONS else 0
 
 
 def from_rpc_error(error: grpc.RpcError) -> MeshError:

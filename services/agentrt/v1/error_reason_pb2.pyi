@@ -1,0 +1,106 @@
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from typing import ClassVar as _ClassVar
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    MISSING_FIELD: _ClassVar[ErrorReason]
+    INVALID_ID: _ClassVar[ErrorReason]
+    INVALID_JSON: _ClassVar[ErrorReason]
+    INVALID_UTF8: _ClassVar[ErrorReason]
+    MALFORMED_REQUEST: _ClassVar[ErrorReason]
+    INVALID_VALUE: _ClassVar[ErrorReason]
+    INVALID_AGENT: _ClassVar[ErrorReason]
+    INVALID_ENTRY: _ClassVar[ErrorReason]
+    REQUEST_TOO_LARGE: _ClassVar[ErrorReason]
+    UNKNOWN_TOOL: _ClassVar[ErrorReason]
+    UNKNOWN_PROVIDER: _ClassVar[ErrorReason]
+    UNSUPPORTED_CAPABILITY: _ClassVar[ErrorReason]
+    PATH_OUTSIDE_WORKSPACE: _ClassVar[ErrorReason]
+    SESSION_NOT_FOUND: _ClassVar[ErrorReason]
+    ENTRY_NOT_FOUND: _ClassVar[ErrorReason]
+    RUN_NOT_FOUND: _ClassVar[ErrorReason]
+    AGENT_NOT_FOUND: _ClassVar[ErrorReason]
+    TASK_NOT_FOUND: _ClassVar[ErrorReason]
+    SANDBOX_NOT_FOUND: _ClassVar[ErrorReason]
+    SESSION_EXISTS: _ClassVar[ErrorReason]
+    STALE_GENERATION: _ClassVar[ErrorReason]
+    SEQ_MISMATCH: _ClassVar[ErrorReason]
+    USAGE_ALREADY_RECORDED: _ClassVar[ErrorReason]
+    RUN_NOT_SUSPENDED: _ClassVar[ErrorReason]
+    RUN_FINISHED: _ClassVar[ErrorReason]
+    SESSION_BUSY: _ClassVar[ErrorReason]
+    TOKEN_COUNTING_UNSUPPORTED: _ClassVar[ErrorReason]
+    SANDBOX_UNAVAILABLE: _ClassVar[ErrorReason]
+    NOT_IMPLEMENTED_YET: _ClassVar[ErrorReason]
+    SANDBOX_STOPPED: _ClassVar[ErrorReason]
+    EXECUTION_IN_PROGRESS: _ClassVar[ErrorReason]
+    CALL_ID_REUSED: _ClassVar[ErrorReason]
+    CALLER_DEADLINE: _ClassVar[ErrorReason]
+    CONTEXT_TOO_LARGE: _ClassVar[ErrorReason]
+    RATE_LIMITED: _ClassVar[ErrorReason]
+    PROVIDER_UNAVAILABLE: _ClassVar[ErrorReason]
+    PROVIDER_AUTHENTICATION: _ClassVar[ErrorReason]
+    CONTEXT_OVERFLOW: _ClassVar[ErrorReason]
+    INVALID_REQUEST: _ClassVar[ErrorReason]
+    REFUSAL: _ClassVar[ErrorReason]
+    DEPENDENCY_UNAVAILABLE: _ClassVar[ErrorReason]
+    PROVIDER_NOT_CONFIGURED: _ClassVar[ErrorReason]
+    UNAUTHENTICATED: _ClassVar[ErrorReason]
+    INTERNAL: _ClassVar[ErrorReason]
+    MALFORMED_ARCHIVE: _ClassVar[ErrorReason]
+    SANDBOX_FOREIGN: _ClassVar[ErrorReason]
+    WORKSPACE_NOT_FOUND: _ClassVar[ErrorReason]
+    WORKSPACE_NOT_WRITABLE: _ClassVar[ErrorReason]
+ERROR_REASON_UNSPECIFIED: ErrorReason
+MISSING_FIELD: ErrorReason
+INVALID_ID: ErrorReason
+INVALID_JSON: ErrorReason
+INVALID_UTF8: ErrorReason
+MALFORMED_REQUEST: ErrorReason
+INVALID_VALUE: ErrorReason
+INVALID_AGENT: ErrorReason
+INVALID_ENTRY: ErrorReason
+REQUEST_TOO_LARGE: ErrorReason
+UNKNOWN_TOOL: ErrorReason
+UNKNOWN_PROVIDER: ErrorReason
+UNSUPPORTED_CAPABILITY: ErrorReason
+PATH_OUTSIDE_WORKSPACE: ErrorReason
+SESSION_NOT_FOUND: ErrorReason
+ENTRY_NOT_FOUND: ErrorReason
+RUN_NOT_FOUND: ErrorReason
+AGENT_NOT_FOUND: ErrorReason
+TASK_NOT_FOUND: ErrorReason
+SANDBOX_NOT_FOUND: ErrorReason
+SESSION_EXISTS: ErrorReason
+STALE_GENERATION: ErrorReason
+SEQ_MISMATCH: ErrorReason
+USAGE_ALREADY_RECORDED: ErrorReason
+RUN_NOT_SUSPENDED: ErrorReason
+RUN_FINISHED: ErrorReason
+SESSION_BUSY: ErrorReason
+TOKEN_COUNTING_UNSUPPORTED: ErrorReason
+SANDBOX_UNAVAILABLE: ErrorReason
+NOT_IMPLEMENTED_YET: ErrorReason
+SANDBOX_STOPPED: ErrorReason
+EXECUTION_IN_PROGRESS: ErrorReason
+CALL_ID_REUSED: ErrorReason
+CALLER_DEADLINE: ErrorReason
+CONTEXT_TOO_LARGE: ErrorReason
+RATE_LIMITED: ErrorReason
+PROVIDER_UNAVAILABLE: ErrorReason
+PROVIDER_AUTHENTICATION: ErrorReason
+CONTEXT_OVERFLOW: ErrorReason
+INVALID_REQUEST: ErrorReason
+REFUSAL: ErrorReason
+DEPENDENCY_UNAVAILABLE: ErrorReason
+PROVIDER_NOT_CONFIGURED: ErrorReason
+UNAUTHENTICATED: ErrorReason
+INTERNAL: ErrorReason
+MALFORMED_ARCHIVE: ErrorReason
+SANDBOX_FOREIGN: ErrorReason
+WORKSPACE_NOT_FOUND: ErrorReason
+WORKSPACE_NOT_WRITABLE: ErrorReason
