@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TS := clients/typescript
+TS_STAMP := $(TS)/node_modules/.installed
 PYTEST_ARGS ?=
 LLAMA_VERSION := 0.3.36
 LLAMA_WHEELS ?= $(HOME)/.cache/agentrt-wheels
@@ -41,7 +43,14 @@ $(STAMP): pyproject.toml
 	fi
 	@touch $@
 
-install: $(STAMP) ## Create .venv and install agentrt with the dev and local-model extras (+ bubblewrap)
+# The TypeScript client's packages, exactly as package-lock.json pins them (the npm registry is
+# reached here only; generation and the tests run offline). Reinstalls when the lock changes.
+$(TS_STAMP): $(TS)/package-lock.json $(TS)/package.json
+	@command -v npm >/dev/null 2>&1 || { echo "npm is missing: install Node.js 20 (and npm) for clients/typescript"; exit 1; }
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+install: $(STAMP) $(TS_STAMP) ## Create .venv (agentrt, dev and local-model extras, bubblewrap) and the TS client's node_modules
 
 # The docker sandbox backend: docker.io when missing (as root, like bubblewrap), a running
 # dockerd (as root), the image built from local files (no registry). Warns, never fails:
@@ -72,12 +81,13 @@ test-fast: install ## Unit and service tests without the slow end-to-end ones (n
 
 check: install protos-fresh lint breaking typecheck test ## What CI runs: generated code fresh, buf lint, buf breaking, ruff, mypy, tests
 
-protos: install ## Regenerate services/agentrt/v1 from protos/
+protos: install ## Regenerate services/agentrt/v1 and clients/typescript/src/gen from protos/
 	$(PY) protos/generate.py
 
-protos-fresh: install ## Fail when the committed generated code differs from protos/
-	@tmp=$$(mktemp -d); \
-	$(PY) protos/generate.py $$tmp >/dev/null && diff -r -x __pycache__ $$tmp/agentrt/v1 services/agentrt/v1; \
+protos-fresh: install ## Fail when the committed generated code (Python, TypeScript) differs from protos/
+	@tmp=$$(mktemp -d); mkdir -p $$tmp/services; \
+	$(PY) protos/generate.py $$tmp/services >/dev/null && diff -r -x __pycache__ $$tmp/services/agentrt/v1 services/agentrt/v1 \
+	  && diff -r $$tmp/$(TS)/src/gen $(TS)/src/gen; \
 	rc=$$?; rm -rf $$tmp; \
 	if [ $$rc -ne 0 ]; then echo "generated code is stale: run make protos"; fi; exit $$rc
 
@@ -114,5 +124,5 @@ up: install ## Start the five services on 127.0.0.1:50051-50055 (Ctrl-C stops th
 	$(VENV)/bin/agentrt up
 
 clean: ## Remove caches and the local state dir (.agentrt); keeps .venv
-	rm -rf .agentrt .pytest_cache .mypy_cache .ruff_cache bench-results
+	rm -rf .agentrt .pytest_cache .mypy_cache .ruff_cache bench-results $(TS)/dist
 	find . -name __pycache__ -not -path './.venv/*' -prune -exec rm -rf {} +
