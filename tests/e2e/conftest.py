@@ -56,3 +56,20 @@ def emulated_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulated
             yield EmulatedMesh(mesh=mesh, emu=emu, root=root)
         finally:
             mesh.stop()
+
+
+#: The bearer token of `token_mesh`: every service requires it.
+MESH_TOKEN = "client-test-token"
+
+
+@pytest.fixture(scope="module")
+def token_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedMesh]:
+    """A mesh like `emulated_mesh` whose services all require the bearer token MESH_TOKEN."""
+    root = tmp_path_factory.mktemp("tokenmesh")
+    with ProviderEmulator() as emu:
+        env = {**emulator_env(emu), "AGENTRT_AUTH_TOKEN": MESH_TOKEN}
+        mesh = start_mesh(root / "state", ports=free_port_map(), env=env)
+        try:
+            yield EmulatedMesh(mesh=mesh, emu=emu, root=root)
+        finally:
+            mesh.stop()

@@ -10,7 +10,7 @@ import asyncio
 import io
 
 import pytest
-from e2e_helpers import STATE_TIMEOUT
+from e2e_helpers import STATE_TIMEOUT, CuttableProxy
 from rich.console import Console
 
 from agentrt.cli.run import build_agent, follow_run
@@ -20,46 +20,6 @@ from agentrt.v1 import run_service_pb2 as pb
 from tests.emulators.providers import Reply, ToolCallReply
 
 pytestmark = pytest.mark.slow
-
-
-class CuttableProxy:
-    """A TCP proxy to `target` whose open connections can be cut at once."""
-
-    def __init__(self, target: str) -> None:
-        host, port = target.rsplit(":", 1)
-        self.target = (host, int(port))
-        self.writers: list[asyncio.StreamWriter] = []
-        self.connections = 0
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self.writers += [writer, up_writer]
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    def cut(self) -> None:
-        for writer in self.writers:
-            writer.transport.abort()
-        self.writers.clear()
-
-    async def close(self) -> None:
-        self.cut()
-        self.server.close()
 
 
 async def test_follow_run_reconnects_after_the_stream_breaks(emulated_mesh, tmp_path):

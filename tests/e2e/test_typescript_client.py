@@ -14,39 +14,22 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import emulator_env
-from e2e_helpers import free_port_map
+from conftest import MESH_TOKEN
 
-from agentrt.cli.up import Mesh, start_mesh
-from tests.emulators.providers import ProviderEmulator
 from tests.needs import unavailable
 
 pytestmark = pytest.mark.slow
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
-TOKEN = "node-test-token"
 #: The tests of clients/typescript/test/mesh.test.ts; all of them must run and pass.
 NODE_TESTS = 4
 
 
-@pytest.fixture(scope="module")
-def token_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, ProviderEmulator, Path]]:
-    root = tmp_path_factory.mktemp("tsmesh")
-    with ProviderEmulator() as emu:
-        env = {**emulator_env(emu), "AGENTRT_AUTH_TOKEN": TOKEN}
-        mesh = start_mesh(root / "state", ports=free_port_map(), env=env)
-        try:
-            yield mesh, emu, root
-        finally:
-            mesh.stop()
-
-
 def test_the_typescript_client_drives_the_mesh(token_mesh):
-    mesh, emu, root = token_mesh
+    mesh, emu, root = token_mesh.mesh, token_mesh.emu, token_mesh.root
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         unavailable("node and npm are not installed (Node 20)")
@@ -58,7 +41,7 @@ def test_the_typescript_client_drives_the_mesh(token_mesh):
         **os.environ,
         "AGENTRT_RUNS_ADDR": mesh.addresses["runs"],
         "AGENTRT_SESSIONS_ADDR": mesh.addresses["sessions"],
-        "AGENTRT_AUTH_TOKEN": TOKEN,
+        "AGENTRT_AUTH_TOKEN": MESH_TOKEN,
         "AGENTRT_EMULATOR_URL": emu.base_url,
         "AGENTRT_TEST_DIR": str(scratch),
         "NO_COLOR": "1",

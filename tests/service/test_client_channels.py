@@ -1,6 +1,11 @@
-"""open_channel sends the bearer token and tenant on unary AND server-streaming calls."""
+"""open_channel sends the bearer token and tenant on every call kind: unary, server-streaming
+and client-streaming (UploadWorkspace, which carried neither before)."""
 
 from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
 
 import grpc
 import pytest
@@ -11,8 +16,12 @@ from agentrt.mesh.db import sqlite_url
 from agentrt.mesh.status import reason_of
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
+from agentrt.tools.config import ToolsConfig
+from agentrt.tools.server import build_server as build_tools_server
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
+from agentrt.v1 import tool_service_pb2 as tpb
+from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
 
 
 async def test_stream_calls_carry_token_and_tenant(start_server, tmp_path):
@@ -47,3 +56,33 @@ async def test_stream_calls_carry_token_and_tenant(start_server, tmp_path):
     finally:
         await mine.close()
         await other.close()
+
+
+def _tar(name: str, data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+async def test_client_streaming_calls_carry_token_and_tenant(start_server, tmp_path):
+    config = ToolsConfig(server=ServerConfig(port=0, state_dir=str(tmp_path / "state"), auth_token="tok"))
+    address = await start_server(build_tools_server(config))
+    channel = open_channel(address, token="tok", tenant="acme")
+    try:
+        stub = tpb_grpc.ToolServiceStub(channel)
+
+        async def chunks():
+            yield tpb.UploadWorkspaceRequest(target=tpb.WorkspaceTarget(run_id="run_up"))
+            yield tpb.UploadWorkspaceRequest(data=_tar("a.txt", b"uploaded"))
+
+        # without the token the server answers UNAUTHENTICATED; with the tenant missing the
+        # archive would land in the default tenant's workspace
+        done = await stub.UploadWorkspace(chunks())
+        assert done.files == 1
+        landed = Path(config.resolved_workspace_root) / "acme" / "runs" / "run_up" / "a.txt"
+        assert landed.read_bytes() == b"uploaded"
+    finally:
+        await channel.close()

@@ -7,11 +7,11 @@ may be empty when the caller does not need that service.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
 
+from agentrt.client.metadata import metadata_interceptors
 from agentrt.mesh.config import MAX_REQUEST_BYTES
 from agentrt.mesh.context import TENANT_HEADER
 from agentrt.v1 import (
@@ -21,36 +21,6 @@ from agentrt.v1 import (
     task_service_pb2_grpc,
     tool_service_pb2_grpc,
 )
-
-
-class _MetadataAdder:
-    """Adds authorization and tenant metadata to a call's details."""
-
-    def __init__(self, pairs: Sequence[tuple[str, str]]) -> None:
-        self._pairs = tuple(pairs)
-
-    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        md = grpc.aio.Metadata(*(details.metadata or ()))
-        for key, value in self._pairs:
-            if key not in md:
-                md.add(key, value)
-        return grpc.aio.ClientCallDetails(
-            details.method, details.timeout, md, details.credentials, details.wait_for_ready
-        )
-
-
-# grpc.aio files each interceptor object under the FIRST call kind it implements, so the
-# unary and the server-streaming kinds need separate objects.
-class _UnaryMetadata(_MetadataAdder, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        """Add the metadata to a unary call."""
-        return await continuation(self._details(details), request)
-
-
-class _StreamMetadata(_MetadataAdder, grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        """Add the metadata to a server-streaming call."""
-        return await continuation(self._details(details), request)
 
 
 def open_channel(target: str, *, token: str = "", tenant: str = "") -> grpc.aio.Channel:
@@ -72,9 +42,8 @@ def open_channel(target: str, *, token: str = "", tenant: str = "") -> grpc.aio.
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.enable_retries", 1),
     ]
-    interceptors: list[grpc.aio.ClientInterceptor] = (
-        [_UnaryMetadata(pairs), _StreamMetadata(pairs)] if pairs else []
-    )
+    # Token and tenant on every call kind, client-streaming ones included (client/metadata.py).
+    interceptors = metadata_interceptors(pairs)
     return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
 
 

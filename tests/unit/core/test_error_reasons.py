@@ -25,9 +25,7 @@ STATUS_NAMES = [s.value for s in Status]
 
 
 def _enum_names() -> dict[str, int]:
-    return {
-        name: number for name, number in error_reason_pb2.ErrorReason.items() if name != UNSPECIFIED
-    }
+    return {name: number for name, number in error_reason_pb2.ErrorReason.items() if name != UNSPECIFIED}
 
 
 def _proto_statuses() -> dict[str, set[str]]:
