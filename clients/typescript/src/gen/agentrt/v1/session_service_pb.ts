@@ -138,7 +138,9 @@ export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
   messageDesc(file_agentrt_v1_session_service, 1);
 
 /**
- * Item is one conversation item. Exactly one of message, tool_call, tool_result is set.
+ * Item is one conversation item. Exactly one of message, tool_call, tool_result is set
+ * (not a oneof, for compatibility): AppendEntries refuses an item with none or several
+ * with INVALID_ARGUMENT/INVALID_ENTRY.
  *
  * @generated from message agentrt.v1.Item
  */
