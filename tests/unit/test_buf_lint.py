@@ -1,4 +1,5 @@
-"""`buf lint` (STANDARD + COMMENTS, buf.yaml) passes on protos/."""
+"""`buf lint` (STANDARD + COMMENTS, buf.yaml) passes on protos/, and `buf breaking` finds no
+breaking change against protos/landed.json, the contracts as last landed (decision 0003)."""
 
 from __future__ import annotations
 
@@ -22,4 +23,18 @@ def test_buf_lint_passes():
     if buf is None:
         unavailable("buf is not installed (pip install buf-bin)")
     result = subprocess.run([buf, "lint"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_buf_breaking_finds_nothing_against_the_landed_contracts():
+    buf = _buf()
+    if buf is None:
+        unavailable("buf is not installed (pip install buf-bin)")
+    result = subprocess.run(
+        [buf, "breaking", "--against", "protos/landed.json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

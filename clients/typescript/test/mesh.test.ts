@@ -121,6 +121,18 @@ test("a run with a tool call streams to completion and its session reads back", 
   assert.deepEqual(calls.map((c) => c.name), ["exec_command"]);
   assert.deepEqual(results.map((r) => r.callId), [calls[0]!.callId]);
   assert.equal(session.lastSeq, entries.at(-1)!.seq);
+
+  // a cursor from an earlier life of the timeline: the gap is surfaced, then all of it
+  const replayed: RunEvent[] = [];
+  for await (const event of mesh.events(started.runId, { afterSeq: 10_000n })) {
+    replayed.push(event);
+  }
+  const gap = replayed[0]!;
+  assert.ok(gap.payload.case === "gap" && gap.payload.value.lastGood === 0n && gap.payload.value.dropped === 10_000n);
+  assert.deepEqual(
+    replayed.slice(1).map((e) => e.seq),
+    events.map((e) => e.seq),
+  );
 });
 
 test("an approval is answered from Node and the run goes on", async () => {
