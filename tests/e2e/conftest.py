@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_helpers import free_port_map
+from e2e_helpers import MESH_TOKEN, free_port_map
 
 from agentrt.cli.up import Mesh, start_mesh
 from tests.emulators.providers import ProviderEmulator
@@ -56,10 +56,6 @@ def emulated_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulated
             yield EmulatedMesh(mesh=mesh, emu=emu, root=root)
         finally:
             mesh.stop()
-
-
-#: The bearer token of `token_mesh`: every service requires it.
-MESH_TOKEN = "client-test-token"
 
 
 @pytest.fixture(scope="module")

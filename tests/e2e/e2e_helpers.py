@@ -21,6 +21,8 @@ T = TypeVar("T")
 
 #: Bound on waiting for a mesh or a process to reach a state, in seconds.
 STATE_TIMEOUT = 120.0
+#: The bearer token of the `token_mesh` fixture (conftest.py): every service requires it.
+MESH_TOKEN = "client-test-token"
 
 
 def free_port_map(host: str = "127.0.0.1") -> dict[str, int]:

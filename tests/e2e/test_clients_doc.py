@@ -20,8 +20,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import MESH_TOKEN
-from e2e_helpers import STATE_TIMEOUT, wait_for
+from e2e_helpers import MESH_TOKEN, STATE_TIMEOUT, wait_for
 
 from tests.emulators.providers import Reply, ToolCallReply
 

@@ -14,8 +14,7 @@ import json
 
 import grpc
 import pytest
-from conftest import MESH_TOKEN
-from e2e_helpers import STATE_TIMEOUT, CuttableProxy
+from e2e_helpers import MESH_TOKEN, STATE_TIMEOUT, CuttableProxy
 
 from agentrt.client import AgentrtClient, AgentrtError, Reconnect
 from agentrt.client.events import RECONNECT_CODES

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import MESH_TOKEN
+from e2e_helpers import MESH_TOKEN
 
 from tests.needs import unavailable
 
