@@ -13,11 +13,12 @@ import pytest
 from agentrt.client.channels import open_channel
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.db import sqlite_url
-from agentrt.mesh.status import reason_of
+from agentrt.mesh.status import reason_code_of, reason_of
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.server import build_server as build_tools_server
+from agentrt.v1 import error_reason_pb2
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
 from agentrt.v1 import tool_service_pb2 as tpb
@@ -53,6 +54,7 @@ async def test_stream_calls_carry_token_and_tenant(start_server, tmp_path):
             await other_stream.read()
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
         assert reason_of(info.value) == "SESSION_NOT_FOUND"
+        assert reason_code_of(info.value) == error_reason_pb2.SESSION_NOT_FOUND
     finally:
         await mine.close()
         await other.close()
