@@ -3,6 +3,6 @@
 Used by the CLI, the tests, and services calling their peers. See `channels.py`.
 """
 
-from agentrt.client.channels import MeshClient, open_channel
+from agentrt.client.channels import MeshClient, grpc_target, open_channel
 
-__all__ = ["MeshClient", "open_channel"]
+__all__ = ["MeshClient", "grpc_target", "open_channel"]
