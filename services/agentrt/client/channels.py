@@ -120,8 +120,10 @@ def service_config(*, wait_for_ready: bool = False) -> str:
         {
             "loadBalancingConfig": [{"round_robin": {}}],
             "methodConfig": configs,
-            # Retries stop while more than half of recent calls failed (gRFC A6 throttling).
-            "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1},
+            # gRFC A6 throttling: each failed attempt takes a token, each success gives back
+            # 0.1; retries pause below half of 100. A replica dying under load fails many
+            # calls at once, all retried; a service that is down everywhere is not flooded.
+            "retryThrottling": {"maxTokens": 100, "tokenRatio": 0.1},
         }
     )
 
@@ -154,6 +156,7 @@ def open_channel(
     tenant: str = "",
     tls: TlsConfig | None = None,
     wait_for_ready: bool = False,
+    options: Sequence[tuple[str, str | int]] = (),
 ) -> grpc.aio.Channel:
     """Open a long-lived, balanced, retrying channel (see the module docstring).
 
@@ -167,6 +170,9 @@ def open_channel(
             `tls.server_name`.
         wait_for_ready: calls wait (within their deadline) for a READY replica instead of
             failing with UNAVAILABLE while none is.
+        options: further gRPC channel arguments, after (so over) the mesh's own, e.g.
+            ("grpc.dns_min_time_between_resolutions_ms", 1000): how soon the DNS name may be
+            resolved again (gRPC's default is 30 s).
 
     Raises:
         OSError: a TLS file cannot be read.
@@ -177,7 +183,7 @@ def open_channel(
     if tenant:
         pairs.append((TENANT_HEADER, tenant))
     security = _process_tls if tls is None else tls
-    options: list[tuple[str, str | int]] = [
+    arguments: list[tuple[str, str | int]] = [
         ("grpc.max_receive_message_length", MAX_REQUEST_BYTES * 2),
         ("grpc.max_send_message_length", MAX_REQUEST_BYTES * 2),
         ("grpc.keepalive_time_ms", 30_000),
@@ -187,15 +193,16 @@ def open_channel(
         ("grpc.service_config_disable_resolution", 1),
     ]
     if security.server_name:
-        options.append(("grpc.ssl_target_name_override", security.server_name))
+        arguments.append(("grpc.ssl_target_name_override", security.server_name))
+    arguments.extend(options)
     interceptors: list[grpc.aio.ClientInterceptor] = (
         [_UnaryMetadata(pairs), _StreamMetadata(pairs)] if pairs else []
     )
     if security.dials_tls:
         return grpc.aio.secure_channel(
-            grpc_target(target), channel_credentials(security), options=options, interceptors=interceptors
+            grpc_target(target), channel_credentials(security), options=arguments, interceptors=interceptors
         )
-    return grpc.aio.insecure_channel(grpc_target(target), options=options, interceptors=interceptors)
+    return grpc.aio.insecure_channel(grpc_target(target), options=arguments, interceptors=interceptors)
 
 
 @dataclass
