@@ -79,7 +79,9 @@ def edge_from_env() -> dict[str, Any]:
     Reads AGENTRT_AUTH_TOKEN (or the first line of the file AGENTRT_AUTH_TOKEN_FILE names),
     AGENTRT_TOKENS_FILE, AGENTRT_TLS_CERT_FILE, AGENTRT_TLS_KEY_FILE, AGENTRT_TLS_CA_FILE,
     AGENTRT_TLS_CLIENT_AUTH (true/false), AGENTRT_TLS_SERVER_NAME, AGENTRT_HEALTH_PORT
-    (default 0) and AGENTRT_MAX_CONNECTION_AGE_SECONDS (default 300).
+    (default 0), AGENTRT_MAX_CONNECTION_AGE_SECONDS (default 300) and AGENTRT_DRAIN_SECONDS
+    (default 5: how long in-flight calls get on SIGTERM; keep it below the pod's
+    terminationGracePeriodSeconds minus its preStop).
 
     Raises:
         ValueError: a malformed number or boolean, or an unreadable token file.
@@ -94,12 +96,15 @@ def edge_from_env() -> dict[str, Any]:
     try:
         health_port = int(env("HEALTH_PORT", "0"))
         age = float(env("MAX_CONNECTION_AGE_SECONDS", "300"))
+        drain = float(env("DRAIN_SECONDS", "5"))
     except ValueError as exc:
-        raise ValueError(f"AGENTRT_HEALTH_PORT / AGENTRT_MAX_CONNECTION_AGE_SECONDS: {exc}") from exc
+        raise ValueError(
+            f"AGENTRT_HEALTH_PORT, _MAX_CONNECTION_AGE_SECONDS or _DRAIN_SECONDS is not a number: {exc}"
+        ) from exc
     if not 0 <= health_port <= 65535:
         raise ValueError(f"AGENTRT_HEALTH_PORT={health_port} is outside 0..65535")
-    if age < 0:
-        raise ValueError(f"AGENTRT_MAX_CONNECTION_AGE_SECONDS={age} is negative")
+    if age < 0 or drain < 0:
+        raise ValueError("AGENTRT_MAX_CONNECTION_AGE_SECONDS and AGENTRT_DRAIN_SECONDS cannot be negative")
     return {
         "auth_token": token,
         "tokens_file": env("TOKENS_FILE", ""),
@@ -112,4 +117,5 @@ def edge_from_env() -> dict[str, Any]:
         ),
         "health_port": health_port,
         "max_connection_age_seconds": age,
+        "grace_seconds": drain,
     }
