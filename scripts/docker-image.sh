@@ -4,7 +4,8 @@
 #   scripts/docker-image.sh [TAG]     (TAG default: $AGENTRT_IMAGE_TAG or local)
 #
 # Builds deploy/Dockerfile twice: target `mesh` as agentrt:TAG (runs, gateway, sessions,
-# tasks) and target `tools` as agentrt-tools:TAG. BASE is $AGENTRT_IMAGE_BASE when set (e.g.
+# tasks) and target `tools` as agentrt-tools:TAG; with the local base also agentrt-postgres:TAG
+# (deploy/postgres/, PostgreSQL for deploy/compose.yaml where the public image cannot be pulled). BASE is $AGENTRT_IMAGE_BASE when set (e.g.
 # python:3.11-slim-bookworm where a registry is reachable), else the local agentrt-base
 # image that scripts/docker-base-image.sh builds from Debian's packages. The Python packages
 # come from a wheelhouse made on the host with pip (kept in ~/.cache/agentrt-wheelhouse/,
@@ -29,6 +30,19 @@ base="${AGENTRT_IMAGE_BASE:-}"
 if [ -z "$base" ]; then
   base="agentrt-base:bookworm"
   scripts/docker-base-image.sh "$base"
+fi
+# Without a registry, compose's PostgreSQL comes from a local stand-in (deploy/postgres/).
+if [ -z "${AGENTRT_IMAGE_BASE:-}" ]; then
+  pg_recipe="$( (cat deploy/postgres/Dockerfile deploy/postgres/entrypoint.sh; docker image inspect -f '{{ .Id }}' "$base") \
+    | sha256sum | cut -c1-16)"
+  pg_have="$(docker image inspect -f '{{ index .Config.Labels "agentrt.recipe" }}' "agentrt-postgres:$tag" 2>/dev/null || true)"
+  if [ "$pg_have" != "$pg_recipe" ]; then
+    echo "docker-image: building agentrt-postgres:$tag (Debian's PostgreSQL 15, for deploy/compose.yaml)"
+    log="$(mktemp)"
+    DOCKER_BUILDKIT=0 docker build --build-arg "BASE=$base" --label "agentrt.recipe=$pg_recipe" \
+      -t "agentrt-postgres:$tag" deploy/postgres >"$log" 2>&1 || { tail -n 40 "$log" >&2; rm -f "$log"; exit 1; }
+    rm -f "$log"
+  fi
 fi
 base_id="$(docker image inspect -f '{{ .Id }}' "$base" 2>/dev/null || true)"
 [ -n "$base_id" ] || { echo "docker-image: base image $base is not in the engine" >&2; exit 1; }
