@@ -95,7 +95,9 @@ class ComposeProject:
             volumes[source] = {"bind": target, "mode": mode[0] if mode else "rw"}
         health = spec.get("healthcheck")
         healthcheck = None
-        if health:
+        if health and health.get("test") == ["NONE"]:
+            healthcheck = {"test": ["NONE"]}  # the image's HEALTHCHECK off, as compose does
+        elif health:
             healthcheck = {
                 "test": health["test"],
                 "interval": _nanos(health.get("interval", "30s")),

@@ -75,6 +75,7 @@ def mesh():
         "working_dir": "/opt/emulator",
         "volumes": [f"{ROOT / 'tests'}:/opt/emulator/tests:ro"],
         "ports": [f"127.0.0.1:0:{EMULATOR_PORT}"],
+        "healthcheck": {"test": ["NONE"]},  # not a mesh service: no grpc.health to ask
     }
     project = ComposeProject(ROOT / "deploy/compose.yaml", env, extra={"emulator": emulator})
     try:
