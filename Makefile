@@ -13,7 +13,7 @@ LLAMA_WHEELS ?= $(HOME)/.cache/agentrt-wheels
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
 .DEFAULT_GOAL := help
-.PHONY: help install docker-sandbox demo test test-fast check protos protos-fresh breaking contracts-land lint typecheck bench up clean
+.PHONY: help install docker-sandbox image deploy-check demo test test-fast check protos protos-fresh breaking contracts-land lint typecheck bench up clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -69,6 +69,18 @@ docker-sandbox: ## Install docker.io, start dockerd and build the sandbox image 
 	@if docker info >/dev/null 2>&1; then \
 	  scripts/docker-sandbox-image.sh || echo "warning: the docker sandbox image could not be built"; \
 	else echo "warning: no docker engine answers; the docker sandbox backend and its tests need one"; fi
+
+# agentrt's images, built here with no registry (deploy/Dockerfile over a Debian base made
+# with debootstrap, Python packages from a wheelhouse made with pip); skipped when the images'
+# recipe label matches, seconds when only the code changed.
+image: install ## Build the images agentrt:local and agentrt-tools:local (each when out of date)
+	@if ! docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory docker-sandbox; fi
+	scripts/docker-image.sh
+
+# Every kustomize overlay rendered with `kubectl kustomize` and validated against the
+# Kubernetes schemas that kubernetes-validate bundles (no cluster, no network).
+deploy-check: install ## Render deploy/k8s overlays and validate them against the Kubernetes schemas
+	scripts/deploy-check.sh
 
 demo: install ## Start the mesh, run an agent with the local model on a sample task, stop the mesh
 	$(VENV)/bin/agentrt demo

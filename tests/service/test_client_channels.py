@@ -88,3 +88,65 @@ async def test_client_streaming_calls_carry_token_and_tenant(start_server, tmp_p
         assert landed.read_bytes() == b"uploaded"
     finally:
         await channel.close()
+
+
+def test_addresses_become_dns_targets_and_explicit_resolvers_stay():
+    from agentrt.client.channels import grpc_target
+
+    assert grpc_target("agentrt-sessions:50054") == "dns:///agentrt-sessions:50054"
+    assert grpc_target("127.0.0.1:50054") == "dns:///127.0.0.1:50054"
+    assert grpc_target("[::1]:50054") == "dns:///[::1]:50054"
+    for kept in ("dns://10.0.0.10:53/sessions:50054", "ipv4:127.0.0.1:1,127.0.0.2:1", "unix:/tmp/s.sock"):
+        assert grpc_target(kept) == kept
+
+
+def test_only_calls_safe_to_send_twice_are_retried():
+    import json
+
+    from agentrt.client.channels import service_config
+
+    config = json.loads(service_config())
+    assert config["loadBalancingConfig"] == [{"round_robin": {}}]
+    retried = {(n["service"], n["method"]) for n in config["methodConfig"][0]["name"]}
+    assert ("agentrt.v1.SessionService", "GetContext") in retried
+    assert ("agentrt.v1.ToolService", "ExecuteTool") in retried
+    for unsafe in (
+        ("agentrt.v1.RunService", "StartRun"),
+        ("agentrt.v1.SessionService", "CreateSession"),
+        ("agentrt.v1.SessionService", "AppendEntries"),
+        ("agentrt.v1.ModelGatewayService", "Generate"),
+        ("agentrt.v1.ModelGatewayService", "StreamGenerate"),
+    ):
+        assert unsafe not in retried
+    assert config["methodConfig"][0]["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]
+    assert "waitForReady" not in config["methodConfig"][0]
+    waiting = json.loads(service_config(wait_for_ready=True))["methodConfig"]
+    assert all(m["waitForReady"] for m in waiting)
+
+
+async def test_wait_for_ready_waits_for_a_replica_that_comes_up(start_server, tmp_path):
+    """With wait_for_ready a call sent before any replica listens is served once one does."""
+    import asyncio
+
+    from agentrt.cli.up import free_ports
+
+    port = free_ports(1)[0]
+    config = SessionsConfig(server=ServerConfig(port=port, db_url=sqlite_url(str(tmp_path), "s")))
+    patient = open_channel(f"127.0.0.1:{port}", wait_for_ready=True)
+    hasty = open_channel(f"127.0.0.1:{port}")
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await pb_grpc.SessionServiceStub(hasty).ListSessions(pb.ListSessionsRequest(), timeout=5)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        call = asyncio.ensure_future(
+            pb_grpc.SessionServiceStub(patient).CreateSession(
+                pb.CreateSessionRequest(session_id="w"), timeout=60
+            )
+        )
+        await asyncio.sleep(0)  # the call is pending on a channel with nothing to connect to
+        assert not call.done()
+        await start_server(build_server(config))
+        assert (await call).session.session_id == "w"
+    finally:
+        await patient.close()
+        await hasty.close()

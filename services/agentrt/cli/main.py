@@ -5,6 +5,7 @@ Subcommands, one module each:
 - `up` (cli/supervise.py over cli/up.py): the whole mesh as five processes.
 - `run "<task>"` (cli/run.py, cli/render.py): a run, live.
 - `demo` (cli/demo.py): mesh + local model + one run, offline.
+- `health [HOST:PORT]` (cli/health.py): one grpc.health check (container health checks).
 Also runnable as `python -m agentrt.cli.main`, which is how `agentrt up` starts services.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentrt.cli import demo, run, serve, supervise
+from agentrt.cli import demo, health, run, serve, supervise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     supervise.add_parser(sub)
     run.add_parser(sub)
     demo.add_parser(sub)
+    health.add_parser(sub)
     return parser
 
 

@@ -29,9 +29,11 @@ from rich.markup import escape
 
 from agentrt.cli.args import read_task, task_text
 from agentrt.cli.render import RunRenderer, status_name
+from agentrt.cli.tls import add_client_flags, client_security
 from agentrt.client.channels import MeshClient
-from agentrt.mesh.config import DEFAULT_PORTS, env
+from agentrt.mesh.config import DEFAULT_PORTS, edge_from_env, env
 from agentrt.mesh.context import DEFAULT_TENANT
+from agentrt.mesh.security import TlsConfig
 from agentrt.mesh.status import reason_of
 from agentrt.tools.config import ToolsConfig
 from agentrt.v1 import common_pb2, run_service_pb2
@@ -143,6 +145,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--approve-all", action="store_true", help="approve every tool call that asks for approval"
     )
+    add_client_flags(p)
     p.set_defaults(func=run_command)
 
 
@@ -376,6 +379,12 @@ def run_command(args: argparse.Namespace) -> int:
         errors.print("agentrt run: --max-turns must be at least 1")
         return EXIT_USAGE
     try:
+        edge = edge_from_env()
+        token, tls = client_security(args, edge["auth_token"], edge["tls"])
+    except ValueError as exc:
+        errors.print(f"agentrt run: {exc}")
+        return EXIT_USAGE
+    try:
         task = read_task(sys.stdin.buffer) if args.task == "-" else args.task
     except argparse.ArgumentTypeError as exc:
         errors.print(f"agentrt run: {exc}")
@@ -395,7 +404,7 @@ def run_command(args: argparse.Namespace) -> int:
     )
     runs_addr = args.runs_addr or env("RUNS_ADDR", f"127.0.0.1:{DEFAULT_PORTS['runs']}")
     approver = terminal_approver(console, args.approve_all, sys.stdin.isatty() and sys.stdout.isatty())
-    return asyncio.run(_run(runs_addr, request, console, errors, approver))
+    return asyncio.run(_run(runs_addr, request, console, errors, approver, token, tls))
 
 
 async def _run(
@@ -404,8 +413,10 @@ async def _run(
     console: Console,
     errors: Console,
     approver: Approver,
+    token: str,
+    tls: TlsConfig,
 ) -> int:
-    client = MeshClient(runs=runs_addr, token=env("AUTH_TOKEN", ""), tenant=env("TENANT", ""))
+    client = MeshClient(runs=runs_addr, token=token, tenant=env("TENANT", ""), tls=tls)
     try:
         outcome = await follow_run(client, request, console, approver)
     except grpc.aio.AioRpcError as exc:

@@ -6,8 +6,8 @@ logging on stderr, and runs `serve(config)` until SIGTERM/SIGINT drains it.
 
 Exit status: 0 after a clean drain; `EXIT_PORT_TAKEN` (98, like EADDRINUSE) when the port
 cannot be bound, so `agentrt up` can tell a taken port from a crash; 2 for a bad flag or
-`AGENTRT_*` value (a port outside 1..65535, a database URL of another driver); 1 on any
-other startup failure.
+`AGENTRT_*` value (a port outside 1..65535, a database URL of another driver, a TLS or
+token file that cannot be read or parsed); 1 on any other startup failure.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 from agentrt.cli.args import check_db_url, db_url, port_number
+from agentrt.cli.tls import add_server_flags, apply_server_flags
 from agentrt.mesh.config import env
 
 #: The five services, in the order `agentrt up` lists them.
@@ -82,6 +83,7 @@ def add_parser(subparsers: Any) -> None:
             metavar="HOST:PORT",
             help=f"address of the {peer} service (default AGENTRT_{peer.upper()}_ADDR)",
         )
+    add_server_flags(p)
     p.set_defaults(func=run_serve)
 
 
@@ -147,6 +149,7 @@ def run_serve(args: argparse.Namespace) -> int:
     peers = {name: getattr(args, f"{name}_addr") for name in SERVICES}
     try:
         config = build_config(args.service, args.port, args.db, args.host, peers)
+        config = dataclasses.replace(config, server=apply_server_flags(args, config.server))
     except ValueError as exc:
         # A bad AGENTRT_* value (config validation): a usage error, not a crash.
         print(f"agentrt serve {args.service}: {exc}", file=sys.stderr)

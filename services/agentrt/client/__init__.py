@@ -9,7 +9,7 @@
   token and the tenant (`metadata.py`).
 """
 
-from agentrt.client.channels import MeshClient, open_channel
+from agentrt.client.channels import MeshClient, grpc_target, open_channel
 from agentrt.client.errors import AgentrtError, to_agentrt_error
 from agentrt.client.events import Reconnect, follow_events
 from agentrt.client.facade import AgentrtClient
@@ -20,6 +20,7 @@ __all__ = [
     "MeshClient",
     "Reconnect",
     "follow_events",
+    "grpc_target",
     "open_channel",
     "to_agentrt_error",
 ]

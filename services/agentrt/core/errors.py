@@ -91,6 +91,7 @@ class Reason(enum.StrEnum):
     PROVIDER_NOT_CONFIGURED = "PROVIDER_NOT_CONFIGURED"  # FAILED_PRECONDITION: no key/URL/model file
     # Auth
     UNAUTHENTICATED = "UNAUTHENTICATED"
+    TENANT_NOT_ALLOWED = "TENANT_NOT_ALLOWED"  # PERMISSION_DENIED: a tenant-bound token named another tenant
     # Anything else
     INTERNAL = "INTERNAL"
     MALFORMED_ARCHIVE = "MALFORMED_ARCHIVE"  # INVALID_ARGUMENT: an upload that is not a usable tar

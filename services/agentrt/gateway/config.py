@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from agentrt.gateway.limiter_rules import BACKENDS, LimiterSettings, parse_families
-from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, env
+from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
 
 #: Sent when a base URL is configured without a key (emulators, local compatible servers).
 PLACEHOLDER_API_KEY = "agentrt-no-key"
@@ -114,7 +114,7 @@ class GatewayConfig:
     def from_env(cls, port: int | None = None, db_url: str | None = None) -> GatewayConfig:
         """Build from flags, falling back to environment variables.
 
-        Reads AGENTRT_GATEWAY_PORT, AGENTRT_HOST, AGENTRT_AUTH_TOKEN, AGENTRT_STATE_DIR,
+        Reads AGENTRT_GATEWAY_PORT, AGENTRT_HOST, the security settings of `edge_from_env`, AGENTRT_STATE_DIR,
         AGENTRT_OPENAI_BASE_URL, AGENTRT_OPENAI_API_KEY (else OPENAI_API_KEY),
         AGENTRT_OPENAI_MODEL, AGENTRT_OPENAI_CHAT_BASE_URL (else the OpenAI base URL),
         AGENTRT_OPENAI_CHAT_API_KEY (else the OpenAI key), AGENTRT_OPENAI_CHAT_MODEL,
@@ -140,7 +140,7 @@ class GatewayConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("GATEWAY_PORT", str(DEFAULT_PORTS["gateway"]))),
                 db_url=db_url or env("GATEWAY_DB", ""),
-                auth_token=env("AUTH_TOKEN", ""),
+                **edge_from_env(),
                 state_dir=env("STATE_DIR", ".agentrt"),
             ),
             openai=_remote(

@@ -1,8 +1,11 @@
 """The server interceptor every service installs: auth, tenant, size bound, errors.
 
 For each RPC (health and reflection excepted, so probes need no token) it:
-- checks the bearer token when the service has one (UNAUTHENTICATED otherwise);
-- reads the tenant from `x-agentrt-tenant` (INVALID_ARGUMENT/INVALID_ID when malformed);
+- checks the bearer token when the service has one, the shared token or one of a token
+  file's (UNAUTHENTICATED otherwise);
+- takes the tenant from the token when the token is bound to one (a header naming another
+  tenant: PERMISSION_DENIED/TENANT_NOT_ALLOWED), else from `x-agentrt-tenant`
+  (INVALID_ARGUMENT/INVALID_ID when malformed; "default" when absent);
 - turns a request that could not be parsed into INVALID_ARGUMENT instead of gRPC's INTERNAL:
   reason INVALID_UTF8 for a string field that is not UTF-8, MALFORMED_REQUEST otherwise;
 - refuses a request larger than the configured bound (INVALID_ARGUMENT/REQUEST_TOO_LARGE);
@@ -13,7 +16,6 @@ For each RPC (health and reflection excepted, so probes need no token) it:
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -23,6 +25,7 @@ from google.protobuf.message import DecodeError
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
 from agentrt.mesh.context import DEFAULT_TENANT, TENANT_HEADER, reset_tenant, set_tenant, valid_tenant
+from agentrt.mesh.security import ANY_TENANT, TokenTable, identify
 from agentrt.mesh.status import to_grpc_status
 
 log = logging.getLogger("agentrt.mesh")
@@ -53,14 +56,22 @@ def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
 class MeshInterceptor(grpc.aio.ServerInterceptor):
     """Auth, tenant, request bound and error mapping for every RPC of a service."""
 
-    def __init__(self, *, auth_token: str = "", max_request_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        *,
+        auth_token: str = "",
+        tokens: TokenTable | None = None,
+        max_request_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
         """Create the interceptor.
 
         Args:
-            auth_token: the bearer token callers must send; "" disables auth.
+            auth_token: the shared bearer token (any tenant by header); "" = none.
+            tokens: tenant-bound bearer tokens; None = none. With neither, auth is off.
             max_request_bytes: largest request accepted, in bytes.
         """
-        self._token = auth_token.encode()
+        self._token = auth_token
+        self._tokens = tokens
         self._max = max_request_bytes
 
     async def intercept_service(
@@ -74,8 +85,7 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or method.startswith(_OPEN_PREFIXES):
             return handler
         metadata = {k: v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
-        failure = self._check_metadata(metadata)
-        tenant = metadata.get(TENANT_HEADER, DEFAULT_TENANT)
+        failure, tenant = self._check_metadata(metadata)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(handler.unary_unary, tenant, failure, method),
@@ -96,18 +106,35 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
             )
         return handler
 
-    def _check_metadata(self, metadata: dict[str, str]) -> MeshError | None:
-        if self._token:
+    def _check_metadata(self, metadata: dict[str, str]) -> tuple[MeshError | None, str]:
+        """Return (the call's failure or None, the call's tenant)."""
+        named = metadata.get(TENANT_HEADER)
+        tenant = named if named is not None else DEFAULT_TENANT
+        if self._token or self._tokens is not None:
             sent = metadata.get("authorization", "")
-            expected = b"Bearer " + self._token
-            if not hmac.compare_digest(sent.encode(), expected):
-                return MeshError(
-                    Status.UNAUTHENTICATED, Reason.UNAUTHENTICATED, "missing or wrong bearer token"
-                )
-        tenant = metadata.get(TENANT_HEADER, DEFAULT_TENANT)
+            bearer = sent[len("Bearer ") :] if sent.startswith("Bearer ") else ""
+            caller = identify(bearer, self._token, self._tokens)
+            if caller is None:
+                refused = "missing or wrong bearer token"
+                return MeshError(Status.UNAUTHENTICATED, Reason.UNAUTHENTICATED, refused), tenant
+            if caller.tenant != ANY_TENANT:
+                if named is not None and named != caller.tenant:
+                    return (
+                        MeshError(
+                            Status.PERMISSION_DENIED,
+                            Reason.TENANT_NOT_ALLOWED,
+                            f"this token may not act for the tenant named in {TENANT_HEADER}",
+                            {"field": TENANT_HEADER},
+                        ),
+                        caller.tenant,
+                    )
+                tenant = caller.tenant
         if not valid_tenant(tenant):
-            return invalid(Reason.INVALID_ID, f"malformed tenant in {TENANT_HEADER}", field=TENANT_HEADER)
-        return None
+            return (
+                invalid(Reason.INVALID_ID, f"malformed tenant in {TENANT_HEADER}", field=TENANT_HEADER),
+                DEFAULT_TENANT,
+            )
+        return None, tenant
 
     def _precheck(self, request: Any, failure: MeshError | None) -> MeshError | None:
         if failure is not None:

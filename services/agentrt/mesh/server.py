@@ -2,12 +2,18 @@
 
 Lifecycle of a `MeshServer`:
 1. `start()` binds the port (SO_REUSEPORT off, so a taken port is refused with
-   `PortInUseError`), starts serving with health NOT_SERVING, runs the service's `ready`
-   hook (open the database, create tables, connect peers), then marks every service
-   SERVING.
+   `PortInUseError`) — TLS when the config names a certificate (mTLS with `client_auth`),
+   plaintext otherwise — and, when `health_port` is set, a second plaintext port that
+   serves only grpc.health (the kubelet's gRPC probe speaks no TLS); starts serving with
+   health NOT_SERVING, makes the config's TLS files the identity of the process's channels
+   to its peers (`client.channels.use_process_tls`), runs the service's `ready` hook (open
+   the database, create tables, connect peers), then marks every service SERVING.
 2. `stop()` marks health NOT_SERVING (enter_graceful_shutdown), lets in-flight calls
-   finish for `grace_seconds`, then runs the `close` hook.
+   finish for `grace_seconds`, then runs the `close` hook; the health port closes last.
 `serve_forever()` does both around SIGTERM/SIGINT.
+
+Connections older than `max_connection_age_seconds` get a GOAWAY (calls in flight finish),
+so clients balancing over a DNS name re-resolve it and reach replicas added since.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from agentrt.client.channels import use_process_tls
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.interceptors import MeshInterceptor
+from agentrt.mesh.security import TokenTable, server_credentials
 
 log = logging.getLogger("agentrt.mesh")
 
@@ -58,13 +66,31 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
     interceptor's clear INVALID_ARGUMENT/REQUEST_TOO_LARGE.
     """
     hard = config.max_request_bytes * 2
-    return [
+    options = [
         ("grpc.so_reuseport", 0),
         ("grpc.max_receive_message_length", hard),
         ("grpc.max_send_message_length", hard),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
     ]
+    if config.max_connection_age_seconds > 0:
+        # No max_connection_age_grace: a long stream (StreamRunEvents) is never cut by it.
+        options.append(("grpc.max_connection_age_ms", int(config.max_connection_age_seconds * 1000)))
+    return options
+
+
+def _bind(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
+    """Add a port; return it. Raises PortInUseError when it cannot be bound."""
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError as exc:
+        raise PortInUseError(f"cannot listen on {address}: {exc}") from exc
+    if port == 0:
+        raise PortInUseError(f"cannot listen on {address}: the port is taken")
+    return port
 
 
 @dataclass
@@ -76,7 +102,9 @@ class MeshServer:
     ready: Hook | None = None
     close: Hook | None = None
     port: int = 0
+    health_port: int = 0
     _server: grpc.aio.Server | None = field(default=None, init=False)
+    _health_server: grpc.aio.Server | None = field(default=None, init=False)
     _health: health.aio.HealthServicer | None = field(default=None, init=False)
     _stopped: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
@@ -84,10 +112,17 @@ class MeshServer:
         """Bind, serve, run the ready hook, mark SERVING; return the bound port.
 
         Raises:
-            PortInUseError: the address is taken.
+            PortInUseError: the address (or the health port) is taken.
+            ValueError: the token file or the TLS files are malformed or unreadable.
         """
+        tokens = TokenTable.load(self.config.tokens_file) if self.config.tokens_file else None
+        credentials = server_credentials(self.config.tls) if self.config.tls.serves_tls else None
+        if not self.config.tls.serves_tls:
+            self.config.tls.check()
         interceptor = MeshInterceptor(
-            auth_token=self.config.auth_token, max_request_bytes=self.config.max_request_bytes
+            auth_token=self.config.auth_token,
+            tokens=tokens,
+            max_request_bytes=self.config.max_request_bytes,
         )
         server = grpc.aio.server(interceptors=[interceptor], options=server_options(self.config))
         self._health = health.aio.HealthServicer()
@@ -96,21 +131,31 @@ class MeshServer:
             binding.register(server)
         names = [b.full_name for b in self.services]
         reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-        try:
-            port = server.add_insecure_port(self.config.address)
-        except RuntimeError as exc:
-            raise PortInUseError(f"cannot listen on {self.config.address}: {exc}") from exc
-        if port == 0:
-            raise PortInUseError(f"cannot listen on {self.config.address}: the port is taken")
+        port = _bind(server, self.config.address, credentials)
+        if self.config.health_port:
+            probe = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self._health, probe)
+            self.health_port = _bind(probe, f"{self.config.host}:{self.config.health_port}", None)
+            self._health_server = probe
         self._server, self.port = server, port
         for name in ["", *names]:
             await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        use_process_tls(self.config.tls)
         await server.start()
+        if self._health_server is not None:
+            await self._health_server.start()
         if self.ready is not None:
             await self.ready()
         for name in ["", *names]:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("serving %s on %s:%d", ",".join(names), self.config.host, port)
+        log.info(
+            "serving %s on %s:%d (%s%s)",
+            ",".join(names),
+            self.config.host,
+            port,
+            "mTLS" if self.config.tls.client_auth else "TLS" if credentials else "plaintext",
+            f", health also on plaintext port {self.health_port}" if self.health_port else "",
+        )
         return port
 
     async def stop(self, grace: float | None = None) -> None:
@@ -124,6 +169,8 @@ class MeshServer:
             await self._server.stop(self.config.grace_seconds if grace is None else grace)
         if self.close is not None:
             await self.close()
+        if self._health_server is not None:
+            await self._health_server.stop(0)
 
     async def wait_stopped(self) -> None:
         """Return once stop() has begun."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, env
+from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
 from agentrt.mesh.db import sqlite_url
 
 DEFAULT_MODEL = "local:smollm2"
@@ -65,7 +65,7 @@ class RunsConfig:
         Reads AGENTRT_RUNS_PORT, AGENTRT_RUNS_DB (default: runs.db under the state dir),
         AGENTRT_GATEWAY_ADDR, AGENTRT_TOOLS_ADDR, AGENTRT_SESSIONS_ADDR, AGENTRT_TASKS_ADDR
         (default 127.0.0.1 on DEFAULT_PORTS), AGENTRT_DEFAULT_MODEL (default
-        "local:smollm2"), AGENTRT_STATE_DIR, AGENTRT_AUTH_TOKEN, AGENTRT_HOST,
+        "local:smollm2"), AGENTRT_STATE_DIR, the security settings of `edge_from_env`, AGENTRT_HOST,
         AGENTRT_RUNS_REPLICA_ID, AGENTRT_RUNS_LEASE_SECONDS and
         AGENTRT_RUNS_PEER_UNAVAILABLE_SECONDS (default 30).
         """
@@ -75,7 +75,7 @@ class RunsConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("RUNS_PORT", str(DEFAULT_PORTS["runs"]))),
                 db_url=db_url or env("RUNS_DB", sqlite_url(state_dir, "runs")),
-                auth_token=env("AUTH_TOKEN", ""),
+                **edge_from_env(),
                 state_dir=state_dir,
             ),
             gateway_address=_peer(gateway, "GATEWAY_ADDR", "gateway"),

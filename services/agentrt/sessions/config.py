@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, env
+from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
 from agentrt.mesh.db import sqlite_url
 
 
@@ -27,7 +27,7 @@ class SessionsConfig:
         """Build from flags, falling back to the environment.
 
         Reads AGENTRT_SESSIONS_PORT, AGENTRT_SESSIONS_DB (default: sessions.db under
-        AGENTRT_STATE_DIR), AGENTRT_STATE_DIR, AGENTRT_AUTH_TOKEN, AGENTRT_HOST and
+        AGENTRT_STATE_DIR), AGENTRT_STATE_DIR, the security settings of `edge_from_env`, AGENTRT_HOST and
         AGENTRT_SESSIONS_WATCH_POLL_SECONDS.
         """
         state_dir = env("STATE_DIR", ".agentrt")
@@ -36,7 +36,7 @@ class SessionsConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("SESSIONS_PORT", str(DEFAULT_PORTS["sessions"]))),
                 db_url=db_url or env("SESSIONS_DB", sqlite_url(state_dir, "sessions")),
-                auth_token=env("AUTH_TOKEN", ""),
+                **edge_from_env(),
                 state_dir=state_dir,
             ),
             watch_poll_seconds=float(env("SESSIONS_WATCH_POLL_SECONDS", "1.0")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, env
+from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,8 @@ class TasksConfig:
     ) -> TasksConfig:
         """Build from flags, falling back to the environment.
 
-        Variables: AGENTRT_TASKS_PORT, AGENTRT_TASKS_DB, AGENTRT_RUNS_ADDR, AGENTRT_AUTH_TOKEN,
-        AGENTRT_STATE_DIR, AGENTRT_HOST.
+        Variables: AGENTRT_TASKS_PORT, AGENTRT_TASKS_DB, AGENTRT_RUNS_ADDR, AGENTRT_STATE_DIR,
+        AGENTRT_HOST and the security settings of `edge_from_env`.
         """
         state_dir = env("STATE_DIR", ".agentrt")
         return cls(
@@ -34,7 +34,7 @@ class TasksConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("TASKS_PORT", str(DEFAULT_PORTS["tasks"]))),
                 db_url=db_url or env("TASKS_DB", ""),
-                auth_token=env("AUTH_TOKEN", ""),
+                **edge_from_env(),
                 state_dir=state_dir,
             ),
             runs_address=runs or env("RUNS_ADDR", f"127.0.0.1:{DEFAULT_PORTS['runs']}"),

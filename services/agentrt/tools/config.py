@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, env
+from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
 from agentrt.mesh.db import sqlite_url
 
 SANDBOX_BWRAP = "bwrap"
@@ -164,7 +164,7 @@ class ToolsConfig:
 
         Variables: AGENTRT_TOOLS_PORT, AGENTRT_TOOLS_DB,
         AGENTRT_WORKSPACE_ROOT, AGENTRT_SANDBOX (bwrap|unconfined), AGENTRT_TOOLS_TIMEOUT_SECONDS,
-        AGENTRT_TOOLS_MAX_OUTPUT_BYTES, AGENTRT_STATE_DIR, AGENTRT_AUTH_TOKEN, AGENTRT_HOST,
+        AGENTRT_TOOLS_MAX_OUTPUT_BYTES, AGENTRT_STATE_DIR, AGENTRT_HOST, `edge_from_env`'s settings,
         AGENTRT_TOOLS_POLICY_ALLOW and AGENTRT_TOOLS_POLICY_DENY (JSON arrays of patterns),
         AGENTRT_TOOLS_MAX_ARCHIVE_BYTES, AGENTRT_TOOLS_DOCKER_IMAGE, AGENTRT_TOOLS_DOCKER_HOST
         (else DOCKER_HOST), AGENTRT_TOOLS_DOCKER_OWNER.
@@ -181,7 +181,7 @@ class ToolsConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("TOOLS_PORT", str(DEFAULT_PORTS["tools"]))),
                 db_url=db_url or env("TOOLS_DB", sqlite_url(state_dir, "tools")),
-                auth_token=env("AUTH_TOKEN", ""),
+                **edge_from_env(),
                 state_dir=state_dir,
             ),
             workspace_root=env("WORKSPACE_ROOT", ""),

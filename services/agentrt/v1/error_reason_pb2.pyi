@@ -55,6 +55,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SANDBOX_FOREIGN: _ClassVar[ErrorReason]
     WORKSPACE_NOT_FOUND: _ClassVar[ErrorReason]
     WORKSPACE_NOT_WRITABLE: _ClassVar[ErrorReason]
+    TENANT_NOT_ALLOWED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 MISSING_FIELD: ErrorReason
 INVALID_ID: ErrorReason
@@ -104,3 +105,4 @@ MALFORMED_ARCHIVE: ErrorReason
 SANDBOX_FOREIGN: ErrorReason
 WORKSPACE_NOT_FOUND: ErrorReason
 WORKSPACE_NOT_WRITABLE: ErrorReason
+TENANT_NOT_ALLOWED: ErrorReason
