@@ -7,7 +7,7 @@ One model call, in order:
 2. validate the request whole (validation.py): nothing is sent for a bad request;
 3. reserve the input tokens with the limiter (waiting at most the request's
    max_queue_wait, default from config, and never past the caller's deadline): an exact
-   count where it is cheap or configured, else an upper bound (limiter_count.py);
+   count where it is cheap or configured, else an upper bound (limiter/count.py);
 4. call the adapter, retrying retryable errors (retry.py) within the deadline;
 5. settle the reservation with the reported input tokens, and tell the limiter whether
    the provider throttled the call (each 429, retried or not) or answered it.
@@ -27,7 +27,7 @@ from contextlib import suppress
 from agentrt.core.errors import MeshError, Reason, Status, invalid, precondition
 from agentrt.gateway.errors import ProviderError
 from agentrt.gateway.limiter import LimiterKey, OverBudget, Reservation, TokenLimiter
-from agentrt.gateway.limiter_count import input_token_bound
+from agentrt.gateway.limiter.count import input_token_bound
 from agentrt.gateway.provider import Call, Provider
 from agentrt.gateway.retry import RetryContext, RetryPolicy, log_retry, next_delay, with_retries
 from agentrt.gateway.validation import validate_request

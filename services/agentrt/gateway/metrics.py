@@ -55,7 +55,7 @@ from prometheus_client.registry import Collector
 
 from agentrt.core.errors import MeshError, Reason
 from agentrt.gateway.errors import ProviderError
-from agentrt.gateway.limiter_rules import BucketState
+from agentrt.gateway.limiter.rules import BucketState
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 

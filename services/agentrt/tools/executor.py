@@ -45,9 +45,10 @@ from agentrt.tools.config import ToolsConfig
 from agentrt.tools.patch import apply_patch
 from agentrt.tools.paths import PathRefused, resolve_dir
 from agentrt.tools.results import Outcome, ResultStatus, interrupted, refused
-from agentrt.tools.sandbox import CallerDeadline, CommandRequest, LocalSandbox
-from agentrt.tools.sandboxes import ExecContext, SandboxManager
-from agentrt.tools.shells import Shells
+from agentrt.tools.sandbox.local import LocalSandbox
+from agentrt.tools.sandbox.manager import SandboxManager
+from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, ExecContext
+from agentrt.tools.shell.pool import Shells
 from agentrt.tools.store import FINISHED, STARTED, CallKey, ExecRecord, ToolStore, utcnow
 
 log = logging.getLogger("agentrt.tools")

@@ -21,12 +21,13 @@ from google.protobuf import duration_pb2
 from agentrt.core.errors import Reason, invalid, missing
 from agentrt.core.policy import AGENT, SERVICE, CommandPolicy, PatternError, compile_policy, validate_patterns
 from agentrt.mesh.context import current_tenant
-from agentrt.tools.archive import Target, WorkspaceArchives
+from agentrt.tools.archive.transfer import Target, WorkspaceArchives
 from agentrt.tools.args import CallInput
 from agentrt.tools.catalog import ToolDef, builtin
 from agentrt.tools.executor import ExecuteInput, ToolExecutor
 from agentrt.tools.results import Outcome, ResultStatus
-from agentrt.tools.sandboxes import DOCKER, LOCAL, SandboxInfo, SandboxManager, SandboxSpec
+from agentrt.tools.sandbox.manager import SandboxManager
+from agentrt.tools.sandbox.spec import DOCKER, LOCAL, SandboxInfo, SandboxSpec
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
