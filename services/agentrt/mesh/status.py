@@ -2,7 +2,9 @@
 
 `to_rpc_status` builds a google.rpc.Status with an ErrorInfo (domain "agentrt.dev",
 the stable reason) and, when the error says when to retry, a RetryInfo. Clients read the
-reason with `reason_of(rpc_error)`.
+reason with `reason_of(rpc_error)`. What it answers is bounded as `core.errors` bounds an
+error (message and metadata in bytes), also for an error whose fields were changed after
+it was built, so no answer outgrows a default client's 8 KiB metadata limit.
 """
 
 from __future__ import annotations
@@ -12,7 +14,15 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from agentrt.core.errors import ERROR_DOMAIN, MeshError, Reason, Status
+from agentrt.core.errors import (
+    ERROR_DOMAIN,
+    MAX_MESSAGE_BYTES,
+    MeshError,
+    Reason,
+    Status,
+    bounded_metadata,
+)
+from agentrt.core.truncate import truncate
 
 _CODES: dict[Status, tuple[grpc.StatusCode, int]] = {
     Status.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, code_pb2.INVALID_ARGUMENT),
@@ -38,13 +48,16 @@ def grpc_code(status: Status) -> grpc.StatusCode:
 
 def to_rpc_status(err: MeshError) -> status_pb2.Status:
     """Build the google.rpc.Status (with ErrorInfo and optional RetryInfo) for err."""
-    info = error_details_pb2.ErrorInfo(reason=str(err.reason), domain=ERROR_DOMAIN, metadata=err.metadata)
+    info = error_details_pb2.ErrorInfo(
+        reason=truncate(str(err.reason), 63), domain=ERROR_DOMAIN, metadata=bounded_metadata(err.metadata)
+    )
     details = [_pack(info)]
     if err.retry_after_seconds is not None:
         secs = max(0.0, err.retry_after_seconds)
         delay = duration_pb2.Duration(seconds=int(secs), nanos=int((secs % 1) * 1e9))
         details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
-    return status_pb2.Status(code=_CODES[err.status][1], message=err.message, details=details)
+    message = truncate(str(err.message), MAX_MESSAGE_BYTES)
+    return status_pb2.Status(code=_CODES[err.status][1], message=message, details=details)
 
 
 def _pack(msg: object) -> any_pb2.Any:

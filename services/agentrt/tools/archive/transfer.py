@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt.core.errors import MeshError, Reason, invalid, missing
+from agentrt.core.errors import MeshError, Reason, invalid, missing, quote
 from agentrt.core.ids import valid_id
 from agentrt.tools.archive.tar import CHUNK_BYTES, Unpacked, open_target_dir, pack, relative_path, unpack
 from agentrt.tools.paths import Workspace
@@ -172,7 +172,9 @@ class WorkspaceArchives:
         if not (target.sandbox_id or target.workspace or target.run_id):
             raise missing("target")
         if target.run_id and not target.sandbox_id and not target.workspace and not valid_id(target.run_id):
-            raise invalid(Reason.INVALID_ID, f"malformed run_id {target.run_id!r}", field="target.run_id")
+            raise invalid(
+                Reason.INVALID_ID, f"malformed run_id {quote(target.run_id)}", field="target.run_id"
+            )
         base = relative_path(target.path, "target.path")
         ctx = await self._sandboxes.context_for(
             tenant, target.run_id, target.sandbox_id, target.workspace, create=create

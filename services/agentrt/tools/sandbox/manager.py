@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
 from typing import Any
 
-from agentrt.core.errors import Reason, invalid, not_found, precondition
+from agentrt.core.errors import Reason, invalid, not_found, precondition, quote
 from agentrt.core.ids import new_id, valid_id
 from agentrt.tools.config import CommandLimits, ToolsConfig
 from agentrt.tools.docker.backend import DockerSandbox
@@ -139,7 +139,8 @@ class SandboxManager:
             rec = await self._get(tenant, sandbox_id)
             if rec.state != RUNNING:
                 raise precondition(
-                    Reason.SANDBOX_STOPPED, f"sandbox {sandbox_id!r} is stopped; CreateSandbox resumes it"
+                    Reason.SANDBOX_STOPPED,
+                    f"sandbox {quote(sandbox_id)} is stopped; CreateSandbox resumes it",
                 )
             settings = json.loads(rec.settings_json)
             if rec.backend == DOCKER:  # its env is on the container (004 §2.7n)
@@ -169,10 +170,10 @@ class SandboxManager:
 
     async def _get(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         if not valid_id(sandbox_id):
-            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {sandbox_id!r}", field="sandbox_id")
+            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {quote(sandbox_id)}", field="sandbox_id")
         rec = await self.store.get_sandbox(tenant, sandbox_id)
         if rec is None:
-            raise not_found(Reason.SANDBOX_NOT_FOUND, f"sandbox {sandbox_id!r} not found")
+            raise not_found(Reason.SANDBOX_NOT_FOUND, f"sandbox {quote(sandbox_id)} not found")
         return rec
 
     async def create(self, tenant: str, spec: SandboxSpec) -> SandboxInfo:
@@ -205,7 +206,7 @@ class SandboxManager:
                 )
         for key, value in spec.env.items():
             if not _ENV_NAME.match(key) or "\x00" in value:
-                raise invalid(Reason.INVALID_VALUE, f"bad environment variable {key!r}", field="env")
+                raise invalid(Reason.INVALID_VALUE, f"bad environment variable {quote(key)}", field="env")
         limits = {
             "cpu_seconds": spec.cpu_seconds,
             "memory_bytes": spec.memory_bytes,
@@ -216,7 +217,7 @@ class SandboxManager:
             raise invalid(Reason.INVALID_VALUE, "limits must not be negative", field="limits")
         sandbox_id = spec.sandbox_id or new_id("sbx")
         if not valid_id(sandbox_id):
-            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {sandbox_id!r}", field="sandbox_id")
+            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {quote(sandbox_id)}", field="sandbox_id")
         owned = not spec.workspace
         path = (
             os.path.join(self.root, tenant, "sandboxes", sandbox_id)
@@ -277,7 +278,7 @@ class SandboxManager:
             MeshError: INVALID_ARGUMENT/MISSING_FIELD or INVALID_ID for a bad id.
         """
         if not valid_id(sandbox_id):
-            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {sandbox_id!r}", field="sandbox_id")
+            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {quote(sandbox_id)}", field="sandbox_id")
         rec = await self.store.get_sandbox(tenant, sandbox_id)
         if rec is None:
             return SandboxInfo(sandbox_id, LOCAL, ABSENT)
