@@ -78,4 +78,3 @@ async def test_escaped_lone_surrogates_are_normalized_on_the_way_in(env):
     clean = '{ "cmd" : "echo \\u00e9" }'
     kept = (await append(env.stub, "s", call("c2", arguments=clean), result("c2")))[0]
     assert kept.item.tool_call.arguments == clean
-
