@@ -31,7 +31,7 @@ import uuid
 
 from agentrt.core.errors import MeshError
 from agentrt.gateway.limiter import AdaptiveTokenLimiter, LimiterKey, LimiterSettings, build_limiter
-from agentrt.gateway.limiter_memory import MemoryStore
+from agentrt.gateway.limiter.memory import MemoryStore
 
 STORES = {
     "memory": "",

@@ -24,9 +24,9 @@ from agentrt.mesh.config import ServerConfig
 from agentrt.tools.config import CommandLimits, ToolsConfig
 from agentrt.tools.paths import open_workspace
 from agentrt.tools.server import build_server
-from agentrt.tools.shell_session import ShellCommand
-from agentrt.tools.shells import ShellPool
-from agentrt.tools.terminal import local_binaries, open_local
+from agentrt.tools.shell.pool import ShellPool
+from agentrt.tools.shell.session import ShellCommand
+from agentrt.tools.shell.terminal import local_binaries, open_local
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc

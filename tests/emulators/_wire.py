@@ -23,6 +23,10 @@ def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
+def _response_id(reply: Reply, default: str) -> str:
+    return reply.response_id if reply.response_id is not None else default
+
+
 def _call_id(prefix: str, n: int, i: int, given: str | None) -> str:
     return given or f"{prefix}{hashlib.sha1(f'{n}:{i}'.encode()).hexdigest()[:16]}"
 
@@ -81,7 +85,7 @@ def responses_object(reply: Reply, model: str, n: int, *, status: str | None = N
     """Return the Responses API response object for a reply."""
     incomplete = reply.stop_reason == "max_tokens"
     return {
-        "id": f"resp_{n}",
+        "id": _response_id(reply, f"resp_{n}"),
         "object": "response",
         "created_at": int(time.time()),
         "status": status or ("incomplete" if incomplete else "completed"),
@@ -236,7 +240,7 @@ def chat_object(reply: Reply, model: str, n: int) -> dict[str, Any]:
             for i, tc in enumerate(reply.tool_calls)
         ]
     return {
-        "id": f"chatcmpl-{n}",
+        "id": _response_id(reply, f"chatcmpl-{n}"),
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
@@ -248,7 +252,7 @@ def chat_object(reply: Reply, model: str, n: int) -> dict[str, Any]:
 def chat_chunks(reply: Reply, model: str, n: int, include_usage: bool) -> Events:
     """Return the SSE data lines of a streamed chat completion, ending with [DONE]."""
     base = {
-        "id": f"chatcmpl-{n}",
+        "id": _response_id(reply, f"chatcmpl-{n}"),
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
@@ -264,12 +268,13 @@ def chat_chunks(reply: Reply, model: str, n: int, include_usage: bool) -> Events
     for piece in _chunks(reply.text, reply.chunk_chars) if reply.text else []:
         lines.append(chunk({key: piece}))
     for i, tc in enumerate(reply.tool_calls):
+        index = 0 if reply.tool_index_zero else i
         lines.append(
             chunk(
                 {
                     "tool_calls": [
                         {
-                            "index": i,
+                            "index": index,
                             "id": _call_id("call_", n, i, tc.id),
                             "type": "function",
                             "function": {"name": tc.name, "arguments": ""},
@@ -279,7 +284,7 @@ def chat_chunks(reply: Reply, model: str, n: int, include_usage: bool) -> Events
             )
         )
         for piece in _chunks(tc.arguments, reply.chunk_chars) if tc.arguments else []:
-            lines.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+            lines.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
     if not reply.stream_cut:
         lines.append(chunk({}, _finish(reply)))
         if include_usage:
@@ -330,7 +335,7 @@ def anthropic_body(reply: Reply, model: str, n: int) -> str:
             raw[json.dumps(marker)] = args if _is_json_object(args) else "{}"
             block["input"] = marker
     message = {
-        "id": f"msg_{n}",
+        "id": _response_id(reply, f"msg_{n}"),
         "type": "message",
         "role": "assistant",
         "model": model,
@@ -358,7 +363,7 @@ def anthropic_events(reply: Reply, model: str, n: int) -> Events:
         {
             "type": "message_start",
             "message": {
-                "id": f"msg_{n}",
+                "id": _response_id(reply, f"msg_{n}"),
                 "type": "message",
                 "role": "assistant",
                 "model": model,

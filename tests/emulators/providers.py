@@ -94,6 +94,10 @@ class Reply:
             hangs up meanwhile is counted in `ProviderEmulator.aborted_requests`.
         redacted_thinking: Anthropic redacted_thinking data (a block before the text).
         encrypted_reasoning: OpenAI reasoning `encrypted_content` (with `thinking`).
+        response_id: the response's id on every API (Chat `id`, Responses `id`, Anthropic
+            message `id`); a fresh one when None. A compatible server may repeat one.
+        tool_index_zero: a Chat stream numbers every tool call `index` 0 (distinct ids), as
+            some compatible servers do for parallel calls.
     """
 
     text: str = ""
@@ -114,6 +118,8 @@ class Reply:
     reply_delay: float = 0.0
     redacted_thinking: str = ""
     encrypted_reasoning: str = ""
+    response_id: str | None = None
+    tool_index_zero: bool = False
 
     @property
     def stop_reason(self) -> str:

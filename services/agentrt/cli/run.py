@@ -354,7 +354,7 @@ def _tenant() -> str:
 def default_workspace(run_id: str) -> str:
     """Return where the tool service puts the files of a run started without a workspace.
 
-    The rule is the tool service's (tools/sandboxes.py): `<root>/<tenant>/runs/<run_id>`,
+    The rule is the tool service's (tools/sandbox/manager.py): `<root>/<tenant>/runs/<run_id>`,
     root = AGENTRT_WORKSPACE_ROOT or `<state-dir>/workspaces`. It is computed from this
     process's settings, which match those of an `agentrt up` started in the same directory
     with the same environment; "" when those settings do not parse.

@@ -5,6 +5,15 @@ error interceptor turns it into a gRPC status with a google.rpc.ErrorInfo detail
 RetryInfo for rate limits). The reason set is open: clients that meet an unknown reason
 fall back to the status code. Domain code raises these; it never imports grpc.
 Every reason is also a value of the proto enum `agentrt.v1.ErrorReason` (see `Reason`).
+
+Every error is bounded where it is built (`MeshError.__post_init__`), whatever it echoes:
+the message to MAX_MESSAGE_BYTES, each metadata value to MAX_METADATA_VALUE_BYTES and each
+key to MAX_METADATA_KEY_BYTES (UTF-8 bytes, cut on a character boundary with "…", seed 000
+Truncate), at most MAX_METADATA_ENTRIES entries. An answer's trailing metadata (the
+message, percent-encoded, plus the details, base64) then stays far below the 8 KiB a
+default gRPC client accepts, so a caller that sent a 5,000-character id reads its
+INVALID_ARGUMENT, not a RESOURCE_EXHAUSTED about metadata. `quote(value)` is how a message
+names what it echoes: a bounded prefix, repr-quoted.
 """
 
 from __future__ import annotations
@@ -12,7 +21,16 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from agentrt.core.truncate import truncate
+
 ERROR_DOMAIN = "agentrt.dev"
+#: Bounds of what one error carries, in bytes of UTF-8 (see the module docstring).
+MAX_MESSAGE_BYTES = 1024
+MAX_METADATA_VALUE_BYTES = 256
+MAX_METADATA_KEY_BYTES = 64
+MAX_METADATA_ENTRIES = 16
+#: Most bytes of an echoed value `quote` shows.
+QUOTE_BYTES = 64
 
 
 class Status(enum.StrEnum):
@@ -118,8 +136,29 @@ class MeshError(Exception):
     metadata: dict[str, str] = field(default_factory=dict)
     retry_after_seconds: float | None = None
 
+    def __post_init__(self) -> None:
+        self.message = truncate(str(self.message), MAX_MESSAGE_BYTES)
+        if len(self.metadata) > MAX_METADATA_ENTRIES or any(
+            len(k) > MAX_METADATA_KEY_BYTES // 4 or len(v) > MAX_METADATA_VALUE_BYTES // 4
+            for k, v in self.metadata.items()
+        ):
+            self.metadata = bounded_metadata(self.metadata)
+
     def __str__(self) -> str:
         return f"{self.status} {self.reason}: {self.message}"
+
+
+def bounded_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    """Return metadata cut to the bounds of the module docstring (first entries kept)."""
+    out: dict[str, str] = {}
+    for key, value in list(metadata.items())[:MAX_METADATA_ENTRIES]:
+        out[truncate(str(key), MAX_METADATA_KEY_BYTES)] = truncate(str(value), MAX_METADATA_VALUE_BYTES)
+    return out
+
+
+def quote(value: object, limit_bytes: int = QUOTE_BYTES) -> str:
+    """Return repr of value's text cut to limit_bytes bytes (a bounded prefix, "…" marking a cut)."""
+    return repr(truncate(str(value), limit_bytes))
 
 
 def invalid(reason: Reason | str, message: str, **metadata: str) -> MeshError:

@@ -9,9 +9,11 @@ user message, and consecutive messages of one role are merged, as the API requir
 Response mapping: text, thinking (with signature), redacted thinking, tool_use and raw
 blocks in order. A tool_use's arguments are cut from the response body's own bytes
 (`jsonspans`), or joined from the stream's `input_json_delta` fragments: the exact text.
-stop_reason: tool_use -> TOOL_USE; max_tokens -> MAX_TOKENS; refusal -> REFUSAL;
-model_context_window_exceeded -> CONTEXT_WINDOW_EXCEEDED (004 §2.5g: the run loop treats
-it as an overflow); end_turn, stop_sequence, pause_turn -> END_TURN. A stream must open
+stop_reason: tool_use -> TOOL_USE; max_tokens -> MAX_TOKENS (a truncation, never an
+overflow: 004 §2.7e); refusal -> REFUSAL; end_turn, stop_sequence, pause_turn -> END_TURN.
+model_context_window_exceeded (generation hit the context window mid-response) is not an
+answer but an overflow (004 §2.5g): the call fails INVALID_ARGUMENT/CONTEXT_OVERFLOW,
+carrying the marker, so compact-and-retry can recover where resending could not. A stream must open
 with message_start, close every block it opened, report a stop reason and end with
 message_stop; anything less is an error with no accepted response (seed 002 "Provider
 Capability Differences"). count_tokens is Anthropic's own estimate: PROVIDER_ESTIMATE.
@@ -34,7 +36,7 @@ import anthropic
 from agentrt.gateway import canonical as cn
 from agentrt.gateway import capabilities as caps
 from agentrt.gateway.config import ProviderSettings
-from agentrt.gateway.errors import classify, unavailable
+from agentrt.gateway.errors import classify, context_overflow, unavailable
 from agentrt.gateway.jsonspans import content_sources
 from agentrt.gateway.provider import (
     Call,
@@ -52,11 +54,12 @@ PROVIDER = "anthropic"
 #: Arguments sent as extra_body (see provider.sdk_kwargs); `messages` is required by the SDK.
 _HEAVY = ("messages", "system", "tools", "tool_choice", "output_config")
 _REQUIRED: dict[str, Any] = {"messages": []}
+#: The success-shaped overflow (004 §2.5g): raised as CONTEXT_OVERFLOW, never answered.
+_WINDOW_EXCEEDED = "model_context_window_exceeded"
 _STOPS = {
     "tool_use": c.STOP_REASON_TOOL_USE,
     "max_tokens": c.STOP_REASON_MAX_TOKENS,
     "refusal": c.STOP_REASON_REFUSAL,
-    "model_context_window_exceeded": c.STOP_REASON_CONTEXT_WINDOW_EXCEEDED,
     "end_turn": c.STOP_REASON_END_TURN,
     "stop_sequence": c.STOP_REASON_END_TURN,
     "pause_turn": c.STOP_REASON_END_TURN,
@@ -125,7 +128,7 @@ def _render_block(block: c.ContentBlock) -> dict[str, Any] | None:
             return {"type": "redacted_thinking", "data": th.data}
         return {"type": "thinking", "thinking": th.text, "signature": th.signature}
     if kind == "raw" and block.raw.provider == PROVIDER:
-        return dict(json.loads(block.raw.json))
+        return dict(cn.loads(block.raw.json))
     return None
 
 
@@ -161,7 +164,7 @@ def build_params(call: Call, default_max_tokens: int) -> dict[str, Any]:
         if choice is not None:
             params["tool_choice"] = choice
     if settings.output_json_schema:
-        schema = caps.closed_output_schema(json.loads(settings.output_json_schema))
+        schema = caps.closed_output_schema(cn.loads(settings.output_json_schema))
         params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     extra = caps.sampling(settings, accepted=not caps.anthropic_rejects_sampling(call.model))
     if extra:
@@ -192,7 +195,18 @@ def map_message(data: dict[str, Any], sources: list[tuple[str, str]]) -> c.Model
     Args:
         data: the parsed message.
         sources: per content block, (the block's exact JSON text, its `input` text or "").
+
+    Raises:
+        ProviderError: INVALID_ARGUMENT/CONTEXT_OVERFLOW for stop_reason
+            model_context_window_exceeded (004 §2.5g).
     """
+    if data.get("stop_reason") == _WINDOW_EXCEEDED:
+        raise context_overflow(
+            PROVIDER,
+            "the response stopped at the model's context window (stop_reason "
+            f"{_WINDOW_EXCEEDED}); compact the conversation",
+            provider_code=_WINDOW_EXCEEDED,
+        )
     resp = c.ModelResponse(
         response_id=data.get("id") or "", model=c.ModelRef(provider=PROVIDER, model=data.get("model") or "")
     )
@@ -239,7 +253,7 @@ def map_message(data: dict[str, Any], sources: list[tuple[str, str]]) -> c.Model
 
 def map_body(body: str) -> c.ModelResponse:
     """Map a non-streaming response body, keeping each tool_use input's exact text."""
-    return map_message(json.loads(body), content_sources(body))
+    return map_message(cn.clean(json.loads(body)), content_sources(body))
 
 
 class _EventAccumulator:
@@ -310,7 +324,7 @@ class _EventAccumulator:
         for index in sorted(self.blocks):
             block, joined = self.blocks[index], "".join(self.parts[index])
             if joined and block.get("type") != "tool_use":
-                block["input"] = json.loads(joined)
+                block["input"] = cn.loads(joined)
             if block.get("type") == "tool_use" and not joined:
                 joined = cn.dumps(block.get("input") or {})
             blocks.append(block)
@@ -359,7 +373,7 @@ class AnthropicMessagesProvider:
             events = await raw.parse(to=anthropic.AsyncStream[object])
             async with events:
                 async for event in events:
-                    for delta in acc.add(event if isinstance(event, dict) else {}):
+                    for delta in acc.add(cn.clean(event) if isinstance(event, dict) else {}):
                         yield delta
             final = acc.response()
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified

@@ -8,6 +8,11 @@ Invariants kept here for all providers:
   call ever executes"; 004 §2.7e). `finish()` enforces it for every adapter.
 - Tool-call ids rendered back to a provider satisfy its id pattern; the mapping is a pure
   function of the runtime's call id, so a tool_use and its tool_result always agree.
+- Nothing that is not Unicode crosses in either direction (issue 10 "Bad bytes"): what an
+  adapter parses from a provider goes through `clean` (a lone UTF-16 surrogate becomes
+  U+FFFD) and every argument or raw JSON text through `core.text.scrub_json` before it is
+  put in a message; JSON the request builders decode from a stored conversation goes
+  through `loads`, so a session that already holds such an escape can still be sent.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from agentrt.core.text import scrub, scrub_json, scrubbed
 from agentrt.v1 import common_pb2 as c
 
 #: Stop reasons whose tool calls are dropped.
@@ -27,14 +33,24 @@ _ID_BAD = re.compile(r"[^A-Za-z0-9_-]")
 _ID_MAX = 64
 
 
+def clean(value: Any) -> Any:
+    """Return parsed provider JSON with every lone surrogate replaced by U+FFFD (see module docstring)."""
+    return scrubbed(value)
+
+
+def loads(text: str) -> Any:
+    """Decode JSON a request builder replays, lone surrogates (raw or escaped) as U+FFFD."""
+    return scrubbed(json.loads(text))
+
+
 def text_block(text: str) -> c.ContentBlock:
     """Return a text block."""
-    return c.ContentBlock(text=c.TextBlock(text=text))
+    return c.ContentBlock(text=c.TextBlock(text=scrub(text)))
 
 
 def raw_block(provider: str, kind: str, raw_json: str) -> c.ContentBlock:
     """Return a block this build does not model, carried verbatim (004 §2.1b)."""
-    return c.ContentBlock(raw=c.RawBlock(provider=provider, type=kind, json=raw_json))
+    return c.ContentBlock(raw=c.RawBlock(provider=provider, type=kind, json=scrub_json(raw_json)))
 
 
 def tool_call_block(index: int, provider_id: str, name: str, arguments: str) -> c.ContentBlock:
@@ -47,8 +63,10 @@ def tool_call_block(index: int, provider_id: str, name: str, arguments: str) -> 
         arguments: the argument text exactly as received; "" when there was none.
 
     The call id defaults to the provider's id (made safe for every provider's id pattern),
-    or "call_<index>"; the run loop may mint its own stable id (seed 000).
+    or "call_<index>"; the run loop may mint its own stable id (seed 000). Lone surrogates
+    in the arguments (raw, or as JSON escapes) become U+FFFD; nothing else changes.
     """
+    provider_id, name, arguments = scrub(provider_id), scrub(name), scrub_json(arguments)
     call = c.ToolCall(
         call_id=safe_id(provider_id) if provider_id else f"call_{index}",
         name=name,
@@ -74,18 +92,19 @@ def is_json(text: str) -> bool:
 def render_args(call: c.ToolCall) -> str:
     """Return the argument string to replay for a recorded call (seed 000 render.Args).
 
-    The exact arguments when there were some; "{}" when there were none; an object
-    `{"invalid_json": ...}` (or `invalid_json_base64`) for arguments that were not JSON.
+    The exact arguments when there were some (an escaped lone surrogate, from a session
+    written before ingestion normalized them, as the escape of U+FFFD); "{}" when there were none; an
+    object `{"invalid_json": ...}` (or `invalid_json_base64`) for arguments that were not JSON.
     """
     if call.invalid_arguments:
         key = "invalid_json_base64" if call.invalid_arguments_base64 else "invalid_json"
         return json.dumps({key: call.invalid_arguments})
-    return call.arguments or "{}"
+    return scrub_json(call.arguments) or "{}"
 
 
 def args_object(call: c.ToolCall) -> dict[str, Any]:
-    """Return a recorded call's arguments as a JSON object (Anthropic's `input`)."""
-    value = json.loads(render_args(call))
+    """Return a recorded call's arguments as a JSON object (Anthropic's `input`); lone surrogates: U+FFFD."""
+    value = loads(render_args(call))
     return value if isinstance(value, dict) else {"invalid_json": call.arguments}
 
 
@@ -113,7 +132,7 @@ def tool_schema(spec: c.ToolSpec) -> dict[str, Any]:
     """Return a tool's parameter schema as an object (validated before any adapter runs)."""
     if not spec.parameters_json_schema:
         return {"type": "object", "properties": {}}
-    value = json.loads(spec.parameters_json_schema)
+    value = loads(spec.parameters_json_schema)
     return value if isinstance(value, dict) else {"type": "object", "properties": {}}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from agentrt.gateway.limiter_rules import BACKENDS, LimiterSettings, parse_families
+from agentrt.gateway.limiter.rules import BACKENDS, LimiterSettings, parse_families
 from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
 
 #: Sent when a base URL is configured without a key (emulators, local compatible servers).

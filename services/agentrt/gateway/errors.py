@@ -12,7 +12,14 @@ stream) into a `ProviderError`, a `MeshError` that also says whether a retry may
 | 401, 403                                          | UNAUTHENTICATED / PROVIDER_AUTHENTICATION | no        |
 
 Context overflow is detected from the provider's own words (004 §2.5g): a plain 400 is a
-malformed request, and treating it as an overflow would hide a bug behind compaction.
+malformed request, and treating it as an overflow would hide a bug behind compaction. The
+known wordings (`OVERFLOW_PATTERNS`, matched case-insensitively against the error's code
+and message) cover OpenAI, Anthropic, Azure, Gemini, vLLM / sglang, llama.cpp and other
+OpenAI-compatible servers.
+
+The gateway's own failure is never the provider's: a request the gateway could not encode
+(`UnicodeEncodeError`, say) is INTERNAL/INTERNAL with metadata `origin: gateway`, never
+retried, and nothing was sent (`encoding_failure`).
 Retry-After (`retry-after-ms`, then `retry-after` in seconds or as an HTTP date) becomes
 `retry_after_seconds`, so the caller gets a RetryInfo. Error events inside a stream (status
 200 with an error body) are classified by the body's type or code.
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,25 +40,48 @@ import openai
 
 from agentrt.core.errors import MeshError, Reason, Status
 
-#: Lower-cased fragments that mark a context-window overflow in a provider's error
-#: (OpenAI's context_length_exceeded family, Anthropic's "prompt is too long" and
-#: model_context_window_exceeded, and the wording of common OpenAI-compatible servers).
-OVERFLOW_MARKERS = (
-    "context_length_exceeded",
-    "maximum context length",
-    "context window",
-    "context_window",
-    "prompt is too long",
-    "model_context_window_exceeded",
-    "exceeds the context",
-    "exceed_context_size",
-    "exceeds the available context size",
-    "input is too long",
+#: What marks a context-window overflow in a provider's error code or message, as regular
+#: expressions searched in the lower-cased text. Examples of each, as the servers word them:
+OVERFLOW_PATTERNS = tuple(
+    re.compile(p)
+    for p in (
+        # OpenAI's context_length_exceeded family, "This model's maximum context length is
+        # 4096 tokens" (also vLLM, DeepSeek, Mistral, Ollama), "Please reduce the length of
+        # the messages" (OpenAI, Groq), "Your input exceeds the context window".
+        r"context_length_exceeded",
+        r"maximum context length",
+        r"context[ _]window",
+        r"reduce the length of the messages",
+        # Anthropic: "prompt is too long: 215017 tokens > 200000 maximum",
+        # model_context_window_exceeded; Bedrock: "Input is too long for requested model".
+        r"prompt is too long",
+        r"input is too long",
+        # llama.cpp: "the request exceeds the available context size"; others
+        # "exceeds the context", exceed_context_size.
+        r"exceeds? the (available )?context",
+        r"exceed_context_size",
+        # Azure: "Input tokens exceed the configured limit of 272000 tokens".
+        r"input tokens? exceeds? the configured limit",
+        # sglang / vLLM: "The input (5000 tokens) is longer than the model's context length
+        # (4096 tokens)", "The decoder prompt (length 5000) is longer than the maximum model
+        # length of 4096".
+        r"longer than the model'?s context length",
+        r"longer than the maximum model length",
+        # Gemini: "The input token count (1048577) exceeds the maximum number of tokens
+        # allowed (1048576)".
+        r"input token count.{0,40}exceeds the maximum number of tokens",
+        # Perplexity-style: "The total length of all messages is too long".
+        r"total length of (all )?(the )?messages (is|are) too long",
+    )
 )
 
 _RATE_TYPES = {"rate_limit_error", "rate_limit_exceeded", "requests", "tokens"}
 _UNAVAILABLE_TYPES = {"overloaded_error", "api_error", "server_error", "service_unavailable", "timeout_error"}
 _AUTH_TYPES = {"authentication_error", "permission_error", "invalid_api_key"}
+
+
+#: ErrorInfo metadata `origin` of a ProviderError the gateway caused itself.
+GATEWAY_ORIGIN = "gateway"
 
 
 @dataclass
@@ -79,9 +110,36 @@ def unavailable(provider: str, message: str, *, retryable: bool = True) -> Provi
 
 
 def is_overflow_text(text: str) -> bool:
-    """Return True when an error message or code names a context-window overflow."""
+    """Return True when an error message or code names a context-window overflow (any case)."""
     low = text.lower()
-    return any(marker in low for marker in OVERFLOW_MARKERS)
+    return any(p.search(low) for p in OVERFLOW_PATTERNS)
+
+
+def context_overflow(provider: str, message: str, **metadata: str) -> ProviderError:
+    """Build INVALID_ARGUMENT/CONTEXT_OVERFLOW (never retried: the same request fails the same way)."""
+    return ProviderError(
+        Status.INVALID_ARGUMENT,
+        Reason.CONTEXT_OVERFLOW,
+        f"{provider}: {message}",
+        {"provider": provider, **metadata},
+        provider=provider,
+    )
+
+
+def encoding_failure(provider: str, exc: BaseException) -> ProviderError:
+    """Build the gateway's own failure to encode a request for provider (not retried, nothing sent).
+
+    It is INTERNAL/INTERNAL with metadata `origin: gateway`: the metrics count it as the
+    gateway's (metrics.error_origin) and the limiter gives its reservation back.
+    """
+    return ProviderError(
+        Status.INTERNAL,
+        Reason.INTERNAL,
+        f"the gateway could not encode the request for {provider} ({type(exc).__name__}); nothing was sent",
+        {"provider": provider, "origin": GATEWAY_ORIGIN},
+        retryable=False,
+        provider=provider,
+    )
 
 
 def classify(exc: BaseException, provider: str) -> ProviderError:
@@ -96,6 +154,9 @@ def classify(exc: BaseException, provider: str) -> ProviderError:
     """
     if isinstance(exc, ProviderError):
         return exc
+    if isinstance(exc, UnicodeEncodeError):
+        # Raised while the SDK encoded our request body: ours, not the provider's.
+        return encoding_failure(provider, exc)
     if isinstance(exc, (openai.APIConnectionError, anthropic.APIConnectionError)):
         return unavailable(provider, f"{provider} could not be reached: {exc}")
     status = getattr(exc, "status_code", None)

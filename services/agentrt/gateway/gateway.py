@@ -7,7 +7,7 @@ One model call, in order:
 2. validate the request whole (validation.py): nothing is sent for a bad request;
 3. reserve the input tokens with the limiter (waiting at most the request's
    max_queue_wait, default from config, and never past the caller's deadline): an exact
-   count where it is cheap or configured, else an upper bound (limiter_count.py);
+   count where it is cheap or configured, else an upper bound (limiter/count.py);
 4. call the adapter, retrying retryable errors (retry.py) within the deadline;
 5. settle the reservation with the reported input tokens, and tell the limiter whether
    the provider throttled the call (each 429, retried or not) or answered it.
@@ -24,10 +24,10 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import suppress
 
-from agentrt.core.errors import MeshError, Reason, Status, invalid, precondition
-from agentrt.gateway.errors import ProviderError
+from agentrt.core.errors import MeshError, Reason, Status, invalid, precondition, quote
+from agentrt.gateway.errors import GATEWAY_ORIGIN, ProviderError
 from agentrt.gateway.limiter import LimiterKey, OverBudget, Reservation, TokenLimiter
-from agentrt.gateway.limiter_count import input_token_bound
+from agentrt.gateway.limiter.count import input_token_bound
 from agentrt.gateway.provider import Call, Provider
 from agentrt.gateway.retry import RetryContext, RetryPolicy, log_retry, next_delay, with_retries
 from agentrt.gateway.validation import validate_request
@@ -108,14 +108,15 @@ class ModelGateway:
         if name not in KNOWN_PROVIDERS:
             raise invalid(
                 Reason.UNKNOWN_PROVIDER,
-                f"unknown provider {name!r}; known: {', '.join(KNOWN_PROVIDERS)}",
+                f"unknown provider {quote(name)}; known: {', '.join(KNOWN_PROVIDERS)}",
                 field="model.provider",
             )
         provider = self._providers.get(name)
         if provider is None:
             raise precondition(
                 Reason.PROVIDER_NOT_CONFIGURED,
-                f"provider {name!r} is not configured on this gateway (no API key, base URL or model file)",
+                f"provider {quote(name)} is not configured on this gateway "
+                "(no API key, base URL or model file)",
                 provider=name,
             )
         return provider, model or provider.default_model
@@ -309,9 +310,11 @@ class ModelGateway:
         await self._limiter.record_outcome(reservation.key, rate_limited=False)
 
     async def _settle_failed(self, reservation: Reservation, err: MeshError) -> None:
-        # A refused call consumed no input tokens; one that failed in flight (5xx, timeout,
-        # broken stream) may have, so it keeps its reservation. A rate limit is feedback.
-        await self._limiter.settle(reservation, 0 if err.reason in _REFUSED else None)
+        # A refused call consumed no input tokens, nor did one the gateway could not encode;
+        # one that failed in flight (5xx, timeout, broken stream) may have, so it keeps its
+        # reservation. A rate limit is feedback.
+        unsent = err.reason in _REFUSED or err.metadata.get("origin") == GATEWAY_ORIGIN
+        await self._limiter.settle(reservation, 0 if unsent else None)
         if err.reason == Reason.RATE_LIMITED:
             await self._limiter.record_outcome(reservation.key, rate_limited=True)
 

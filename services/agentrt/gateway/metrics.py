@@ -54,8 +54,8 @@ from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 from prometheus_client.registry import Collector
 
 from agentrt.core.errors import MeshError, Reason
-from agentrt.gateway.errors import ProviderError
-from agentrt.gateway.limiter_rules import BucketState
+from agentrt.gateway.errors import GATEWAY_ORIGIN, ProviderError
+from agentrt.gateway.limiter.rules import BucketState
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 
@@ -338,8 +338,13 @@ def error_origin(err: MeshError) -> str:
     """Return "provider" for a provider's failure, "gateway" for the gateway's own refusal.
 
     An adapter's capability refusal is a ProviderError (see capabilities.unsupported) but
-    never reached the provider: it is the gateway's.
+    never reached the provider: it is the gateway's; so is a request the gateway could not
+    encode (errors.encoding_failure, metadata origin "gateway").
     """
-    if isinstance(err, ProviderError) and err.reason != Reason.UNSUPPORTED_CAPABILITY:
+    if (
+        isinstance(err, ProviderError)
+        and err.reason != Reason.UNSUPPORTED_CAPABILITY
+        and err.metadata.get("origin") != GATEWAY_ORIGIN
+    ):
         return "provider"
     return "gateway"

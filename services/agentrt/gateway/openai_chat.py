@@ -9,7 +9,9 @@ Response mapping: `message.content` -> text, `reasoning_content` (served by seve
 compatible servers) -> thinking, `tool_calls` -> tool_use with `function.arguments` exactly
 as sent, `refusal` -> refusal. finish_reason: "tool_calls" -> TOOL_USE, "length" ->
 MAX_TOKENS, "content_filter" or a refusal -> REFUSAL, else END_TURN. Streams accumulate
-the chunks' fragments; one that ends without a finish_reason is an error. Chat Completions
+the chunks' fragments, a tool call's per call id when the fragments carry ids (servers
+that number parallel calls all 0 stay apart) and per index otherwise; a stream that ends
+without a finish_reason is an error. Chat Completions
 has no token counter: CountTokens answers FAILED_PRECONDITION/TOKEN_COUNTING_UNSUPPORTED.
 OpenAI reasoning models (capabilities.py) get `max_completion_tokens` and no sampling
 parameters; structured output is sent as `response_format` json_schema, not strict, since
@@ -129,7 +131,7 @@ def build_params(call: Call) -> dict[str, Any]:
     if settings.output_json_schema:
         params["response_format"] = {
             "type": "json_schema",
-            "json_schema": {"name": "output", "schema": json.loads(settings.output_json_schema)},
+            "json_schema": {"name": "output", "schema": cn.loads(settings.output_json_schema)},
         }
     reasoning = caps.openai_reasoning_model(call.model)
     if settings.HasField("max_output_tokens"):
@@ -232,7 +234,11 @@ class _ChunkAccumulator:
         self.text: list[str] = []
         self.thinking: list[str] = []
         self.refusal: list[str] = []
-        self.calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+        #: the calls in the order they opened: [id, name, arguments]
+        self.calls: list[list[str]] = []
+        #: which call a fragment continues: by its id when it has one, else by its index
+        self._by_id: dict[str, int] = {}
+        self._by_index: dict[int, int] = {}
         self.finish = ""
         self.usage: dict[str, Any] = {}
 
@@ -261,22 +267,36 @@ class _ChunkAccumulator:
         return deltas
 
     def _add_call(self, tc: dict[str, Any]) -> g.StreamGenerateResponse:
-        index = tc.get("index", len(self.calls))
+        """Fold one tool-call fragment; return its delta (the call's position, name on its first).
+
+        A fragment carrying an id belongs to the call with that id, a new one when the id is
+        new, whatever its index (compatible servers number parallel calls 0, 0, ...);
+        one without an id continues the call last opened at its index, or opens one.
+        """
+        index = tc.get("index")
+        index = index if isinstance(index, int) else len(self.calls)
+        call_id = tc.get("id") or ""
         fn = tc.get("function") or {}
-        first = index not in self.calls
-        slot = self.calls.setdefault(index, ["", "", ""])
-        slot[0] = slot[0] or tc.get("id") or ""
+        position = self._by_id.get(call_id) if call_id else self._by_index.get(index)
+        first = position is None
+        if position is None:
+            position = len(self.calls)
+            self.calls.append([call_id, "", ""])
+            if call_id:
+                self._by_id[call_id] = position
+        self._by_index[index] = position
+        slot = self.calls[position]
         slot[1] = slot[1] or fn.get("name") or ""
         fragment = fn.get("arguments") or ""
         slot[2] += fragment
-        return tool_delta(list(self.calls).index(index), slot[1] if first else "", fragment)
+        return tool_delta(position, slot[1] if first else "", fragment)
 
     def response(self) -> c.ModelResponse:
         return _assemble(
             self.meta,
             thinking="".join(self.thinking),
             text="".join(self.text),
-            calls=[(s[0], s[1], s[2]) for _, s in sorted(self.calls.items())],
+            calls=[(s[0], s[1], s[2]) for s in self.calls],
             refusal="".join(self.refusal),
             finish=self.finish,
             usage=self.usage,
@@ -302,7 +322,7 @@ class OpenAIChatProvider:
             raw = await self._client.chat.completions.with_raw_response.create(
                 **sdk_kwargs(params, _HEAVY, _REQUIRED), timeout=call.timeout_seconds
             )
-            data = json.loads(raw.text)
+            data = cn.clean(json.loads(raw.text))
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
             raise classify(exc, PROVIDER) from exc
         return map_completion(data)
@@ -320,7 +340,7 @@ class OpenAIChatProvider:
             chunks = raw.parse(to=openai.AsyncStream[object])
             async with chunks:
                 async for chunk in chunks:
-                    for delta in acc.add(chunk if isinstance(chunk, dict) else {}):
+                    for delta in acc.add(cn.clean(chunk) if isinstance(chunk, dict) else {}):
                         yield delta
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
             raise classify(exc, PROVIDER) from exc

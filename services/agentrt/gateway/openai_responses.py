@@ -98,7 +98,7 @@ def _render_user(blocks: Any, items: list[dict[str, Any]]) -> None:
             )
         elif kind == "raw" and block.raw.provider == PROVIDER:
             flush()
-            items.append(json.loads(block.raw.json))
+            items.append(cn.loads(block.raw.json))
     flush()
 
 
@@ -118,7 +118,7 @@ def _render_assistant(blocks: Any, items: list[dict[str, Any]]) -> None:
                 }
             )
         elif kind == "raw" and block.raw.provider == PROVIDER:
-            item = json.loads(block.raw.json)
+            item = cn.loads(block.raw.json)
             # With store=false a reasoning item can only be replayed with its encrypted content.
             if item.get("type") != "reasoning" or item.get("encrypted_content"):
                 items.append(item)
@@ -158,7 +158,7 @@ def build_params(call: Call) -> dict[str, Any]:
             "format": {
                 "type": "json_schema",
                 "name": "output",
-                "schema": caps.strict_output_schema(json.loads(settings.output_json_schema)),
+                "schema": caps.strict_output_schema(cn.loads(settings.output_json_schema)),
                 "strict": True,
             }
         }
@@ -267,7 +267,7 @@ class OpenAIResponsesProvider:
             raw = await self._client.responses.with_raw_response.create(
                 **sdk_kwargs(params, _HEAVY), timeout=call.timeout_seconds
             )
-            data = json.loads(raw.text)
+            data = cn.clean(json.loads(raw.text))
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
             raise classify(exc, PROVIDER) from exc
         return map_response(data)
@@ -294,7 +294,7 @@ class OpenAIResponsesProvider:
                 async for data in events:
                     if final is not None:
                         continue  # read to the end: a fully read response keeps its connection
-                    event: dict[str, Any] = data if isinstance(data, dict) else {}
+                    event: dict[str, Any] = cn.clean(data) if isinstance(data, dict) else {}
                     kind = event.get("type")
                     index, item = event.get("output_index", 0), _field(event, "item")
                     if kind == "response.output_text.delta":

@@ -6,6 +6,8 @@ schema and recorded tool-call arguments), JSON nested at most 64 deep. Tool name
 [a-zA-Z0-9_-]{1,64} and are unique; a tool's `parameters_json_schema` is a JSON object. An
 image carries exactly one of inline data (JPEG, PNG, GIF or WebP, its media type named) or
 an http(s)/data URL.
+Every Duration the request carries (max_queue_wait, at most a day; a tool's timeout; a
+recorded result's duration) is a well-formed one (`mesh.durations`).
 Every failure is INVALID_ARGUMENT with a stable reason and the offending field.
 
 `resolve_tenant` decides whom a call is charged to (metrics label and, with per-tenant
@@ -20,14 +22,17 @@ import json
 import re
 from typing import Any
 
-from agentrt.core.errors import MeshError, Reason, invalid, missing
+from agentrt.core.errors import MeshError, Reason, invalid, missing, quote
 from agentrt.mesh.context import DEFAULT_TENANT, TENANT_HEADER, valid_tenant
+from agentrt.mesh.durations import check_duration, seconds_of
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 MAX_VALUES = 100_000
 MAX_DEPTH = 64
+#: The longest admission wait a request may ask for, seconds (a day).
+MAX_QUEUE_WAIT_SECONDS = 86_400.0
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 #: Inline image types every remote provider accepts (OpenAI and Anthropic alike).
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -63,7 +68,7 @@ def resolve_tenant(body: str, caller: str) -> str:
     if caller != DEFAULT_TENANT and body != caller:
         raise invalid(
             Reason.INVALID_VALUE,
-            f"request.tenant {body!r} differs from the caller's {TENANT_HEADER} {caller!r}",
+            f"request.tenant {quote(body)} differs from the caller's {TENANT_HEADER} {quote(caller)}",
             field="request.tenant",
         )
     return body
@@ -76,8 +81,8 @@ def validate_request(request: g.ModelRequest) -> None:
         MeshError: INVALID_ARGUMENT with reason REQUEST_TOO_LARGE (bytes, values, depth;
             metadata `limit` says which), INVALID_JSON (a schema that is not a JSON object),
             MISSING_FIELD (no messages, a tool call without id or name), INVALID_VALUE
-            (bad role, empty block, bad image, bad tool name, bad setting, negative
-            max_queue_wait), INVALID_ID (a malformed `tenant`) or
+            (bad role, empty block, bad image, bad tool name, bad setting, a malformed,
+            negative or over-a-day max_queue_wait), INVALID_ID (a malformed `tenant`) or
             UNKNOWN_TOOL (a named tool choice that is not among the tools).
     """
     size = request.ByteSize()
@@ -91,10 +96,8 @@ def validate_request(request: g.ModelRequest) -> None:
         raise missing("messages")
     if request.tenant:
         resolve_tenant(request.tenant, DEFAULT_TENANT)
-    if request.HasField("max_queue_wait") and (
-        request.max_queue_wait.seconds < 0 or request.max_queue_wait.nanos < 0
-    ):
-        raise invalid(Reason.INVALID_VALUE, "max_queue_wait must not be negative", field="max_queue_wait")
+    if request.HasField("max_queue_wait"):
+        seconds_of(request.max_queue_wait, "max_queue_wait", max_seconds=MAX_QUEUE_WAIT_SECONDS)
     budget = _Budget()
     names = _validate_tools(request.tools, budget)
     _validate_messages(request.messages, budget)
@@ -177,6 +180,8 @@ def _validate_tools(tools: Any, budget: _Budget) -> set[str]:
         if spec.name in names:
             raise invalid(Reason.INVALID_VALUE, f"tool {spec.name!r} is declared twice", field=field)
         names.add(spec.name)
+        if spec.HasField("timeout"):
+            check_duration(spec.timeout, f"{field}.timeout")
         if spec.parameters_json_schema:
             parse_json_object(spec.parameters_json_schema, f"{field}.parameters_json_schema", budget)
     return names
@@ -207,8 +212,11 @@ def _validate_block(block: c.ContentBlock, field: str, budget: _Budget) -> None:
         if call.arguments:
             value = _parse(call.arguments, f"{field}.tool_use.arguments")
             _measure(value, f"{field}.tool_use.arguments", budget)
-    elif kind == "tool_result" and not block.tool_result.call_id:
-        raise missing(f"{field}.tool_result.call_id")
+    elif kind == "tool_result":
+        if not block.tool_result.call_id:
+            raise missing(f"{field}.tool_result.call_id")
+        if block.tool_result.HasField("duration"):
+            check_duration(block.tool_result.duration, f"{field}.tool_result.duration")
     elif kind == "image":
         _validate_image(block.image, f"{field}.image")
     elif kind == "raw" and block.raw.json:
@@ -255,7 +263,7 @@ def _validate_settings(settings: c.ModelSettings, names: set[str], budget: _Budg
     if choice.mode == c.TOOL_CHOICE_MODE_NAMED and choice.name not in names:
         raise invalid(
             Reason.UNKNOWN_TOOL,
-            f"tool_choice names {choice.name!r}, which is not among the tools",
+            f"tool_choice names {quote(choice.name)}, which is not among the tools",
             field="settings.tool_choice.name",
         )
     if choice.mode == c.TOOL_CHOICE_MODE_REQUIRED and not names:

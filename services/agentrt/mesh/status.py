@@ -3,7 +3,10 @@
 `to_rpc_status` builds a google.rpc.Status with an ErrorInfo (domain "agentrt.dev",
 the stable reason) and, when the error says when to retry, a RetryInfo. Clients read the
 reason with `reason_of(rpc_error)` (the string) or `reason_code_of(rpc_error)` (the value of
-the generated enum `agentrt.v1.ErrorReason`, the contract; docs/errors.md).
+the generated enum `agentrt.v1.ErrorReason`, the contract; docs/errors.md). What it answers
+is bounded as `core.errors` bounds an error (message and metadata in bytes), also for an
+error whose fields were changed after it was built, so no answer outgrows a default
+client's 8 KiB metadata limit.
 """
 
 from __future__ import annotations
@@ -15,7 +18,15 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from agentrt.core.errors import ERROR_DOMAIN, MeshError, Reason, Status
+from agentrt.core.errors import (
+    ERROR_DOMAIN,
+    MAX_MESSAGE_BYTES,
+    MeshError,
+    Reason,
+    Status,
+    bounded_metadata,
+)
+from agentrt.core.truncate import truncate
 from agentrt.v1 import error_reason_pb2
 
 _log = logging.getLogger(__name__)
@@ -52,13 +63,16 @@ def to_rpc_status(err: MeshError) -> status_pb2.Status:
     """
     if str(err.reason) not in CONTRACT_REASONS:
         _log.warning("error reason %r is not in agentrt.v1.ErrorReason", str(err.reason))
-    info = error_details_pb2.ErrorInfo(reason=str(err.reason), domain=ERROR_DOMAIN, metadata=err.metadata)
+    info = error_details_pb2.ErrorInfo(
+        reason=truncate(str(err.reason), 63), domain=ERROR_DOMAIN, metadata=bounded_metadata(err.metadata)
+    )
     details = [_pack(info)]
     if err.retry_after_seconds is not None:
         secs = max(0.0, err.retry_after_seconds)
         delay = duration_pb2.Duration(seconds=int(secs), nanos=int((secs % 1) * 1e9))
         details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
-    return status_pb2.Status(code=_CODES[err.status][1], message=err.message, details=details)
+    message = truncate(str(err.message), MAX_MESSAGE_BYTES)
+    return status_pb2.Status(code=_CODES[err.status][1], message=message, details=details)
 
 
 def _pack(msg: object) -> any_pb2.Any:

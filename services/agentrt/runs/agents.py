@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
 from agentrt.core.policy import PatternError, validate_patterns
+from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -150,8 +151,8 @@ def validate_agent(spec: pb.AgentSpec, *, require_name: bool, field: str = "agen
             f"{field}.limits.max_consecutive_error_turns must be >= -1",
             field=f"{field}.limits.max_consecutive_error_turns",
         )
-    if lim.HasField("time_budget") and (lim.time_budget.seconds < 0 or lim.time_budget.nanos < 0):
-        raise invalid(Reason.INVALID_VALUE, f"{field}.limits.time_budget must be >= 0", field=field)
+    if lim.HasField("time_budget"):
+        seconds_of(lim.time_budget, f"{field}.limits.time_budget")
     for name in ("recent_results", "result_max_bytes"):
         if getattr(spec, name) < 0:
             raise invalid(Reason.INVALID_VALUE, f"{field}.{name} must be >= 0", field=f"{field}.{name}")
@@ -246,12 +247,11 @@ def _validate_enums(spec: pb.AgentSpec, field: str) -> None:
         )
     for i, tool in enumerate(spec.tools):
         where = f"{field}.tools[{i}]"
-        if tool.HasField("timeout") and (tool.timeout.seconds < 0 or tool.timeout.nanos < 0):
-            raise invalid(Reason.INVALID_VALUE, f"{where}.timeout must be >= 0", field=f"{where}.timeout")
-        if tool.spec.HasField("timeout") and (tool.spec.timeout.seconds < 0 or tool.spec.timeout.nanos < 0):
-            raise invalid(
-                Reason.INVALID_VALUE, f"{where}.spec.timeout must be >= 0", field=f"{where}.spec.timeout"
-            )
+        # Durations: well formed, not negative, a tool's at most a day (mesh.durations).
+        if tool.HasField("timeout"):
+            seconds_of(tool.timeout, f"{where}.timeout", max_seconds=MAX_TOOL_TIMEOUT_SECONDS)
+        if tool.spec.HasField("timeout"):
+            seconds_of(tool.spec.timeout, f"{where}.spec.timeout", max_seconds=MAX_TOOL_TIMEOUT_SECONDS)
 
 
 def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.ToolSpec]) -> pb.AgentSpec:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -22,6 +23,8 @@ from collections.abc import AsyncIterator
 
 from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
+from agentrt.core.truncate import byte_len
+from agentrt.mesh.durations import check_duration
 from agentrt.runs.agents import snapshot, validate_agent
 from agentrt.runs.events import run_topic, session_topic
 from agentrt.runs.loop import Deps, RunExecutor
@@ -181,6 +184,7 @@ class RunManager:
         spec = await self._resolve_agent(tenant, req)
         if not req.input.strip():
             raise missing("input")
+        check_text_bytes(req.input, "input")
         if req.workspace and not req.workspace.startswith("/"):
             raise invalid(Reason.INVALID_VALUE, "workspace must be an absolute path", field="workspace")
         if len(req.idempotency_key) > 256:
@@ -276,6 +280,7 @@ class RunManager:
             raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
         if not req.decisions and not req.results:
             raise missing("decisions or results")
+        check_answers(req)
         answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
         waiting = {p.call.call_id for p in record.pending}
         answered = {d.call_id for d in answers.decisions} | {r.call_id for r in answers.results}
@@ -386,6 +391,7 @@ class RunManager:
         """
         if not req.text.strip():
             raise missing("text")
+        check_text_bytes(req.text, "text")
         kind = _INJECTION_KINDS.get(req.kind)
         if kind is None:
             raise invalid(Reason.INVALID_VALUE, "kind must be STEER, NEXT_TURN or FOLLOW_UP", field="kind")
@@ -427,3 +433,71 @@ class RunManager:
 
         return follow(self.deps.hub, session_topic(tenant, session.session_id), read_session, req.after_seq,
                       poll_seconds=self.poll_seconds)  # fmt: skip
+
+
+# -- request bounds (issue 10) ----------------------------------------------------------
+# What the session store would refuse at a save point (an entry over 3 MiB, an enum value
+# outside its enum, details that are not a JSON object, negative usage) is refused here,
+# when the request arrives, instead of failing the run afterwards.
+
+#: Most bytes of UTF-8 one text a request hands a run may hold (input, injected input, a
+#: client tool's result, a denial's message): the session store takes 3 MiB per entry.
+MAX_TEXT_BYTES = 2 * 1024 * 1024
+
+
+def check_text_bytes(text: str, field: str) -> None:
+    """Refuse text over MAX_TEXT_BYTES.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/REQUEST_TOO_LARGE naming `field`.
+    """
+    if len(text) * 4 > MAX_TEXT_BYTES and byte_len(text) > MAX_TEXT_BYTES:
+        raise invalid(
+            Reason.REQUEST_TOO_LARGE,
+            f"{field} is {byte_len(text)} bytes; a run takes at most {MAX_TEXT_BYTES} bytes of it",
+            field=field,
+        )
+
+
+def check_answers(req: pb.ResumeRunRequest) -> None:
+    """Refuse a ResumeRun whose decisions or results the session could not store.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT with REQUEST_TOO_LARGE (a text over MAX_TEXT_BYTES),
+            INVALID_VALUE (a status outside ToolResultStatus, negative nested usage, a
+            malformed duration) or INVALID_JSON (details_json not a JSON object).
+    """
+    for i, d in enumerate(req.decisions):
+        check_text_bytes(d.message, f"decisions[{i}].message")
+    for i, r in enumerate(req.results):
+        where = f"results[{i}]"
+        check_text_bytes(r.content + r.summary, f"{where}.content")
+        if r.status not in cpb.ToolResultStatus.values():
+            raise invalid(
+                Reason.INVALID_VALUE,
+                f"{where}.status {r.status} is not a ToolResultStatus",
+                field=f"{where}.status",
+            )
+        if r.details_json:
+            try:
+                details = json.loads(r.details_json)
+            except (ValueError, RecursionError):
+                details = None
+            if not isinstance(details, dict):
+                raise invalid(
+                    Reason.INVALID_JSON,
+                    f"{where}.details_json must be a JSON object",
+                    field=f"{where}.details_json",
+                )
+        if r.HasField("duration"):
+            check_duration(r.duration, f"{where}.duration")
+        usage = r.nested_usage
+        if (
+            min(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.reasoning_tokens)
+            < 0
+        ):
+            raise invalid(
+                Reason.INVALID_VALUE,
+                f"{where}.nested_usage must not be negative",
+                field=f"{where}.nested_usage",
+            )

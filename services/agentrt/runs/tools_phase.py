@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from agentrt.core.decide import Call
 from agentrt.core.errors import MeshError, Reason, Status, invalid
 from agentrt.core.policy import AGENT, check_exec_call, compile_policy
+from agentrt.core.truncate import byte_len, text_prefix
 from agentrt.runs.agents import EXEC_COMMAND
 from agentrt.runs.convert import call_out
 from agentrt.runs.peers import Peers
@@ -165,9 +166,11 @@ IN_PROGRESS_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
 IN_PROGRESS_ATTEMPTS = 120
 
 
-#: Output of one call passed on as tool_progressed events, in characters; the result keeps
-#: the (capped) whole either way, so a flood does not flood the run's event log.
-MAX_PROGRESS_CHARS = 64 * 1024
+#: Output of one call passed on as tool_progressed events, in bytes of UTF-8, the closing
+#: marker included (cut on a character boundary); the result keeps the (capped) whole
+#: either way, so a flood does not flood the run's event log.
+MAX_PROGRESS_BYTES = 64 * 1024
+_PROGRESS_MARK = "\n[... further output is in the result only ...]\n"
 
 ProgressSink = Callable[[str, str, str], None]
 
@@ -201,17 +204,18 @@ async def _execute(
 
 
 def _progress_relay(call_id: str, sink: ProgressSink) -> Callable[[tpb.ToolProgress], None]:
-    """Pass a call's chunks to sink until MAX_PROGRESS_CHARS, then one marker, then nothing."""
-    left = MAX_PROGRESS_CHARS
+    """Pass a call's chunks to sink until MAX_PROGRESS_BYTES (marker included), then nothing."""
+    left = MAX_PROGRESS_BYTES - byte_len(_PROGRESS_MARK)
 
     def relay(progress: tpb.ToolProgress) -> None:
         nonlocal left
-        if left <= 0:
+        if left < 0:
             return
-        text = progress.text[:left]
-        left -= len(text)
-        if left <= 0:
-            text += "\n[... further output is in the result only ...]\n"
+        text = text_prefix(progress.text, left)
+        left -= byte_len(text)
+        if text != progress.text:
+            text += _PROGRESS_MARK
+            left = -1
         if text:
             sink(call_id, progress.stream, text)
 
@@ -241,7 +245,7 @@ async def execute_calls(
         on_result: called with each result as it completes (for live events).
         on_progress: called with (call_id, stream, text) for output chunks of calls that
             change things (read-only calls finish quickly and stream nothing), at most
-            MAX_PROGRESS_CHARS per call (004 §2.7g).
+            MAX_PROGRESS_BYTES per call (004 §2.7g).
 
     Raises:
         MeshError: the tool service failed for a reason other than the call itself

@@ -15,7 +15,12 @@ Rules for items (the run loop writes this shape, see docs/services/sessions.md):
   non-JSON argument string would break every later model request of the session;
 - every enum anywhere in the item holds a value its enum defines (INVALID_ENTRY);
 - one entry is at most `MAX_ENTRY_BYTES` serialized (REQUEST_TOO_LARGE), so any stored
-  entry fits in a read response (`bounded_out`).
+  entry fits in a read response (`bounded_out`);
+- JSON text fields (a call's `arguments`, a result's `details_json`, `display.extra_json`,
+  `payload_json`) are normalized on the way in: an escape of a lone UTF-16 surrogate
+  (`\ud99c`: valid JSON, but no character) becomes `\ufffd` and nothing else changes
+  (`core.text.scrub_json`), so no stored entry can make a later model request unencodable
+  (issue 10 "Bad bytes").
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentrt.core.errors import Reason, invalid, precondition
+from agentrt.core.text import scrub_json
 from agentrt.sessions.domain import (
     ITEM,
     ITEM_MESSAGE,
@@ -122,6 +128,7 @@ def _item_facts(item: pb.Item, index: int) -> tuple[str, str, str]:
         return ITEM_MESSAGE, "", ""
     if kind == "tool_call":
         call = item.tool_call
+        call.arguments = scrub_json(call.arguments)
         check_json(call.arguments, f"{where}.tool_call.arguments")
         if call.arguments and call.invalid_arguments:
             raise invalid(
@@ -130,6 +137,7 @@ def _item_facts(item: pb.Item, index: int) -> tuple[str, str, str]:
                 field=f"{where}.tool_call",
             )
         return ITEM_TOOL_CALL, call.call_id, call.name
+    item.tool_result.details_json = scrub_json(item.tool_result.details_json)
     check_json(item.tool_result.details_json, f"{where}.tool_result.details_json", want_object=True)
     return ITEM_TOOL_RESULT, item.tool_result.call_id, item.tool_result.name
 
@@ -156,7 +164,8 @@ def entry_in(msg: pb.Entry, index: int) -> Entry:
     """Return the domain entry of a proto Entry sent by a caller.
 
     Storage-assigned fields (seq, parent_id, create_time) are ignored; entry_id is kept
-    (only ReplaceEntries honors it). Domain validation happens in the store.
+    (only ReplaceEntries honors it). Domain validation happens in the store. JSON text
+    fields are normalized (module docstring); `msg` itself may be changed so.
 
     Raises:
         MeshError: INVALID_ARGUMENT with INVALID_ENTRY (malformed item, enum value out of
@@ -178,7 +187,7 @@ def entry_in(msg: pb.Entry, index: int) -> Entry:
         item_bytes = msg.item.SerializeToString(deterministic=True)
     display = None
     if msg.HasField("display"):
-        display = Display(msg.display.title, msg.display.summary, msg.display.extra_json)
+        display = Display(msg.display.title, msg.display.summary, scrub_json(msg.display.extra_json))
     return Entry(
         kind=msg.kind,
         entry_id=msg.entry_id,
@@ -186,7 +195,7 @@ def entry_in(msg: pb.Entry, index: int) -> Entry:
         item_type=item_type,
         call_id=call_id,
         tool_name=tool_name,
-        payload_json=msg.payload_json,
+        payload_json=scrub_json(msg.payload_json),
         display=display,
         run_id=msg.run_id,
         turn=msg.turn,

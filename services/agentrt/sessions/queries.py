@@ -16,7 +16,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agentrt.core.errors import MeshError, Reason, not_found
+from agentrt.core.errors import MeshError, Reason, not_found, quote
 from agentrt.sessions.domain import Entry, Ref, SessionInfo
 from agentrt.sessions.models import EntryRow, MarkRow, SessionRow
 from agentrt.sessions.rows import entry_from_row, entry_values, session_from_row
@@ -32,7 +32,7 @@ def stale(ref: Ref, current: int) -> MeshError:
     """NOT_FOUND/STALE_GENERATION for a ref naming a dead incarnation."""
     return not_found(
         Reason.STALE_GENERATION,
-        f"session {ref.session_id!r} generation {ref.generation} is gone (current is {current})",
+        f"session {quote(ref.session_id)} generation {ref.generation} is gone (current is {current})",
         session_id=ref.session_id,
     )
 
@@ -40,7 +40,7 @@ def stale(ref: Ref, current: int) -> MeshError:
 def no_session(session_id: str, field: str = "session.session_id") -> MeshError:
     """NOT_FOUND/SESSION_NOT_FOUND for an id with no live session (for this tenant)."""
     return not_found(
-        Reason.SESSION_NOT_FOUND, f"session {session_id!r} not found", session_id=session_id, field=field
+        Reason.SESSION_NOT_FOUND, f"session {quote(session_id)} not found", session_id=session_id, field=field
     )
 
 
@@ -154,10 +154,10 @@ async def kinds_of(conn: AsyncConnection, tenant: str, session: Row, ids: Iterab
 
 async def responses_with_usage(
     conn: AsyncConnection, tenant: str, session: Row, response_ids: set[str]
-) -> list[str]:
-    """Return which of `response_ids` already have an entry carrying usage, sorted."""
+) -> list[tuple[str, int, str]]:
+    """Return the (run_id, turn, response_id) of stored entries carrying usage for `response_ids`, sorted."""
     result = await conn.execute(
-        sa.select(E.c.response_id)
+        sa.select(E.c.run_id, E.c.turn, E.c.response_id)
         .where(
             of(tenant, session["session_id"], session["generation"]),
             E.c.response_id.in_(response_ids),
@@ -165,7 +165,7 @@ async def responses_with_usage(
         )
         .distinct()
     )
-    return sorted(r[0] for r in result.all())
+    return sorted((r[0], int(r[1]), r[2]) for r in result.all())
 
 
 async def folds(conn: AsyncConnection, tenant: str, rows: Sequence[Row]) -> dict[str, tuple[int, int]]:

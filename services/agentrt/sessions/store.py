@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agentrt.core.errors import MeshError, Reason, Status, invalid, not_found
+from agentrt.core.errors import MeshError, Reason, Status, invalid, not_found, quote
 from agentrt.core.ids import new_id, valid_id
 from agentrt.sessions import queries as q
 from agentrt.sessions import tree
@@ -60,7 +60,7 @@ def _taken(session_id: str) -> MeshError:
     return MeshError(
         Status.ALREADY_EXISTS,
         Reason.SESSION_EXISTS,
-        f"session {session_id!r} already exists",
+        f"session {quote(session_id)} already exists",
         {"session_id": session_id},
     )
 
@@ -300,17 +300,23 @@ class SessionStore(SessionReads):
         kinds = await q.kinds_of(conn, tenant, session, targets)
         for target in sorted(targets):
             if target not in kinds:
-                raise not_found(Reason.ENTRY_NOT_FOUND, f"entry {target!r} not found", entry_id=target)
+                raise not_found(Reason.ENTRY_NOT_FOUND, f"entry {quote(target)} not found", entry_id=target)
             if kinds[target] == LEAF:
-                raise invalid(Reason.INVALID_ENTRY, f"entry {target!r} is a leaf move and cannot be a leaf")
-        responses = {e.response_id for e in entries if e.usage is not None and e.response_id}
-        taken = await q.responses_with_usage(conn, tenant, session, responses) if responses else []
+                raise invalid(
+                    Reason.INVALID_ENTRY, f"entry {quote(target)} is a leaf move and cannot be a leaf"
+                )
+        wanted = {usage_key(e) for e in entries if e.usage is not None and e.response_id}
+        responses = {key[2] for key in wanted}
+        stored = await q.responses_with_usage(conn, tenant, session, responses) if responses else []
+        taken = sorted(wanted & set(stored))
         if taken:
+            run_id, turn, response_id = taken[0]
             raise MeshError(
                 Status.FAILED_PRECONDITION,
                 Reason.USAGE_ALREADY_RECORDED,
-                f"usage of response {taken[0]!r} is already recorded in this session (004 §2.7f)",
-                {"response_id": taken[0]},
+                f"usage of response {quote(response_id)} (run {quote(run_id)}, turn {turn}) is already "
+                "recorded in this session (004 §2.7f)",
+                {"response_id": response_id, "run_id": run_id, "turn": str(turn)},
             )
 
     async def _check_kept(
@@ -321,7 +327,7 @@ class SessionStore(SessionReads):
         if unknown:
             raise invalid(
                 Reason.INVALID_ENTRY,
-                f"entry_id {unknown[0]!r} is not stored in this session; only carried-over entries "
+                f"entry_id {quote(unknown[0])} is not stored in this session; only carried-over entries "
                 "keep an id",
                 field="entries",
             )
@@ -365,7 +371,9 @@ class SessionStore(SessionReads):
                 log = await q.log(conn, tenant, source)
                 if leaf_entry_id and not any(e.entry_id == leaf_entry_id and e.kind != LEAF for e in log):
                     raise not_found(
-                        Reason.ENTRY_NOT_FOUND, f"entry {leaf_entry_id!r} not found", entry_id=leaf_entry_id
+                        Reason.ENTRY_NOT_FOUND,
+                        f"entry {quote(leaf_entry_id)} not found",
+                        entry_id=leaf_entry_id,
                     )
                 path = tree.branch(log, leaf_entry_id or None)
                 metadata = json.loads(source["metadata_json"] or "{}")
@@ -416,16 +424,29 @@ class SessionStore(SessionReads):
         return stored
 
 
+def usage_key(entry: Entry) -> tuple[str, int, str]:
+    """The model response an entry's usage belongs to: (run_id, turn, response_id).
+
+    004 §2.7f: one entry per response carries its usage. A provider's response id alone
+    does not name a response: compatible servers repeat ids (a constant one, or one per
+    connection), and a run's second turn would be refused as a double bill. A run writes
+    one response per turn, so the run and turn it names complete the key; a writer that
+    names neither (run_id "", turn 0) is keyed by the response id alone, as before.
+    """
+    return entry.run_id, entry.turn, entry.response_id
+
+
 def _check_usage_in_batch(entries: Sequence[Entry]) -> None:
     # 004 §2.7f: one entry per response carries its usage; a second would double the bill.
-    seen: set[str] = set()
+    seen: set[tuple[str, int, str]] = set()
     for index, entry in enumerate(entries):
         if entry.usage is None or not entry.response_id:
             continue
-        if entry.response_id in seen:
+        key = usage_key(entry)
+        if key in seen:
             raise invalid(
                 Reason.INVALID_ENTRY,
-                f"entries[{index}]: usage of response {entry.response_id!r} is already on another entry",
+                f"entries[{index}]: usage of response {quote(entry.response_id)} is already on another entry",
                 field=f"entries[{index}].usage",
             )
-        seen.add(entry.response_id)
+        seen.add(key)

@@ -3,7 +3,9 @@
 Rooms: `config` (environment), `server` (process), `servicer` (proto <-> domain),
 `executor` (one call, exactly once, through the journal), `catalog` (tool specs),
 `args` (lenient argument decoding), `files` + `patch` (in-process file tools), `paths`
-(workspace confinement), `sandbox` (bubblewrap command runner), `sandboxes` (sandbox
-lifecycle and workspaces), `output` (bounded capture), `results` (outcomes), `store` +
-`models` (journal and sandbox tables). See docs/services/tools.md.
+(workspace confinement), `output` (bounded capture), `results` (outcomes), `store` +
+`models` (journal and sandbox tables). Packages: `sandbox` (sandbox lifecycle,
+workspaces, the local bubblewrap backend), `docker` (the docker backend), `shell`
+(persistent named shells), `archive` (workspace upload and download). See
+docs/services/tools.md.
 """

@@ -1,10 +1,13 @@
-"""Lenient decoding of a call's argument string (004 §2.7l, §2.7h).
+r"""Lenient decoding of a call's argument string (004 §2.7l, §2.7h).
 
 Every failure raises `ArgError` whose text tells the model what to resend; the tools turn
 it into an is_error result, never a gRPC error, so the model's spelling slip costs one call,
 not the run. Optional string fields accept the zero-value sentinels null, 0 and false as
 "" (a non-strict backend fills an unused field with them); any other non-string refuses.
-Unknown keys are ignored (additionalProperties is not enforced locally, §2.7h).
+Unknown keys are ignored (additionalProperties is not enforced locally, §2.7h). A string
+holding an escape of a lone UTF-16 surrogate (`"\ud99c"`: valid JSON, but no character) is
+refused the same way, naming where it is, before any tool uses it: no file, command line or
+journal record can hold one.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from agentrt.core.text import lone_surrogate_path
 
 
 class ArgError(Exception):
@@ -44,7 +49,8 @@ def decode_object(call: CallInput) -> dict[str, Any]:
     """Return the call's arguments as a dict ({} when there were none).
 
     Raises:
-        ArgError: the arguments were not JSON, or not a JSON object.
+        ArgError: the arguments were not JSON, not a JSON object, or hold a string with a
+            lone surrogate.
     """
     if call.invalid_arguments:
         what = "bytes that are not UTF-8" if call.invalid_arguments_base64 else "text that is not valid JSON"
@@ -59,6 +65,12 @@ def decode_object(call: CallInput) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ArgError(
             f"The arguments of {call.name} must be a JSON object, not {type(value).__name__}. {_RESEND}"
+        )
+    where = lone_surrogate_path(value)
+    if where is not None:
+        raise ArgError(
+            f"The arguments of {call.name} hold a lone UTF-16 surrogate escape (such as \\ud99c) at "
+            f"{where!r}: it encodes no character. Resend the call with valid text there."
         )
     return value
 

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from agentrt.core.errors import MeshError, Reason, Status, invalid, missing, precondition
+from agentrt.core.errors import MeshError, Reason, Status, invalid, missing, precondition, quote
 from agentrt.core.ids import valid_id
 from agentrt.core.policy import CommandPolicy, check_exec_args
 from agentrt.tools import args as A
@@ -45,9 +45,10 @@ from agentrt.tools.config import ToolsConfig
 from agentrt.tools.patch import apply_patch
 from agentrt.tools.paths import PathRefused, resolve_dir
 from agentrt.tools.results import Outcome, ResultStatus, interrupted, refused
-from agentrt.tools.sandbox import CallerDeadline, CommandRequest, LocalSandbox
-from agentrt.tools.sandboxes import ExecContext, SandboxManager
-from agentrt.tools.shells import Shells
+from agentrt.tools.sandbox.local import LocalSandbox
+from agentrt.tools.sandbox.manager import SandboxManager
+from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, ExecContext
+from agentrt.tools.shell.pool import Shells
 from agentrt.tools.store import FINISHED, STARTED, CallKey, ExecRecord, ToolStore, utcnow
 
 log = logging.getLogger("agentrt.tools")
@@ -159,11 +160,13 @@ class ToolExecutor:
         if not inp.run_id:
             raise missing("run_id")
         if not valid_id(inp.run_id):
-            raise invalid(Reason.INVALID_ID, f"malformed run_id {inp.run_id!r}", field="run_id")
+            raise invalid(Reason.INVALID_ID, f"malformed run_id {quote(inp.run_id)}", field="run_id")
         if not inp.call.call_id:
             raise missing("call.call_id")
         if not valid_id(inp.call.call_id):
-            raise invalid(Reason.INVALID_ID, f"malformed call_id {inp.call.call_id!r}", field="call.call_id")
+            raise invalid(
+                Reason.INVALID_ID, f"malformed call_id {quote(inp.call.call_id)}", field="call.call_id"
+            )
         if not inp.call.name:
             raise missing("call.name")
         tool = BY_NAME.get(inp.call.name)
@@ -386,7 +389,7 @@ class ToolExecutor:
             if not value:
                 raise missing(name)
             if not valid_id(value):
-                raise invalid(Reason.INVALID_ID, f"malformed {name} {value!r}", field=name)
+                raise invalid(Reason.INVALID_ID, f"malformed {name} {quote(value)}", field=name)
         record = await self.store.get(CallKey(tenant, run_id, call_id))
         if record is None:
             return "absent", None

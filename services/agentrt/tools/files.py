@@ -20,6 +20,7 @@ import secrets
 import stat
 from typing import Any
 
+from agentrt.core.truncate import head_tail
 from agentrt.tools import args as A
 from agentrt.tools.output import marker
 from agentrt.tools.paths import PathRefused, Workspace, open_dir, resolve
@@ -35,7 +36,7 @@ def read_file(ws: Workspace, args: dict[str, Any], cap_bytes: int) -> Outcome:
     Args:
         ws: the workspace.
         args: {"path": string}.
-        cap_bytes: most bytes of content returned.
+        cap_bytes: most bytes of UTF-8 text returned, the marker of a cut included.
 
     Raises:
         ArgError: path missing or not a string.
@@ -50,29 +51,28 @@ def read_file(ws: Workspace, args: dict[str, Any], cap_bytes: int) -> Outcome:
             raise PathRefused(f"{logical!r} is not a regular file", "NOT_A_FILE")
         size = st.st_size
         if size <= cap_bytes:
-            data, dropped = _read(fd, 0, size), 0
+            head, tail = _read(fd, 0, size), b""
+            size = len(head)  # what was read is the whole file (it may have changed since fstat)
         else:
             half = cap_bytes // 2
-            data = _read(fd, 0, cap_bytes - half)
-            dropped = size - cap_bytes
+            head = _read(fd, 0, cap_bytes - half)
             tail = _read(fd, size - half, half)
     finally:
         os.close(fd)
     details = {"path": logical, "size_bytes": size}
-    if b"\x00" in data[:_BINARY_SNIFF]:
+    if b"\x00" in head[:_BINARY_SNIFF]:
         return Outcome(
             content=f"[{logical} is a binary file of {size} bytes; not shown]",
             summary=f"binary file {logical}",
             details=details,
         )
-    text = data.decode("utf-8", errors="replace")
-    if dropped:
-        text += marker(dropped) + tail.decode("utf-8", errors="replace")
+    # At most cap_bytes bytes of text, the marker included, cut on character boundaries.
+    text, truncated = head_tail(head, tail, size, cap_bytes, marker)
     return Outcome(
         content=text,
         summary=f"read {logical} ({size} bytes)",
         details=details,
-        output_truncated=bool(dropped),
+        output_truncated=truncated,
     )
 
 

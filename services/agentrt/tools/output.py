@@ -4,6 +4,9 @@ Invariants: a `CappedOutput` never holds more than `cap_bytes` bytes however muc
 to it; the first half of the cap is the head (kept as it arrived), the second half the most
 recent bytes. `text()` joins them with a marker naming how many bytes were dropped, so the
 model sees both how a command started and how it ended (004 §2.7k "head and live tail").
+The text is at most `cap_bytes` bytes of UTF-8, the marker included, cut on character
+boundaries (`core.truncate.head_tail`, seed 000 Truncate): the head is a prefix and the
+tail a suffix of the real output.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import codecs
 from collections import deque
 from collections.abc import Callable
 
+from agentrt.core.truncate import head_tail
+
 
 def marker(dropped_bytes: int) -> str:
-    """Return the line that stands where dropped output was."""
+    """Return the line that stands where dropped output was (dropped_bytes: bytes not shown)."""
     return f"\n[... {dropped_bytes} bytes of output dropped ...]\n"
 
 
@@ -37,8 +42,8 @@ class CappedOutput:
 
     @property
     def truncated(self) -> bool:
-        """True when some output was dropped."""
-        return self.dropped_bytes > 0
+        """True when `text()` leaves some of the output out."""
+        return self._bounded()[1]
 
     def feed(self, data: bytes) -> None:
         """Append data, dropping from the middle once the cap is reached."""
@@ -67,19 +72,13 @@ class CappedOutput:
                 self._tail_len -= excess
 
     def text(self) -> str:
-        """Return the kept output as UTF-8 text (invalid bytes replaced), marker included."""
-        head = bytes(self._head).decode("utf-8", errors="replace")
-        tail = b"".join(self._tail).decode("utf-8", errors="replace")
-        if self.truncated:
-            return head + marker(self.dropped_bytes) + tail
-        return head + tail
+        """Return the output as text of at most cap_bytes bytes, marker included (invalid bytes as U+FFFD)."""
+        return self._bounded()[0]
 
-
-def cap_text(data: bytes, cap_bytes: int) -> tuple[str, bool]:
-    """Return (text, truncated) for data bounded to cap_bytes the same way a capture is."""
-    out = CappedOutput(cap_bytes)
-    out.feed(data)
-    return out.text(), out.truncated
+    def _bounded(self) -> tuple[str, bool]:
+        return head_tail(
+            bytes(self._head), b"".join(self._tail), self.total_bytes, self._head_cap + self._tail_cap, marker
+        )
 
 
 class ProgressBudget:

@@ -16,8 +16,12 @@ Invariants:
   line and ends at the end of one), so `x = 1` never binds inside `max = 10`. The first
   match at or after the previous hunk's end is edited. Trailing whitespace is forgiven
   only when no exact match exists.
-- An @@ anchor binds the same way, with one tolerance: when no line equals it, the first
-  line whose stripped text equals the stripped anchor is taken.
+- An @@ anchor is the text after "@@ " exactly as written, indentation included, and
+  binds the same way: the first line at or after the previous hunk that equals it (trailing
+  whitespace forgiven) is taken. Only when no line does, a line whose stripped text equals
+  the stripped anchor is taken, and only when exactly one such line exists: with several
+  the patch fails naming them (an indented anchor never lands on a lookalike elsewhere).
+- The file must be UTF-8 text: a hunk never rewrites bytes it could not read.
 - All or nothing: every section is computed in memory first; a hunk that does not match
   fails the whole patch and no file is touched.
 - `*** Move to:` naming the section's own path is a plain update.
@@ -104,8 +108,9 @@ def parse(text: str) -> list[Section]:
         elif current.op == "delete":
             raise PatchError(f"line {number}: *** Delete File: takes no lines.")
         elif line.startswith("@@"):
-            anchor = line[2:].strip()
-            current.hunks.append(Hunk(anchor or None))
+            # "@@ anchor": one space separates; the rest is the anchor line as written.
+            anchor = line[3:] if line.startswith("@@ ") else line[2:]
+            current.hunks.append(Hunk(anchor if anchor.strip() else None))
         else:
             if not current.hunks:
                 current.hunks.append(Hunk(None))
@@ -141,15 +146,28 @@ def _find(lines: list[str], wanted: list[str], start: int, at_end: bool) -> int:
     return -1
 
 
-def _find_anchor(lines: list[str], anchor: str, start: int) -> int:
+def _find_anchor(lines: list[str], anchor: str, start: int, path: str, number: int) -> int:
+    """Index of the line the @@ anchor binds to at or after start (see the module docstring).
+
+    Raises:
+        PatchError: no line matches, or only stripped lookalikes and more than one of them.
+    """
+    exact = anchor.rstrip()
     for i in range(start, len(lines)):
-        if lines[i] == anchor:
+        if lines[i].rstrip() == exact:
             return i
     trimmed = anchor.strip()
-    for i in range(start, len(lines)):
-        if lines[i].strip() == trimmed:
-            return i
-    return -1
+    near = [i for i in range(start, len(lines)) if lines[i].strip() == trimmed]
+    if len(near) == 1:
+        return near[0]
+    if not near:
+        raise PatchError(f"{path}: hunk {number}: no line matches the @@ anchor {anchor!r}.")
+    shown = ", ".join(str(i + 1) for i in near[:10]) + (", ..." if len(near) > 10 else "")
+    raise PatchError(
+        f"{path}: hunk {number}: no line equals the @@ anchor {anchor!r}, and lines {shown} all "
+        "match it once indentation is ignored. Nothing was changed; resend the patch with the "
+        "anchor exactly as the file has it (its indentation included)."
+    )
 
 
 def apply_hunks(text: str, hunks: list[Hunk], path: str) -> str:
@@ -165,10 +183,7 @@ def apply_hunks(text: str, hunks: list[Hunk], path: str) -> str:
     cursor = 0
     for number, hunk in enumerate(hunks, start=1):
         if hunk.anchor is not None:
-            at = _find_anchor(lines, hunk.anchor, cursor)
-            if at < 0:
-                raise PatchError(f"{path}: hunk {number}: no line matches the @@ anchor {hunk.anchor!r}.")
-            cursor = at + 1
+            cursor = _find_anchor(lines, hunk.anchor, cursor, path, number) + 1
         if not hunk.old:
             index = len(lines) if (hunk.at_end or hunk.anchor is None) else cursor
         else:
@@ -217,7 +232,14 @@ def apply_patch(ws: Workspace, args: dict[str, Any]) -> Outcome:
             report.append(f"D {section.path}")
         else:
             _, data = read_bytes(ws, section.path, MAX_FILE_BYTES)
-            new = apply_hunks(data.decode("utf-8", errors="replace"), section.hunks, section.path)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise PatchError(
+                    f"{section.path} is not UTF-8 text (byte {exc.start}); apply_patch edits text "
+                    "files only. Nothing was changed."
+                ) from None
+            new = apply_hunks(text, section.hunks, section.path)
             writes.append((target or section.path, new.encode()))
             if target:
                 deletes.append(section.path)

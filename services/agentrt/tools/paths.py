@@ -23,9 +23,15 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentrt.core.errors import Reason, invalid, not_found
+from agentrt.core.errors import Reason, invalid, not_found, quote
 
 _MAX_SYMLINK_HOPS = 40
+#: Longest path accepted, and longest name in it, in bytes of UTF-8 (Linux PATH_MAX and
+#: NAME_MAX): longer ones could never be opened, and are refused before any syscall.
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+#: Most components of a path a tool or an archive names (DownloadWorkspace's own depth bound).
+MAX_PATH_DEPTH = 256
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -100,13 +106,17 @@ def _open_below(base: str, rel: str, create: bool) -> tuple[int, bool]:
         fd = os.open(base, _READ_DIR)
     except FileNotFoundError as exc:
         raise not_found(
-            Reason.WORKSPACE_NOT_FOUND, f"workspace {base!r} does not exist", field="workspace"
+            Reason.WORKSPACE_NOT_FOUND, f"workspace {quote(base, 256)} does not exist", field="workspace"
         ) from exc
     made = False
     try:
         for comp in comps:
             if comp == "..":
-                raise invalid(Reason.INVALID_VALUE, f"workspace {rel!r} leaves {base!r}", field="workspace")
+                raise invalid(
+                    Reason.INVALID_VALUE,
+                    f"workspace {quote(rel, 256)} leaves {quote(base, 256)}",
+                    field="workspace",
+                )
             made = False
             if create:
                 try:
@@ -119,13 +129,14 @@ def _open_below(base: str, rel: str, create: bool) -> tuple[int, bool]:
             except FileNotFoundError as exc:
                 raise not_found(
                     Reason.WORKSPACE_NOT_FOUND,
-                    f"workspace {os.path.join(base, rel)!r} does not exist",
+                    f"workspace {quote(os.path.join(base, rel), 256)} does not exist",
                     field="workspace",
                 ) from exc
             except OSError as exc:  # ELOOP (a symlink) or ENOTDIR
                 raise invalid(
                     Reason.INVALID_VALUE,
-                    f"workspace {os.path.join(base, rel)!r}: {comp!r} is a symlink or not a directory",
+                    f"workspace {quote(os.path.join(base, rel), 256)}: {quote(comp, 256)} is a symlink "
+                    "or not a directory",
                     field="workspace",
                 ) from exc
             os.close(fd)
@@ -151,18 +162,18 @@ def _open_leaf(path: str, create: bool) -> tuple[int, bool]:
             pass
         except OSError as exc:
             raise invalid(
-                Reason.INVALID_VALUE, f"workspace {path!r}: {exc.strerror}", field="workspace"
+                Reason.INVALID_VALUE, f"workspace {quote(path, 256)}: {exc.strerror}", field="workspace"
             ) from exc
     try:
         return os.open(path, _READ_DIR | os.O_NOFOLLOW), made
     except FileNotFoundError as exc:
         raise not_found(
-            Reason.WORKSPACE_NOT_FOUND, f"workspace {path!r} does not exist", field="workspace"
+            Reason.WORKSPACE_NOT_FOUND, f"workspace {quote(path, 256)} does not exist", field="workspace"
         ) from exc
     except OSError as exc:
         raise invalid(
             Reason.INVALID_VALUE,
-            f"workspace {path!r} is not a directory (or is a symlink)",
+            f"workspace {quote(path, 256)} is not a directory (or is a symlink)",
             field="workspace",
         ) from exc
 
@@ -247,14 +258,34 @@ class Resolved:
     exists: bool
 
 
+def _check_name(name: str) -> None:
+    size = len(name.encode("utf-8", "surrogateescape"))
+    if size > MAX_NAME_BYTES:
+        raise PathRefused(
+            f"the name {name[:40]!r}… is {size} bytes long; a file or directory name takes at most "
+            f"{MAX_NAME_BYTES} bytes",
+            "INVALID_PATH",
+        )
+
+
 def _components(workspace: str, user_path: str) -> list[str]:
     if "\x00" in user_path:
         raise PathRefused("path contains a NUL byte", "INVALID_PATH")
+    size = len(user_path.encode("utf-8", "surrogateescape"))
+    if size > MAX_PATH_BYTES:
+        raise PathRefused(
+            f"the path is {size} bytes long; a path takes at most {MAX_PATH_BYTES} bytes", "INVALID_PATH"
+        )
     if os.path.isabs(user_path):
         if not _inside(user_path, workspace):
             raise PathRefused(f"path {user_path!r} is outside the workspace")
         user_path = user_path[len(workspace) :]
-    return [c for c in user_path.split("/") if c not in ("", ".")]
+    parts = [c for c in user_path.split("/") if c not in ("", ".")]
+    if len(parts) > MAX_PATH_DEPTH:
+        raise PathRefused(
+            f"the path has {len(parts)} components; a path has at most {MAX_PATH_DEPTH}", "INVALID_PATH"
+        )
+    return parts
 
 
 def resolve(
@@ -272,7 +303,9 @@ def resolve(
         The parent descriptor and final name; the final name itself may not exist.
 
     Raises:
-        PathRefused: the path escapes, loops, or crosses a non-directory.
+        PathRefused: the path escapes, loops, crosses a non-directory, or is longer than
+            MAX_PATH_BYTES, deeper than MAX_PATH_DEPTH, or holds a name longer than
+            MAX_NAME_BYTES: reason INVALID_PATH.
     """
     pending = _components(ws.path, user_path)
     root_fd = os.open(ws.path, _DIR_FLAGS)
@@ -284,6 +317,7 @@ def resolve(
             comp = pending.pop(0)
             if comp == ".":
                 continue
+            _check_name(comp)
             if comp == "..":
                 if not names:
                     raise PathRefused(f"path {user_path!r} is outside the workspace")

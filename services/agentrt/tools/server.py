@@ -21,8 +21,8 @@ from agentrt.tools.config import SANDBOX_UNCONFINED, ToolsConfig
 from agentrt.tools.executor import ToolExecutor
 from agentrt.tools.migrate import upgrade
 from agentrt.tools.paths import open_workspace
-from agentrt.tools.sandbox import LocalSandbox
-from agentrt.tools.sandboxes import SandboxManager
+from agentrt.tools.sandbox.local import LocalSandbox
+from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.servicer import ToolServicer
 from agentrt.tools.store import ToolStore
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc

@@ -21,12 +21,14 @@ from google.protobuf import duration_pb2
 from agentrt.core.errors import Reason, invalid, missing
 from agentrt.core.policy import AGENT, SERVICE, CommandPolicy, PatternError, compile_policy, validate_patterns
 from agentrt.mesh.context import current_tenant
-from agentrt.tools.archive import Target, WorkspaceArchives
+from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
+from agentrt.tools.archive.transfer import Target, WorkspaceArchives
 from agentrt.tools.args import CallInput
 from agentrt.tools.catalog import ToolDef, builtin
 from agentrt.tools.executor import ExecuteInput, ToolExecutor
 from agentrt.tools.results import Outcome, ResultStatus
-from agentrt.tools.sandboxes import DOCKER, LOCAL, SandboxInfo, SandboxManager, SandboxSpec
+from agentrt.tools.sandbox.manager import SandboxManager
+from agentrt.tools.sandbox.spec import DOCKER, LOCAL, SandboxInfo, SandboxSpec
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
@@ -129,7 +131,11 @@ def _input(request: pb.ExecuteToolRequest, service_policy: CommandPolicy) -> Exe
         ),
         sandbox_id=request.sandbox_id,
         workspace=request.workspace,
-        timeout_seconds=request.timeout.ToNanoseconds() / 1e9 if request.HasField("timeout") else 0.0,
+        timeout_seconds=(
+            seconds_of(request.timeout, "timeout", max_seconds=MAX_TOOL_TIMEOUT_SECONDS)
+            if request.HasField("timeout")
+            else 0.0
+        ),
         max_output_bytes=request.max_output_bytes,
         command_policies=tuple(policies),
     )

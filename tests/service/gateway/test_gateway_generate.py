@@ -89,15 +89,32 @@ async def test_context_overflow_is_not_a_plain_bad_request(gateway, emu, provide
 
 
 async def test_context_window_stop(gateway, emu, provider):
+    # Anthropic's success-shaped model_context_window_exceeded is an overflow, never an
+    # answer or a truncation (004 §2.5g, issue 9); OpenAI's is its 400 error.
     emu.script([Reply(text="The answer is", stop="context_window")])
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await gateway.Generate(generate(provider))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason_of(info.value) == "CONTEXT_OVERFLOW"
     if provider == "anthropic":
-        r = (await gateway.Generate(generate(provider))).response
-        assert r.stop_reason == c.STOP_REASON_CONTEXT_WINDOW_EXCEEDED
-        assert r.provider_stop_reason == "model_context_window_exceeded"
-    else:
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await gateway.Generate(generate(provider))
-        assert reason_of(info.value) == "CONTEXT_OVERFLOW"
+        assert details_of(info.value)[1]["provider_code"] == "model_context_window_exceeded"
+    assert len(emu.requests) == 1  # never retried: the same request stops at the same wall
+
+
+async def test_truncated_response_is_never_an_overflow(gateway, emu, provider):
+    # A response cut at the output cap is a truncation (004 §2.7e), whatever its text says.
+    emu.script(
+        [
+            Reply(
+                text="the context window is full",
+                tool_calls=[ToolCallReply("x", '{"a": ')],
+                stop="max_tokens",
+            )
+        ]
+    )
+    r = (await gateway.Generate(generate(provider))).response
+    assert r.stop_reason == c.STOP_REASON_MAX_TOKENS
+    assert not [b for b in r.content if b.WhichOneof("block") == "tool_use"]
 
 
 async def test_rate_limit_is_retried_after_retry_after(gateway, emu, provider):

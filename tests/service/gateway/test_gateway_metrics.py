@@ -145,7 +145,8 @@ async def test_errors_count_by_reason_and_retries_by_tenant(served, emu):
     assert (await stub.Generate(generate("openai"), metadata=tenant)).retries == 1
     refused = await stub.Generate(generate("openai-chat"), metadata=tenant)
     assert refused.response.refusal
-    await stub.Generate(generate("anthropic"), metadata=tenant)
+    with pytest.raises(grpc.aio.AioRpcError):  # the success-shaped overflow is an error (004 §2.5g)
+        await stub.Generate(generate("anthropic"), metadata=tenant)
     unknown = generate("openai")
     unknown.request.model.provider = "gemini"
     with pytest.raises(grpc.aio.AioRpcError):

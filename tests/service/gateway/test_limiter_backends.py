@@ -24,7 +24,7 @@ from agentrt.gateway.limiter import (
     OverBudget,
     build_limiter,
 )
-from agentrt.gateway.limiter_memory import MemoryStore
+from agentrt.gateway.limiter.memory import MemoryStore
 from tests.needs import unavailable
 from tests.stores import PG_URL, REDIS_URL, pg_reachable
 

@@ -16,8 +16,8 @@ from conftest import REMOTE, emulator_config
 from gateway_helpers import generate, model_request, user
 
 from agentrt.gateway.limiter import AdaptiveTokenLimiter, LimiterKey, LimiterSettings
-from agentrt.gateway.limiter_count import input_token_bound
-from agentrt.gateway.limiter_memory import MemoryStore
+from agentrt.gateway.limiter.count import input_token_bound
+from agentrt.gateway.limiter.memory import MemoryStore
 from agentrt.gateway.server import build_server
 from agentrt.mesh.context import TENANT_HEADER
 from agentrt.mesh.status import details_of

@@ -19,8 +19,8 @@ from conftest import emulator_config
 from gateway_helpers import generate
 
 from agentrt.gateway.limiter import AdaptiveTokenLimiter, LimiterKey, LimiterSettings, Reservation
-from agentrt.gateway.limiter_pg import PostgresStore
-from agentrt.gateway.limiter_redis import RedisStore
+from agentrt.gateway.limiter.postgres import PostgresStore
+from agentrt.gateway.limiter.redis import RedisStore
 from agentrt.gateway.server import build_server
 from agentrt.mesh.status import details_of
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc

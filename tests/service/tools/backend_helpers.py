@@ -17,7 +17,7 @@ import grpc
 from tools_helpers import ToolsEnv, make_config, until  # noqa: F401 - until: re-exported
 
 from agentrt.tools.config import DockerSettings
-from agentrt.tools.docker_engine import OWNER_LABEL, container_name
+from agentrt.tools.docker.engine import OWNER_LABEL, container_name
 from agentrt.tools.server import build_server
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb

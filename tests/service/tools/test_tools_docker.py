@@ -15,7 +15,7 @@ from backend_helpers import IMAGE, docker_api, open_box
 
 from agentrt.mesh.status import reason_of
 from agentrt.tools.config import DockerSettings
-from agentrt.tools.docker_engine import RECIPE_LABEL
+from agentrt.tools.docker.engine import RECIPE_LABEL
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 

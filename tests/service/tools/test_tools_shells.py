@@ -20,9 +20,9 @@ from tools_helpers import ToolsEnv, make_config, make_workspace, pids_with, unti
 from agentrt.tools.config import CommandLimits
 from agentrt.tools.paths import open_workspace
 from agentrt.tools.server import build_server
-from agentrt.tools.shell_session import ShellCommand
-from agentrt.tools.shells import OpenFailed, PoolClosed, ShellPool
-from agentrt.tools.terminal import local_binaries, open_local
+from agentrt.tools.shell.pool import OpenFailed, PoolClosed, ShellPool
+from agentrt.tools.shell.session import ShellCommand
+from agentrt.tools.shell.terminal import local_binaries, open_local
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc

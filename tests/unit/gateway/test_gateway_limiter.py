@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from agentrt.core.errors import MeshError
 from agentrt.gateway.limiter import (
-    MIN_ATTEMPT_SECONDS,
     AdaptiveTokenLimiter,
     LimiterKey,
     LimiterSettings,
@@ -23,7 +22,8 @@ from agentrt.gateway.limiter import (
     admission_wait,
     parse_families,
 )
-from agentrt.gateway.limiter_memory import MemoryStore
+from agentrt.gateway.limiter.adaptive import MIN_ATTEMPT_SECONDS
+from agentrt.gateway.limiter.memory import MemoryStore
 from agentrt.gateway.metrics import ALL_TENANTS, limiter_gauges
 
 KEY = LimiterKey("t", "openai", "gpt-4.1")

@@ -7,7 +7,7 @@ import pytest
 from agentrt.cli.serve import build_config
 from agentrt.gateway.config import GatewayConfig
 from agentrt.gateway.limiter import LimiterSettings
-from agentrt.gateway.limiter_count import IMAGE_TOKENS, input_token_bound
+from agentrt.gateway.limiter.count import IMAGE_TOKENS, input_token_bound
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 

@@ -12,7 +12,7 @@ from agentrt.tools.args import ArgError
 from agentrt.tools.catalog import BUILTIN, EXEC_COMMAND, builtin
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.output import CappedOutput, ProgressBudget
-from agentrt.tools.shell_session import _TRAP_ECHO, _Scanner, quote
+from agentrt.tools.shell.session import _TRAP_ECHO, _Scanner, quote
 
 TOKEN = b"0123456789abcdef" + b"fedcba9876543210"
 LINE = (

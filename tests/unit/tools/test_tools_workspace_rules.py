@@ -1,4 +1,4 @@
-"""Which directories may be a workspace (tools/workspaces.py), and RLIMIT_NPROC in the launch argv."""
+"""Which directories may be a workspace (tools/sandbox/workspaces.py), and RLIMIT_NPROC in the launch argv."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import os
 import pytest
 
 from agentrt.core.errors import MeshError
-from agentrt.tools import launch
 from agentrt.tools.config import CommandLimits, ToolsConfig
 from agentrt.tools.paths import Workspace
-from agentrt.tools.workspaces import WorkspaceRules
+from agentrt.tools.sandbox import launch
+from agentrt.tools.sandbox.workspaces import WorkspaceRules
 
 ROOT = "/srv/agentrt/state/workspaces"
 RULES = WorkspaceRules((ROOT,), ("/srv/agentrt/state",))

@@ -1,1 +1,1 @@
-"""Alembic migrations of the gateway's tables: the shared limiter's (run by `agentrt.gateway.limiter_pg`)."""
+"""Alembic migrations of the gateway's tables: the shared limiter's (run by `gateway.limiter.postgres`)."""

@@ -17,7 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    """Create the two tables (see agentrt.gateway.limiter_pg)."""
+    """Create the two tables (see agentrt.gateway.limiter.postgres)."""
     op.create_table(
         "gateway_limiter_budgets",
         sa.Column("bucket", sa.Text(), nullable=False),

@@ -2,9 +2,9 @@
 
 Every model call reserves its input tokens before it is sent and settles with the
 provider's reported usage afterwards. This module holds the shapes and the pure rules;
-`AdaptiveTokenLimiter` (limiter.py) applies them over a `LimiterStore` that holds the
-state: in this process (limiter_memory.py, the reference implementation of these rules),
-in PostgreSQL (limiter_pg.py, in SQL) or in Redis (limiter_redis.py, in Lua), the last two
+`AdaptiveTokenLimiter` (adaptive.py) applies them over a `LimiterStore` that holds the
+state: in this process (memory.py, the reference implementation of these rules),
+in PostgreSQL (postgres.py, in SQL) or in Redis (redis.py, in Lua), the last two
 shared by every gateway replica. Standard library only.
 
 The rules, the same for every store:

@@ -8,14 +8,14 @@ Upload invariants:
 - The archive is plain tar or gzip, read as a stream (never held whole): at most
   `max_archive_bytes` as received and at most that many bytes of file content unpacked
   (a member declaring more is refused before anything of it is written).
-- Members are checked and written by `archive_tar.unpack` (data filter, then descriptor
+- Members are checked and written by `archive.tar.unpack` (data filter, then descriptor
   walks: nothing is ever written outside the workspace, symlinks included).
 - Not all-or-nothing: members before a refused one stay; nothing lands outside.
 Download invariants: a tar (optionally gzip) streamed in chunks of at most 1 MiB while it
 is produced; symlinks are stored as links and never followed; FIFOs, sockets and devices
 are skipped; memory stays bounded by a few chunks whatever the directory's size.
 
-The blocking tar work (`archive_tar.py`) runs on a small dedicated thread pool so that slow
+The blocking tar work (`archive/tar.py`) runs on a small dedicated thread pool so that slow
 transfers never starve the file tools of the default executor; the event loop side only
 moves chunks through a bounded hand-off (`_Bridge`). A transfer whose caller goes away
 makes its worker fail at the next chunk.
@@ -32,11 +32,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt.core.errors import MeshError, Reason, invalid, missing
+from agentrt.core.errors import MeshError, Reason, invalid, missing, quote
 from agentrt.core.ids import valid_id
-from agentrt.tools.archive_tar import CHUNK_BYTES, Unpacked, open_target_dir, pack, relative_path, unpack
+from agentrt.tools.archive.tar import CHUNK_BYTES, Unpacked, open_target_dir, pack, relative_path, unpack
 from agentrt.tools.paths import Workspace
-from agentrt.tools.sandboxes import SandboxManager
+from agentrt.tools.sandbox.manager import SandboxManager
 
 _TRANSFER_THREADS = 8
 _QUEUE_CHUNKS = 4
@@ -172,7 +172,9 @@ class WorkspaceArchives:
         if not (target.sandbox_id or target.workspace or target.run_id):
             raise missing("target")
         if target.run_id and not target.sandbox_id and not target.workspace and not valid_id(target.run_id):
-            raise invalid(Reason.INVALID_ID, f"malformed run_id {target.run_id!r}", field="target.run_id")
+            raise invalid(
+                Reason.INVALID_ID, f"malformed run_id {quote(target.run_id)}", field="target.run_id"
+            )
         base = relative_path(target.path, "target.path")
         ctx = await self._sandboxes.context_for(
             tenant, target.run_id, target.sandbox_id, target.workspace, create=create

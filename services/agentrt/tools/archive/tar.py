@@ -1,4 +1,4 @@
-"""The tar side of workspace archives: blocking, run on worker threads by `archive.py`.
+"""The tar side of workspace archives: blocking, run on worker threads by `transfer.py`.
 
 `unpack` writes members itself rather than letting tarfile extract them: every member
 first passes `tarfile.data_filter` (no absolute names, no `..` escape, no links leading out

@@ -26,79 +26,20 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentrt.core.errors import Reason, precondition
-from agentrt.tools import launch as launcher
 from agentrt.tools.config import SANDBOX_UNCONFINED, CommandLimits
 from agentrt.tools.output import CappedOutput, ProgressBudget
 from agentrt.tools.paths import Workspace
+from agentrt.tools.sandbox import launch as launcher
+from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, CommandResult
 
 log = logging.getLogger("agentrt.tools")
 
 _KILL_WAIT_SECONDS = 5.0
 _DRAIN_SECONDS = 2.0
-
-
-class CallerDeadline(Exception):
-    """The caller's deadline arrived before the command ended; it was killed.
-
-    Attributes:
-        output: what the command printed before the kill (capped).
-    """
-
-    def __init__(self, output: str) -> None:
-        super().__init__("the caller's deadline passed")
-        self.output = output
-
-
-@dataclass(frozen=True)
-class CommandRequest:
-    """One command to run.
-
-    Attributes:
-        command: the shell text run as `bash -c command`.
-        workspace: the workspace (the only writable place).
-        workdir: host path of the working directory, inside the workspace.
-        env: variables on top of BASE_ENV.
-        timeout_seconds: the sandbox's own timer, seconds.
-        limits: rlimits.
-        max_output_bytes: output kept (head + tail), bytes.
-        group: key of the sandbox the command belongs to ("" for none); StopSandbox kills by it.
-    """
-
-    command: str
-    workspace: Workspace
-    workdir: str
-    env: Mapping[str, str]
-    timeout_seconds: float
-    limits: CommandLimits
-    max_output_bytes: int
-    group: str = ""
-
-
-@dataclass
-class CommandResult:
-    """How a command ended.
-
-    Attributes:
-        exit_code: bash's exit status; 128+N when killed by signal N.
-        timed_out: the sandbox's timer killed it.
-        stopped: a StopSandbox/DestroySandbox killed it.
-        output: stdout and stderr in arrival order, head and tail kept.
-        truncated: some output was dropped.
-        total_bytes: bytes the command printed.
-        duration_seconds: wall time, seconds.
-    """
-
-    exit_code: int
-    timed_out: bool
-    stopped: bool
-    output: str
-    truncated: bool
-    total_bytes: int
-    duration_seconds: float
 
 
 @dataclass(eq=False)

@@ -9,12 +9,12 @@ the service keeps.
 
 Invariants:
 - The PTY is private to the shell: the service closes its copy of the slave right after
-  the spawn and writes only the lines `shells.py` builds. bwrap's --new-session leaves the
+  the spawn and writes only the lines `session.py` builds. bwrap's --new-session leaves the
   shell without a controlling terminal, so TIOCSTI can at most push bytes into this same
   private PTY, never into a terminal of the service.
 - The line discipline is raw with no echo (set before the shell starts and again before
   every command, `prepare`): input is never transformed or limited to a line length, and
-  no echo comes back (shells.py still strips one as an exact prefix if it appears).
+  no echo comes back (session.py still strips one as an exact prefix if it appears).
 - Reading happens in the event loop's reader callback, never as a blocking read on the
   caller's task, so a timer can always end a wait.
 - `close()` kills pid 1 of the shell's pid namespace through a pidfd, so the kernel kills
@@ -40,10 +40,10 @@ import tty
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
-from agentrt.tools import launch as launcher
 from agentrt.tools.config import SANDBOX_UNCONFINED, CommandLimits
 from agentrt.tools.paths import Workspace
-from agentrt.tools.sandbox import namespace_pidfd, wait_exited
+from agentrt.tools.sandbox import launch as launcher
+from agentrt.tools.sandbox.local import namespace_pidfd, wait_exited
 
 log = logging.getLogger("agentrt.tools")
 

@@ -9,7 +9,7 @@ with a lifecycle (004 §2.7n, §2.7p, §2.7q):
   files are kept and nothing else is promised. Create with the same settings resumes it.
 - Destroy kills its commands, forgets it and removes the workspace when the service
   created it (a caller-provided directory is never deleted).
-A docker sandbox (backend "docker", docker_backend.py) is the same record plus one persistent
+A docker sandbox (backend "docker", docker/backend.py) is the same record plus one persistent
 container: its fingerprint (workspace, image, env, user, network, limits) is also the
 container's `agentrt.fingerprint` label; Create adopts the container when it matches and
 replaces it otherwise; Get reports the engine's state; Stop stops and Destroy removes the
@@ -27,92 +27,35 @@ import os
 import re
 import shutil
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import asdict, replace
+from typing import Any
 
-from agentrt.core.errors import Reason, invalid, not_found, precondition
+from agentrt.core.errors import Reason, invalid, not_found, precondition, quote
 from agentrt.core.ids import new_id, valid_id
 from agentrt.tools.config import CommandLimits, ToolsConfig
-from agentrt.tools.docker_backend import DockerSandbox
-from agentrt.tools.docker_engine import ContainerSpec, container_name
+from agentrt.tools.docker.backend import DockerSandbox
+from agentrt.tools.docker.engine import ContainerSpec, container_name
 from agentrt.tools.paths import Workspace, open_workspace
-from agentrt.tools.sandbox import CommandRequest, CommandResult, LocalSandbox
+from agentrt.tools.sandbox.local import LocalSandbox
+from agentrt.tools.sandbox.spec import (
+    ABSENT,
+    DOCKER,
+    LOCAL,
+    RUNNING,
+    STOPPED,
+    ExecContext,
+    SandboxInfo,
+    SandboxSpec,
+)
+from agentrt.tools.sandbox.workspaces import WorkspaceRules
 from agentrt.tools.store import SandboxRecord, ToolStore
-from agentrt.tools.workspaces import WorkspaceRules
 
-LOCAL = "local"
-DOCKER = "docker"
-ABSENT = "absent"
-STOPPED = "stopped"
-RUNNING = "running"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _DOCKER_FIELDS = {
     "image": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$"),
     "user": re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$"),
     "network": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
 }
-
-
-class Runner(Protocol):
-    """What runs exec_command's commands: `LocalSandbox` or a docker `ContainerRunner`."""
-
-    mode: str
-
-    def require(self) -> None:
-        """Raise MeshError FAILED_PRECONDITION/SANDBOX_UNAVAILABLE unless commands may run."""
-
-    async def run(
-        self, req: CommandRequest, *, emit: Callable[[str, str], None] | None, deadline: float | None
-    ) -> CommandResult:
-        """Run one command (see `LocalSandbox.run` for the contract)."""
-
-
-@dataclass(frozen=True)
-class ExecContext:
-    """Where and how one call runs.
-
-    Attributes:
-        workspace: the prepared workspace.
-        env: variables every command sees (on top of the sandbox's base environment).
-        limits: rlimits of its commands.
-        group: kill group ("tenant/sandbox_id"), "" without a sandbox.
-        runner: the sandbox's command runner; None = the service's local runner.
-        tenant: the caller's tenant (set by the executor; named shells are keyed by it).
-    """
-
-    workspace: Workspace
-    env: dict[str, str] = field(default_factory=dict)
-    limits: CommandLimits = field(default_factory=CommandLimits)
-    group: str = ""
-    runner: Runner | None = None
-    tenant: str = ""
-
-
-@dataclass(frozen=True)
-class SandboxSpec:
-    """What CreateSandbox asks for (see the proto for each field)."""
-
-    sandbox_id: str = ""
-    backend: str = ""
-    workspace: str = ""
-    image: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    user: str = ""
-    network: str = ""
-    cpu_seconds: int = 0
-    memory_bytes: int = 0
-    file_size_bytes: int = 0
-    open_files: int = 0
-
-
-@dataclass(frozen=True)
-class SandboxInfo:
-    """A sandbox as reported: id, backend, state ("absent" | "stopped" | "running"), workspace."""
-
-    sandbox_id: str
-    backend: str
-    state: str
-    workspace: str = ""
 
 
 class SandboxManager:
@@ -196,7 +139,8 @@ class SandboxManager:
             rec = await self._get(tenant, sandbox_id)
             if rec.state != RUNNING:
                 raise precondition(
-                    Reason.SANDBOX_STOPPED, f"sandbox {sandbox_id!r} is stopped; CreateSandbox resumes it"
+                    Reason.SANDBOX_STOPPED,
+                    f"sandbox {quote(sandbox_id)} is stopped; CreateSandbox resumes it",
                 )
             settings = json.loads(rec.settings_json)
             if rec.backend == DOCKER:  # its env is on the container (004 §2.7n)
@@ -226,10 +170,10 @@ class SandboxManager:
 
     async def _get(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         if not valid_id(sandbox_id):
-            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {sandbox_id!r}", field="sandbox_id")
+            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {quote(sandbox_id)}", field="sandbox_id")
         rec = await self.store.get_sandbox(tenant, sandbox_id)
         if rec is None:
-            raise not_found(Reason.SANDBOX_NOT_FOUND, f"sandbox {sandbox_id!r} not found")
+            raise not_found(Reason.SANDBOX_NOT_FOUND, f"sandbox {quote(sandbox_id)} not found")
         return rec
 
     async def create(self, tenant: str, spec: SandboxSpec) -> SandboxInfo:
@@ -262,7 +206,7 @@ class SandboxManager:
                 )
         for key, value in spec.env.items():
             if not _ENV_NAME.match(key) or "\x00" in value:
-                raise invalid(Reason.INVALID_VALUE, f"bad environment variable {key!r}", field="env")
+                raise invalid(Reason.INVALID_VALUE, f"bad environment variable {quote(key)}", field="env")
         limits = {
             "cpu_seconds": spec.cpu_seconds,
             "memory_bytes": spec.memory_bytes,
@@ -273,7 +217,7 @@ class SandboxManager:
             raise invalid(Reason.INVALID_VALUE, "limits must not be negative", field="limits")
         sandbox_id = spec.sandbox_id or new_id("sbx")
         if not valid_id(sandbox_id):
-            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {sandbox_id!r}", field="sandbox_id")
+            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {quote(sandbox_id)}", field="sandbox_id")
         owned = not spec.workspace
         path = (
             os.path.join(self.root, tenant, "sandboxes", sandbox_id)
@@ -334,7 +278,7 @@ class SandboxManager:
             MeshError: INVALID_ARGUMENT/MISSING_FIELD or INVALID_ID for a bad id.
         """
         if not valid_id(sandbox_id):
-            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {sandbox_id!r}", field="sandbox_id")
+            raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {quote(sandbox_id)}", field="sandbox_id")
         rec = await self.store.get_sandbox(tenant, sandbox_id)
         if rec is None:
             return SandboxInfo(sandbox_id, LOCAL, ABSENT)

@@ -41,8 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentrt.tools.output import CappedOutput, ProgressBudget
-from agentrt.tools.sandbox import CallerDeadline
-from agentrt.tools.terminal import Terminal
+from agentrt.tools.sandbox.spec import CallerDeadline
+from agentrt.tools.shell.terminal import Terminal
 
 _STATUS_LINE_MAX = 40
 _ERR_TRAP = "{ __agentrt_err; } 2>/dev/null"

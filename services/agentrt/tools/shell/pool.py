@@ -1,6 +1,6 @@
 """Persistent named shells for exec_command (004 §2.7k): the pool and its executor-facing side.
 
-A call with `session_id` runs in a long-lived bash (`shell_session.Shell` over a
+A call with `session_id` runs in a long-lived bash (`shell.session.Shell` over a
 `terminal.Terminal`), so cd, exported variables and an activated environment survive
 between calls. Decisions (docs/services/tools.md "Persistent shells"):
 - A shell is keyed by (tenant, sandbox or workspace, session_id): it belongs to the
@@ -31,10 +31,10 @@ from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.tools.args import ArgError
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.results import Outcome, ResultStatus, refused
-from agentrt.tools.sandbox import CallerDeadline, LocalSandbox
-from agentrt.tools.sandboxes import ExecContext
-from agentrt.tools.shell_session import Shell, ShellCommand, ShellResult
-from agentrt.tools.terminal import Opener, local_binaries, open_local
+from agentrt.tools.sandbox.local import LocalSandbox
+from agentrt.tools.sandbox.spec import CallerDeadline, ExecContext
+from agentrt.tools.shell.session import Shell, ShellCommand, ShellResult
+from agentrt.tools.shell.terminal import Opener, local_binaries, open_local
 
 #: (tenant, scope, session_id); scope is "sandbox:<tenant>/<id>" or "workspace:<path>".
 ShellKey = tuple[str, str, str]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from agentrt.core.errors import Reason, invalid
+from agentrt.core.errors import Reason, invalid, quote
 
 #: A workspace may neither be nor lie inside these: system software, state and devices.
 SYSTEM_TREES = (
@@ -119,7 +119,7 @@ class WorkspaceRules:
         if not path or not os.path.isabs(path):
             raise invalid(
                 Reason.INVALID_VALUE,
-                f"workspace must be an absolute path, not {path[:200]!r}",
+                f"workspace must be an absolute path, not {quote(path, 256)}",
                 field="workspace",
             )
         norm = os.path.normpath(path)
@@ -133,12 +133,15 @@ class WorkspaceRules:
         except OSError as exc:  # a component vanished or was swapped while it was resolved
             raise invalid(
                 Reason.INVALID_VALUE,
-                f"workspace {path[:200]!r} changed while it was checked ({exc.strerror or exc}); try again",
+                f"workspace {quote(path, 256)} changed while it was checked "
+                f"({exc.strerror or exc}); try again",
                 field="workspace",
             ) from None
         self.refuse_if_bad(path, real, tenant)
         if not os.path.isdir(os.path.dirname(real)):
             raise invalid(
-                Reason.INVALID_VALUE, f"workspace parent {parent!r} does not exist", field="workspace"
+                Reason.INVALID_VALUE,
+                f"workspace parent {quote(parent, 256)} does not exist",
+                field="workspace",
             )
         return real

@@ -1,9 +1,9 @@
 """The PostgreSQL limiter store: budget AND consumption shared by every gateway replica.
 
-Two tables (migrations/versions/0001_limiter.py): `gateway_limiter_budgets` (one row per
+Two tables (gateway/migrations/versions/0001_limiter.py): `gateway_limiter_budgets` (one row per
 bucket: the adaptive budget and the time of its last halving) and `gateway_limiter_entries`
 (the sliding-window log: one row per admitted reservation, its time, tokens and whether it
-is settled). The rules are limiter.py's, written in SQL:
+is settled). The rules are rules.py's, written in SQL:
 
 - A reservation attempt is ONE transaction: lock the bucket's budget row (`FOR UPDATE`,
   created with the initial budget on first use), prune the bucket's entries older than the
@@ -32,11 +32,11 @@ import pathlib
 
 import sqlalchemy as sa
 
-from agentrt.gateway.limiter_rules import Attempt, LimiterSettings
+from agentrt.gateway.limiter.rules import Attempt, LimiterSettings
 from agentrt.mesh import migrate
 from agentrt.mesh.db import Database
 
-MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent / "migrations"
+MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent.parent / "migrations"
 #: The longest one migration statement (the advisory lock included) may take, in seconds.
 MIGRATION_STATEMENT_TIMEOUT_SECONDS = 120.0
 

@@ -1,11 +1,11 @@
 """The adaptive input-token limiter the gateway calls (seed 002 "Model Client Throughput").
 
-`AdaptiveTokenLimiter` applies the rules of limiter_rules.py over a `LimiterStore`: the
-in-process one (limiter_memory.py, the embedded default), PostgreSQL (limiter_pg.py) or
-Redis (limiter_redis.py), the last two shared by every gateway replica. It owns the waiting
+`AdaptiveTokenLimiter` applies the rules of rules.py over a `LimiterStore`: the
+in-process one (memory.py, the embedded default), PostgreSQL (postgres.py) or
+Redis (redis.py), the last two shared by every gateway replica. It owns the waiting
 (polling the store, with jitter, until the request fits or its wait ends) and the errors;
 the store owns the state and makes each step atomic. `build_limiter` picks the store by
-config. The names of limiter_rules.py are re-exported here.
+config. The package re-exports its names with those of rules.py.
 
 Every call into the store is bounded (`LimiterSettings.store_timeout_seconds`), and a
 reservation attempt also by what is left of the request's admission wait (never less than
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.gateway.limiter_rules import (
+from agentrt.gateway.limiter.rules import (
     BACKENDS,
     DEFAULT_TENANT,
     Attempt,
@@ -43,27 +43,7 @@ from agentrt.gateway.limiter_rules import (
     LimiterSettings,
     LimiterStore,
     Reservation,
-    adapt,
-    admission_wait,
-    parse_families,
 )
-
-__all__ = [
-    "BACKENDS",
-    "AdaptiveTokenLimiter",
-    "Attempt",
-    "BucketState",
-    "LimiterKey",
-    "LimiterSettings",
-    "LimiterStore",
-    "OverBudget",
-    "Reservation",
-    "TokenLimiter",
-    "adapt",
-    "admission_wait",
-    "build_limiter",
-    "parse_families",
-]
 
 log = logging.getLogger("agentrt.gateway")
 
@@ -358,15 +338,15 @@ def build_limiter(backend: str, url: str, settings: LimiterSettings) -> Adaptive
         ValueError: an unknown backend.
     """
     if backend == "memory":
-        from agentrt.gateway.limiter_memory import MemoryStore
+        from agentrt.gateway.limiter.memory import MemoryStore
 
         return AdaptiveTokenLimiter(MemoryStore(settings), settings)
     if backend == "postgres":
-        from agentrt.gateway.limiter_pg import PostgresStore
+        from agentrt.gateway.limiter.postgres import PostgresStore
 
         return AdaptiveTokenLimiter(PostgresStore(url, settings), settings)
     if backend == "redis":
-        from agentrt.gateway.limiter_redis import RedisStore
+        from agentrt.gateway.limiter.redis import RedisStore
 
         return AdaptiveTokenLimiter(RedisStore(url, settings), settings)
     raise ValueError(f"unknown limiter backend {backend!r}; use one of {', '.join(BACKENDS)}")

@@ -1,6 +1,6 @@
 """The in-process limiter store: the embedded default (one gateway process).
 
-The reference implementation of the rules in limiter.py: a bucket is a budget, the time of
+The reference implementation of the rules in rules.py: a bucket is a budget, the time of
 its last halving, and its log of entries in admission order (a dict keeps insertion
 order, and the clock is monotonic, so the oldest entry is always first) with running sums
 of used and pending tokens. Every method runs without awaiting anything, so each is atomic
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agentrt.gateway.limiter_rules import Attempt, LimiterSettings, adapt, admission_wait
+from agentrt.gateway.limiter.rules import Attempt, LimiterSettings, adapt, admission_wait
 
 
 @dataclass

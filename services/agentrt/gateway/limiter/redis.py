@@ -9,7 +9,7 @@ Redis Cluster and one script may touch them all:
 
 Each operation is ONE Lua script, so it is atomic against every replica: reserve prunes the
 entries older than the span (subtracting them from the sums), then admits the entry only if
-it fits (limiter.py's rules, the wait computed as `admission_wait` does); settle rewrites an
+it fits (rules.py's rules, the wait computed as `admission_wait` does); settle rewrites an
 unsettled entry and the sums; outcome halves or probes the budget. Every time is Redis TIME,
 so replicas agree whatever their clocks. The log and the sums expire together one span
 after the last write (they hold nothing older by then); an idle budget expires after a day
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrt.gateway.limiter_rules import Attempt, LimiterSettings
+from agentrt.gateway.limiter.rules import Attempt, LimiterSettings
 
 #: How long an idle bucket's adapted budget is kept, in milliseconds (one day).
 BUDGET_TTL_MS = 86_400_000

@@ -1,6 +1,6 @@
 """The docker sandbox backend: commands run by `docker exec` in the sandbox's own container.
 
-A docker sandbox is one persistent container (docker_engine.py: created, adopted by
+A docker sandbox is one persistent container (docker/engine.py: created, adopted by
 fingerprint or replaced; the workspace bind-mounted at /workspace). `ContainerRunner.run`
 has `LocalSandbox.run`'s contract:
 
@@ -38,9 +38,9 @@ import docker.errors
 
 from agentrt.core.errors import Reason, precondition
 from agentrt.tools.config import DockerSettings
-from agentrt.tools.docker_engine import HELPER, WORKSPACE, ContainerSpec, Engine
+from agentrt.tools.docker.engine import HELPER, WORKSPACE, ContainerSpec, Engine
 from agentrt.tools.output import CappedOutput, ProgressBudget
-from agentrt.tools.sandbox import CallerDeadline, CommandRequest, CommandResult
+from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, CommandResult
 
 log = logging.getLogger("agentrt.tools")
 
@@ -81,7 +81,7 @@ class DockerSandbox:
         self._running: set[_Exec] = set()
         self._locks: dict[str, asyncio.Lock] = {}
 
-    # -- lifecycle (by name, ownership checked in docker_engine) ------------------------
+    # -- lifecycle (by name, ownership checked in docker/engine.py) ------------------------
 
     def lock(self, name: str) -> asyncio.Lock:
         """Return the lock serializing lifecycle calls on one container name in this process."""
