@@ -55,6 +55,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SANDBOX_FOREIGN: _ClassVar[ErrorReason]
     WORKSPACE_NOT_FOUND: _ClassVar[ErrorReason]
     WORKSPACE_NOT_WRITABLE: _ClassVar[ErrorReason]
+    INVALID_SCHEMA: _ClassVar[ErrorReason]
+    UNKNOWN_AGENT: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 MISSING_FIELD: ErrorReason
 INVALID_ID: ErrorReason
@@ -104,3 +106,5 @@ MALFORMED_ARCHIVE: ErrorReason
 SANDBOX_FOREIGN: ErrorReason
 WORKSPACE_NOT_FOUND: ErrorReason
 WORKSPACE_NOT_WRITABLE: ErrorReason
+INVALID_SCHEMA: ErrorReason
+UNKNOWN_AGENT: ErrorReason
