@@ -4,6 +4,7 @@ Subcommands, one module each:
 - `serve <service>` (cli/serve.py): one service in the foreground.
 - `up` (cli/supervise.py over cli/up.py): the whole mesh as five processes.
 - `run "<task>"` (cli/run.py, cli/render.py): a run, live.
+- `runs`, `runs show RUN`, `approve RUN`, `stop RUN --after-turn` (cli/runs.py): operate runs.
 - `demo` (cli/demo.py): mesh + local model + one run, offline.
 Also runnable as `python -m agentrt.cli.main`, which is how `agentrt up` starts services.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentrt.cli import demo, run, serve, supervise
+from agentrt.cli import demo, run, runs, serve, supervise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     supervise.add_parser(sub)
     run.add_parser(sub)
+    runs.add_parsers(sub)
     demo.add_parser(sub)
     return parser
 
