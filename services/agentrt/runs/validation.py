@@ -37,7 +37,14 @@ from agentrt.v1 import tool_service_pb2 as tpb
 
 AGENT_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The tool service's rules for a sandbox's environment names and docker fields
+#: (tools/sandboxes.py; a unit test keeps the two equal without runs importing tools).
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+DOCKER_FIELDS = {
+    "image": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$"),
+    "user": re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$"),
+    "network": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
+}
 MAX_HANDOFFS = 32
 MAX_GUARDRAILS = 16
 MAX_DESCRIPTION = 4096
@@ -47,7 +54,6 @@ MAX_JUDGE_TOKENS = 8192
 MAX_REPLACEMENT = 65536
 MAX_TRIP_MESSAGE = 1024
 MAX_FALLBACK = 65536
-MAX_IMAGE = 512
 MAX_ENV = 256
 MAX_ENV_BYTES = 65536
 TOOL_STAGES = (pb.GUARDRAIL_STAGE_TOOL_INPUT, pb.GUARDRAIL_STAGE_TOOL_OUTPUT)
@@ -348,7 +354,7 @@ def validate_sandbox(box: pb.RunSandbox, at: str) -> None:
 
     Raises:
         MeshError: INVALID_ARGUMENT/INVALID_VALUE (backend, env, limits, network "host",
-            image length), INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY (an image, user or
+            a malformed image, user or network), INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY (an image, user or
             network on a backend other than docker).
     """
     if box.backend not in tpb.SandboxBackend.values():
@@ -360,10 +366,8 @@ def validate_sandbox(box: pb.RunSandbox, at: str) -> None:
             raise _bad(
                 f"{at}.{name} is for the docker backend only", f"{at}.{name}", Reason.UNSUPPORTED_CAPABILITY
             )
-        if "\x00" in value:
-            raise _bad(f"{at}.{name} must not contain NUL", f"{at}.{name}")
-    if len(box.image) > MAX_IMAGE:
-        raise _bad(f"{at}.image is longer than {MAX_IMAGE} characters", f"{at}.image")
+        if value and not DOCKER_FIELDS[name].match(value):
+            raise _bad(f"{at}.{name} {value[:64]!r} is malformed", f"{at}.{name}")
     if box.network == "host":
         raise _bad(
             f'{at}.network "host" is refused: a sandbox does not share the host\'s network', f"{at}.network"
@@ -373,7 +377,7 @@ def validate_sandbox(box: pb.RunSandbox, at: str) -> None:
     size = 0
     for key, value in sorted(box.env.items()):
         if not ENV_NAME.match(key):
-            raise _bad(f"{at}.env name {key[:64]!r} must match [A-Za-z_][A-Za-z0-9_]*", f"{at}.env")
+            raise _bad(f"{at}.env name {key[:64]!r} must match [A-Za-z_][A-Za-z0-9_]{{0,127}}", f"{at}.env")
         if "\x00" in value:
             raise _bad(f"{at}.env[{key}] must not contain NUL", f"{at}.env")
         size += len(key.encode()) + len(value.encode())

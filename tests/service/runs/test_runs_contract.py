@@ -212,6 +212,11 @@ BAD = [
     ),
     ({"sandbox": pb.RunSandbox(env={"1BAD": "x"})}, "INVALID_VALUE", "sandbox.env"),
     (
+        {"sandbox": pb.RunSandbox(backend=tpb.SANDBOX_BACKEND_DOCKER, image="no spaces allowed")},
+        "INVALID_VALUE",
+        "sandbox.image",
+    ),
+    (
         {"sandbox": pb.RunSandbox(limits=tpb.SandboxLimits(memory_bytes=-1))},
         "INVALID_VALUE",
         "sandbox.limits.memory_bytes",

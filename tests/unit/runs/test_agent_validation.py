@@ -52,3 +52,13 @@ def test_an_agent_tool_is_offered_with_the_input_schema():
     tool = snap.tools[0].spec
     assert (tool.name, json.loads(tool.parameters_json_schema)) == ("ask_billing", PARAMETERS)
     assert tool.description == "Ask the agent billing and get its final answer."
+
+
+def test_run_sandbox_rules_are_the_tool_services():
+    from agentrt.runs import validation
+    from agentrt.tools import sandboxes
+
+    assert validation.ENV_NAME.pattern == sandboxes._ENV_NAME.pattern
+    assert {k: v.pattern for k, v in validation.DOCKER_FIELDS.items()} == {
+        k: v.pattern for k, v in sandboxes._DOCKER_FIELDS.items()
+    }

@@ -615,9 +615,10 @@ export type RunSandbox = Message<"agentrt.v1.RunSandbox"> & {
   backend: SandboxBackend;
 
   /**
-   * Docker: the image (it must exist on the engine; nothing is pulled), at most 512
-   * characters; "" = the tool service's default image. The local backend refuses an image,
-   * user or network (INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY).
+   * Docker: the image (it must exist on the engine; nothing is pulled), as CreateSandbox
+   * accepts it ([A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}); "" = the tool service's default image.
+   * The local backend refuses an image, user or network (INVALID_ARGUMENT/
+   * UNSUPPORTED_CAPABILITY).
    *
    * @generated from field: string image = 2;
    */
@@ -625,7 +626,7 @@ export type RunSandbox = Message<"agentrt.v1.RunSandbox"> & {
 
   /**
    * Environment every command sees (004 §2.7n): at most 256 names matching
-   * [A-Za-z_][A-Za-z0-9_]*, values without NUL, 64 KiB in all.
+   * [A-Za-z_][A-Za-z0-9_]{0,127}, values without NUL, 64 KiB in all.
    *
    * @generated from field: map<string, string> env = 3;
    */
