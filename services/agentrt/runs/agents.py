@@ -281,7 +281,9 @@ def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.T
     Raises:
         MeshError: INVALID_ARGUMENT/UNKNOWN_TOOL for a tool that is neither in the catalog
             nor client-declared; INVALID_ARGUMENT/INVALID_VALUE for a NAMED tool choice
-            that names none of the snapshot's tools; UNIMPLEMENTED/NOT_IMPLEMENTED_YET for
+            that names none of the snapshot's tools; INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY
+            for output_strategy NATIVE where the resolved provider cannot combine it with
+            the tools (validation.validate_snapshot); UNIMPLEMENTED/NOT_IMPLEMENTED_YET for
             structured output with tools on a provider that needs the final-output tool
             (admission.refuse_unwired_snapshot).
     """
@@ -313,6 +315,7 @@ def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.T
     choice = snap.settings.tool_choice
     if choice.mode == cpb.TOOL_CHOICE_MODE_NAMED and choice.name not in {t.name for t in snap.tools}:
         raise _unknown_choice(choice.name, "agent")
+    validation.validate_snapshot(snap)
     admission.refuse_unwired_snapshot(snap)
     return snap
 

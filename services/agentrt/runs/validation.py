@@ -317,6 +317,16 @@ def _output_strategy(spec: pb.AgentSpec, field: str, *, has_tools: bool) -> None
         )
 
 
+def validate_snapshot(snap: pb.AgentSpec) -> None:
+    """Check what only a run's snapshot knows: its provider (the default model resolved) and tools.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY for output_strategy NATIVE on a
+            provider that cannot combine a response format with the snapshot's tools.
+    """
+    _output_strategy(snap, "agent", has_tools=bool(snap.tools or snap.handoffs or snap.handoff_targets))
+
+
 def _error_handlers(spec: pb.AgentSpec, field: str) -> None:
     handlers = spec.error_handlers
     check = schemas.validator(spec.output_json_schema) if spec.output_json_schema else None

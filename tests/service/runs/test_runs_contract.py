@@ -339,6 +339,19 @@ async def test_structured_output_with_tools_on_openai_is_refused_until_the_tool_
     assert json.loads(run.final_output) == {"n": 3}
 
 
+async def test_native_structured_output_is_checked_against_the_default_model_at_start(mesh):
+    # no provider named: RegisterAgent cannot know; StartRun resolves the default (openai here)
+    spec = pb.AgentSpec(name="a", output_json_schema=SCHEMA, output_strategy=pb.OUTPUT_STRATEGY_NATIVE)
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=spec))
+    await expect(
+        mesh.runs.StartRun(pb.StartRunRequest(agent_name="a", input="x")),
+        IA,
+        "UNSUPPORTED_CAPABILITY",
+        "agent.output_strategy",
+    )
+    assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
+
+
 async def test_start_run_sandbox_is_validated_then_refused(mesh):
     bad = pb.StartRunRequest(agent=agent(), input="x", sandbox=pb.RunSandbox(user="nobody"))
     await expect(mesh.runs.StartRun(bad), IA, "UNSUPPORTED_CAPABILITY", "sandbox.user")
