@@ -4,6 +4,7 @@ Subcommands, one module each:
 - `serve <service>` (cli/serve.py): one service in the foreground.
 - `up` (cli/supervise.py over cli/up.py): the whole mesh as five processes.
 - `run "<task>"` (cli/run.py, cli/render.py): a run, live.
+- `runs`, `runs show RUN`, `approve RUN`, `stop RUN --after-turn` (cli/runs.py): operate runs.
 - `demo` (cli/demo.py): mesh + local model + one run, offline.
 - `health [HOST:PORT]` (cli/health.py): one grpc.health check (container health checks).
 Also runnable as `python -m agentrt.cli.main`, which is how `agentrt up` starts services.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentrt.cli import demo, health, run, serve, supervise
+from agentrt.cli import demo, health, run, runs, serve, supervise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     supervise.add_parser(sub)
     run.add_parser(sub)
+    runs.add_parsers(sub)
     demo.add_parser(sub)
     health.add_parser(sub)
     return parser

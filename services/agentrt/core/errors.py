@@ -116,6 +116,8 @@ class Reason(enum.StrEnum):
     SANDBOX_FOREIGN = "SANDBOX_FOREIGN"  # FAILED_PRECONDITION: a container we did not create holds the name
     WORKSPACE_NOT_FOUND = "WORKSPACE_NOT_FOUND"  # NOT_FOUND: a workspace (or a directory in it) is missing
     WORKSPACE_NOT_WRITABLE = "WORKSPACE_NOT_WRITABLE"  # FAILED_PRECONDITION: commands could not write there
+    INVALID_SCHEMA = "INVALID_SCHEMA"  # INVALID_ARGUMENT: a JSON Schema that fails its meta-schema
+    UNKNOWN_AGENT = "UNKNOWN_AGENT"  # INVALID_ARGUMENT: a handoff/agent tool names no registered agent
 
 
 @dataclass

@@ -9,9 +9,13 @@ Decisions where the contract is silent (see docs/services/runs.md):
 - an inline agent may leave `name` empty ("agent"); a registered one may not;
 - an agent with no tools gets the built-in workspace tools (exec_command, read_file,
   write_file, list_files) that the tool service offers;
-- handoffs are not built yet: a spec naming any is refused (UNIMPLEMENTED);
+- the turn contract (handoffs, agent tools, guardrails, output strategies, error handlers,
+  sandboxes; issue 11) is validated in full (`runs.validation`), then what the loop does not
+  honor yet is refused with UNIMPLEMENTED/NOT_IMPLEMENTED_YET (`runs.admission`);
 - a `command_policy` is for the catalog's exec_command only (elsewhere it would be silently
-  ignored, so it is refused), and its patterns must compile (004 §2.7j).
+  ignored, so it is refused), and its patterns must compile (004 §2.7j);
+- `max_tool_concurrency` 0 is unlimited (004 §2.2), and an AgentTool's `sequential`
+  overrides the catalog's (004 §2.7d).
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agentrt.core.errors import MeshError, Reason, Status, invalid
+from agentrt.core import agent_tools
+from agentrt.core.errors import MeshError, Reason, invalid
 from agentrt.core.policy import PatternError, validate_patterns
 from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
+from agentrt.runs import admission, validation
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -35,6 +41,9 @@ DEFAULT_AGENT_NAME = "agent"
 #: test keeps the two equal without the run loop importing the gateway).
 KNOWN_PROVIDERS = ("local", "openai", "openai-chat", "anthropic")
 DEFAULT_TOOLS = ("exec_command", "read_file", "write_file", "list_files")
+#: The concurrency of "max_tool_concurrency 0 = unlimited" (004 §2.2): more calls than one
+#: response can carry, so the cap never binds (a semaphore of this size is free to make).
+UNLIMITED_CONCURRENCY = 1 << 20
 #: The one tool a command policy applies to.
 EXEC_COMMAND = "exec_command"
 DEFAULT_INSTRUCTIONS = (
@@ -51,7 +60,7 @@ class Limits:
     Attributes:
         max_turns: turns per run.
         max_error_turns: consecutive all-failed tool turns before failing; -1 = off.
-        concurrency: tool calls executing at once.
+        concurrency: tool calls executing at once (UNLIMITED_CONCURRENCY for "0 = unlimited").
         max_tool_calls: tool calls per run; 0 = unlimited.
         time_budget_s: wall-clock budget in seconds; 0 = none.
         recent_results: results rendered in full (seed 000 window).
@@ -74,7 +83,7 @@ def limits_of(spec: pb.AgentSpec) -> Limits:
     return Limits(
         max_turns=lim.max_turns or 10,
         max_error_turns=lim.max_consecutive_error_turns or 3,
-        concurrency=lim.max_tool_concurrency or 8,
+        concurrency=lim.max_tool_concurrency or UNLIMITED_CONCURRENCY,
         max_tool_calls=lim.max_tool_calls,
         time_budget_s=budget,
         recent_results=spec.recent_results or 6,
@@ -97,7 +106,9 @@ def _json_object(text: str, field: str) -> None:
         raise invalid(Reason.INVALID_JSON, f"{field} must be a JSON object", field=field)
 
 
-def validate_agent(spec: pb.AgentSpec, *, require_name: bool, field: str = "agent") -> None:
+def validate_agent(
+    spec: pb.AgentSpec, *, require_name: bool, field: str = "agent", refuse: bool = True
+) -> None:
     """Check a spec; change nothing.
 
     Raises:
@@ -107,8 +118,10 @@ def validate_agent(spec: pb.AgentSpec, *, require_name: bool, field: str = "agen
             timeouts, a spec on a catalog tool, temperature outside 0..2 or top_p outside
             0..1 or not finite, max_output_tokens <= 0, a NAMED tool choice without a name
             or naming none of the agent's tools, an enum number outside its enum); metadata
-            field names the offending field. UNIMPLEMENTED/NOT_IMPLEMENTED_YET when
-            handoffs are named.
+            field names the offending field. The turn contract's own errors
+            (runs.validation: INVALID_SCHEMA, UNSUPPORTED_CAPABILITY, MISSING_FIELD, ...).
+            With `refuse`, UNIMPLEMENTED/NOT_IMPLEMENTED_YET for a contract field the run
+            loop does not honor yet (runs.admission.refuse_unwired), after every check.
     """
     if spec.name or require_name:
         if not AGENT_NAME.match(spec.name):
@@ -158,8 +171,11 @@ def validate_agent(spec: pb.AgentSpec, *, require_name: bool, field: str = "agen
             raise invalid(Reason.INVALID_VALUE, f"{field}.{name} must be >= 0", field=f"{field}.{name}")
     _validate_model(spec, field)
     _validate_enums(spec, field)
-    if spec.handoffs:
-        raise MeshError(Status.UNIMPLEMENTED, Reason.NOT_IMPLEMENTED_YET, "handoffs are not available yet")
+    validation.validate_contract(
+        spec, field, implicit_tools=() if spec.tools else DEFAULT_TOOLS, known_providers=KNOWN_PROVIDERS
+    )
+    if refuse:
+        admission.refuse_unwired(spec, field)
 
 
 def _validate_command_policy(tool: pb.AgentTool, where: str) -> None:
@@ -265,7 +281,11 @@ def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.T
     Raises:
         MeshError: INVALID_ARGUMENT/UNKNOWN_TOOL for a tool that is neither in the catalog
             nor client-declared; INVALID_ARGUMENT/INVALID_VALUE for a NAMED tool choice
-            that names none of the snapshot's tools.
+            that names none of the snapshot's tools; INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY
+            for output_strategy NATIVE where the resolved provider cannot combine it with
+            the tools (validation.validate_snapshot); UNIMPLEMENTED/NOT_IMPLEMENTED_YET for
+            structured output with tools on a provider that needs the final-output tool
+            (admission.refuse_unwired_snapshot).
     """
     snap = pb.AgentSpec()
     snap.CopyFrom(spec)
@@ -281,6 +301,9 @@ def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.T
         if tool.HasField("spec") and tool.spec.external:
             tool.spec.name = tool.name
             continue
+        if tool.agent_name:
+            tool.spec.CopyFrom(agent_tool_spec(tool))
+            continue
         found = catalog.get(tool.name)
         if found is None:
             raise invalid(
@@ -292,11 +315,25 @@ def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.T
     choice = snap.settings.tool_choice
     if choice.mode == cpb.TOOL_CHOICE_MODE_NAMED and choice.name not in {t.name for t in snap.tools}:
         raise _unknown_choice(choice.name, "agent")
+    validation.validate_snapshot(snap)
+    admission.refuse_unwired_snapshot(snap)
     return snap
 
 
+def agent_tool_spec(tool: pb.AgentTool) -> cpb.ToolSpec:
+    """Return the ToolSpec an agent tool is offered as (004 §2.8): {"input": string}, not read-only."""
+    return cpb.ToolSpec(
+        name=tool.name,
+        description=tool.description or agent_tools.default_description(tool.agent_name),
+        parameters_json_schema=json.dumps(agent_tools.PARAMETERS),
+    )
+
+
 def offered_specs(snap: pb.AgentSpec) -> list[cpb.ToolSpec]:
-    """Return the tool specs the model is offered, with the agent's overrides applied."""
+    """Return the tool specs the model is offered, with the agent's overrides applied.
+
+    Overrides: needs_approval, timeout, sequential (004 §2.7d).
+    """
     out = []
     for tool in snap.tools:
         spec = cpb.ToolSpec()
@@ -305,6 +342,8 @@ def offered_specs(snap: pb.AgentSpec) -> list[cpb.ToolSpec]:
             spec.needs_approval = tool.needs_approval
         if tool.HasField("timeout"):
             spec.timeout.CopyFrom(tool.timeout)
+        if tool.HasField("sequential"):
+            spec.sequential = tool.sequential
         out.append(spec)
     return out
 

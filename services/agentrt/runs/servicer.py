@@ -6,13 +6,15 @@ mesh interceptor maps to a gRPC status with an ErrorInfo reason.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 
 import grpc
 
-from agentrt.core.errors import Reason, invalid, missing
+from agentrt.core.errors import MeshError, Reason, Status, invalid, missing
 from agentrt.core.ids import valid_id
 from agentrt.mesh.context import current_tenant
+from agentrt.runs import admission
 from agentrt.runs.convert import run_out
 from agentrt.runs.manager import RunManager
 from agentrt.v1 import run_service_pb2 as pb
@@ -20,6 +22,8 @@ from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
+#: Longest StopAfterTurn reason, in characters.
+MAX_STOP_REASON = 1024
 
 
 class RunServicer(pb_grpc.RunServiceServicer):
@@ -56,9 +60,13 @@ class RunServicer(pb_grpc.RunServiceServicer):
 
         Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_AGENT, INVALID_JSON, INVALID_VALUE,
         INVALID_ID, UNKNOWN_TOOL), NOT_FOUND (AGENT_NOT_FOUND, SESSION_NOT_FOUND),
-        FAILED_PRECONDITION/SESSION_BUSY, UNAVAILABLE when a peer is down.
+        FAILED_PRECONDITION/SESSION_BUSY, UNAVAILABLE when a peer is down; for the turn
+        contract (admission.check_start) INVALID_ARGUMENT/UNKNOWN_AGENT and
+        UNIMPLEMENTED/NOT_IMPLEMENTED_YET.
         """
-        record = await self.m.start_run(current_tenant(), request)
+        tenant = current_tenant()
+        await admission.check_start(request, functools.partial(self.m.store.get_agent, tenant))
+        record = await self.m.start_run(tenant, request)
         return pb.StartRunResponse(run_id=record.run_id, session_id=record.session_id)
 
     async def GetRun(self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext) -> pb.GetRunResponse:
@@ -100,8 +108,10 @@ class RunServicer(pb_grpc.RunServiceServicer):
         """Answer a suspended run's calls; continue it once all are answered.
 
         Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_VALUE), NOT_FOUND/RUN_NOT_FOUND,
-        FAILED_PRECONDITION (RUN_NOT_SUSPENDED, RUN_FINISHED).
+        FAILED_PRECONDITION (RUN_NOT_SUSPENDED, RUN_FINISHED); UNIMPLEMENTED/
+        NOT_IMPLEMENTED_YET for a result's `terminate` or `added_tools` (admission).
         """
+        admission.refuse_unwired_resume(request)
         return pb.ResumeRunResponse(run=run_out(await self.m.resume(current_tenant(), request)))
 
     async def CancelRun(
@@ -124,3 +134,23 @@ class RunServicer(pb_grpc.RunServiceServicer):
         FAILED_PRECONDITION/RUN_FINISHED.
         """
         return pb.InjectInputResponse(position=await self.m.inject(current_tenant(), request))
+
+    async def StopAfterTurn(
+        self, request: pb.StopAfterTurnRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StopAfterTurnResponse:
+        """Ask a run to finish at its next save point (004 §2.3c); not honored by the loop yet.
+
+        Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_ID, INVALID_VALUE for a reason over
+        1,024 characters), NOT_FOUND/RUN_NOT_FOUND, and for an existing run
+        UNIMPLEMENTED/NOT_IMPLEMENTED_YET (the run is left as it is).
+        """
+        await self.m.get_run(current_tenant(), request.run_id)
+        if len(request.reason) > MAX_STOP_REASON:
+            raise invalid(
+                Reason.INVALID_VALUE, f"reason is longer than {MAX_STOP_REASON} characters", field="reason"
+            )
+        raise MeshError(
+            Status.UNIMPLEMENTED,
+            Reason.NOT_IMPLEMENTED_YET,
+            "StopAfterTurn is not available on this server yet",
+        )

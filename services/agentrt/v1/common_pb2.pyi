@@ -181,7 +181,7 @@ class ToolCall(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ..., invalid_arguments: _Optional[str] = ..., invalid_arguments_base64: _Optional[bool] = ..., provider_call_id: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
 
 class ToolResult(_message.Message):
-    __slots__ = ("call_id", "name", "content", "is_error", "status", "summary", "details_json", "exit_code", "output_truncated", "duration", "nested_usage")
+    __slots__ = ("call_id", "name", "content", "is_error", "status", "summary", "details_json", "exit_code", "output_truncated", "duration", "nested_usage", "terminate", "added_tools", "child_run_id")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +193,9 @@ class ToolResult(_message.Message):
     OUTPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
     NESTED_USAGE_FIELD_NUMBER: _ClassVar[int]
+    TERMINATE_FIELD_NUMBER: _ClassVar[int]
+    ADDED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    CHILD_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     name: str
     content: str
@@ -204,7 +207,10 @@ class ToolResult(_message.Message):
     output_truncated: bool
     duration: _duration_pb2.Duration
     nested_usage: Usage
-    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., content: _Optional[str] = ..., is_error: _Optional[bool] = ..., status: _Optional[_Union[ToolResultStatus, str]] = ..., summary: _Optional[str] = ..., details_json: _Optional[str] = ..., exit_code: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., nested_usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    terminate: bool
+    added_tools: _containers.RepeatedScalarFieldContainer[str]
+    child_run_id: str
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., content: _Optional[str] = ..., is_error: _Optional[bool] = ..., status: _Optional[_Union[ToolResultStatus, str]] = ..., summary: _Optional[str] = ..., details_json: _Optional[str] = ..., exit_code: _Optional[int] = ..., output_truncated: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., nested_usage: _Optional[_Union[Usage, _Mapping]] = ..., terminate: _Optional[bool] = ..., added_tools: _Optional[_Iterable[str]] = ..., child_run_id: _Optional[str] = ...) -> None: ...
 
 class ToolSpec(_message.Message):
     __slots__ = ("name", "description", "parameters_json_schema", "read_only", "retry_safe", "needs_approval", "timeout", "sequential", "deferred", "strict", "external")
@@ -307,18 +313,20 @@ class ModelResponse(_message.Message):
     def __init__(self, response_id: _Optional[str] = ..., model: _Optional[_Union[ModelRef, _Mapping]] = ..., content: _Optional[_Iterable[_Union[ContentBlock, _Mapping]]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., provider_stop_reason: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., refusal: _Optional[str] = ...) -> None: ...
 
 class FailureInfo(_message.Message):
-    __slots__ = ("kind", "retryable", "message", "debug_message", "reason")
+    __slots__ = ("kind", "retryable", "message", "debug_message", "reason", "details_json")
     KIND_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     DEBUG_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_JSON_FIELD_NUMBER: _ClassVar[int]
     kind: str
     retryable: bool
     message: str
     debug_message: str
     reason: str
-    def __init__(self, kind: _Optional[str] = ..., retryable: _Optional[bool] = ..., message: _Optional[str] = ..., debug_message: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    details_json: str
+    def __init__(self, kind: _Optional[str] = ..., retryable: _Optional[bool] = ..., message: _Optional[str] = ..., debug_message: _Optional[str] = ..., reason: _Optional[str] = ..., details_json: _Optional[str] = ...) -> None: ...
 
 class PageInfo(_message.Message):
     __slots__ = ("next_page_token",)

@@ -56,6 +56,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WORKSPACE_NOT_FOUND: _ClassVar[ErrorReason]
     WORKSPACE_NOT_WRITABLE: _ClassVar[ErrorReason]
     TENANT_NOT_ALLOWED: _ClassVar[ErrorReason]
+    INVALID_SCHEMA: _ClassVar[ErrorReason]
+    UNKNOWN_AGENT: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 MISSING_FIELD: ErrorReason
 INVALID_ID: ErrorReason
@@ -106,3 +108,5 @@ SANDBOX_FOREIGN: ErrorReason
 WORKSPACE_NOT_FOUND: ErrorReason
 WORKSPACE_NOT_WRITABLE: ErrorReason
 TENANT_NOT_ALLOWED: ErrorReason
+INVALID_SCHEMA: ErrorReason
+UNKNOWN_AGENT: ErrorReason

@@ -80,6 +80,11 @@ class RunServiceStub:
                 request_serializer=agentrt_dot_v1_dot_run__service__pb2.InjectInputRequest.SerializeToString,
                 response_deserializer=agentrt_dot_v1_dot_run__service__pb2.InjectInputResponse.FromString,
                 _registered_method=True)
+        self.StopAfterTurn = channel.unary_unary(
+                '/agentrt.v1.RunService/StopAfterTurn',
+                request_serializer=agentrt_dot_v1_dot_run__service__pb2.StopAfterTurnRequest.SerializeToString,
+                response_deserializer=agentrt_dot_v1_dot_run__service__pb2.StopAfterTurnResponse.FromString,
+                _registered_method=True)
 
 
 class RunServiceServicer:
@@ -150,6 +155,16 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StopAfterTurn(self, request, context):
+        """StopAfterTurn asks a run to finish at its next save point (004 §2.3c, §2.11b run
+        control): the turn in flight completes and is persisted, then the run completes with
+        the turn's last message (else its last tool output) as the final output. Not yet
+        honored: answers UNIMPLEMENTED/NOT_IMPLEMENTED_YET for an existing run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -197,6 +212,11 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.InjectInput,
                     request_deserializer=agentrt_dot_v1_dot_run__service__pb2.InjectInputRequest.FromString,
                     response_serializer=agentrt_dot_v1_dot_run__service__pb2.InjectInputResponse.SerializeToString,
+            ),
+            'StopAfterTurn': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopAfterTurn,
+                    request_deserializer=agentrt_dot_v1_dot_run__service__pb2.StopAfterTurnRequest.FromString,
+                    response_serializer=agentrt_dot_v1_dot_run__service__pb2.StopAfterTurnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -443,6 +463,33 @@ class RunService:
             '/agentrt.v1.RunService/InjectInput',
             agentrt_dot_v1_dot_run__service__pb2.InjectInputRequest.SerializeToString,
             agentrt_dot_v1_dot_run__service__pb2.InjectInputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopAfterTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.v1.RunService/StopAfterTurn',
+            agentrt_dot_v1_dot_run__service__pb2.StopAfterTurnRequest.SerializeToString,
+            agentrt_dot_v1_dot_run__service__pb2.StopAfterTurnResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,218 @@
+"""What RegisterAgent, StartRun and ResumeRun admit of the turn contract (issue 11).
+
+Two jobs, both before anything is stored or started:
+
+- References: `check_references` looks every agent a spec names (handoff targets, agent
+  tools) up in the tenant's registry; one that is not registered (or not that version)
+  is INVALID_ARGUMENT/UNKNOWN_AGENT. It runs at StartRun, not at RegisterAgent: two
+  agents handing off to each other could otherwise never both be registered. The target
+  is resolved again when the handoff or the call happens (a fresh snapshot, 004 §2.3a).
+- Refusals: the contract is declared and validated in full, but the run loop does not
+  honor all of it yet. A spec or request setting a field the loop would ignore is refused
+  with UNIMPLEMENTED/NOT_IMPLEMENTED_YET naming the field (`refuse_unwired*`), after every
+  other check passed, so nothing is silently ignored. The wiring of each behavior into the
+  loop removes its line here.
+
+`check_start` is the servicer's one call before StartRun reaches the manager: it resolves
+the spec the way the manager will (inline, or registered by name and version), and when
+the spec or the request uses the contract it validates the spec (refusals held back),
+checks its references, then refuses what is not honored. A request the manager refuses
+for its own reasons (no agent, a bad name, an unknown agent) is left to the manager, so
+those errors read as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from agentrt.core.errors import MeshError, Reason, Status, invalid
+from agentrt.core.structured import FINAL_OUTPUT_TOOL, PROVIDERS_WITHOUT_TOOLS_AND_FORMAT
+from agentrt.runs import validation
+from agentrt.v1 import run_service_pb2 as pb
+
+#: Looks a registered agent up: (name, version; 0 = latest) -> the spec, or None.
+AgentLookup = Callable[[str, int], Awaitable[pb.AgentSpec | None]]
+#: Most names one tool result may disclose (ToolResult.added_tools).
+MAX_ADDED_TOOLS = 64
+
+
+def _not_yet(what: str, field: str) -> MeshError:
+    return MeshError(
+        Status.UNIMPLEMENTED,
+        Reason.NOT_IMPLEMENTED_YET,
+        f"{what} are not available yet ({field}): the run loop does not honor them, so this is refused "
+        "rather than run without them",
+        {"field": field},
+    )
+
+
+def uses_contract(spec: pb.AgentSpec) -> bool:
+    """True when a spec sets any field the loop does not honor yet (see `refuse_unwired`)."""
+    try:
+        refuse_unwired(spec, "agent")
+    except MeshError:
+        return True
+    return False
+
+
+def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
+    """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
+
+    Honored today, so not refused: AgentTool.sequential, `deferred` set to false, error
+    handlers whose action is FAIL (the behavior without a handler), output_strategy AUTO
+    or NATIVE (`refuse_unwired_snapshot` covers AUTO on a provider that would need the
+    final-output tool).
+
+    Raises:
+        MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET; metadata `field` names the first such
+            field.
+    """
+    if spec.handoffs:
+        raise _not_yet("handoffs", f"{field}.handoffs")
+    if spec.handoff_targets:
+        raise _not_yet("handoffs", f"{field}.handoff_targets")
+    if spec.guardrails:
+        raise _not_yet("guardrails", f"{field}.guardrails")
+    for i, tool in enumerate(spec.tools):
+        where = f"{field}.tools[{i}]"
+        if tool.agent_name:
+            raise _not_yet("agents as tools", f"{where}.agent_name")
+        if tool.guardrails:
+            raise _not_yet("guardrails", f"{where}.guardrails")
+        if tool.HasField("deferred") and tool.deferred:
+            raise _not_yet("deferred tools", f"{where}.deferred")
+        if tool.terminates_run:
+            raise _not_yet("tools that stop the run", f"{where}.terminates_run")
+    if spec.output_strategy == pb.OUTPUT_STRATEGY_TOOL:
+        raise _not_yet("final-output tool strategies", f"{field}.output_strategy")
+    if spec.final_turn_without_tools:
+        raise _not_yet("tool-free closing turns", f"{field}.final_turn_without_tools")
+    for name in ("max_turns", "refusal", "invalid_final_output"):
+        if getattr(spec.error_handlers, name).action == pb.ERROR_HANDLER_ACTION_FALLBACK:
+            raise _not_yet("error handler fallbacks", f"{field}.error_handlers.{name}")
+    if spec.HasField("sandbox"):
+        raise _not_yet("run sandboxes", f"{field}.sandbox")
+
+
+def refuse_unwired_snapshot(snap: pb.AgentSpec) -> None:
+    """Refuse a run whose snapshot would need the final-output tool strategy (not honored yet).
+
+    An output schema with tools on a provider that cannot combine the two (004 §2.3) gets
+    the final-output tool under AUTO; until the loop offers it, such a run would fail on
+    its first model call, so it is refused up front.
+
+    Raises:
+        MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET (field agent.output_json_schema).
+    """
+    if (
+        snap.output_json_schema
+        and snap.tools
+        and snap.model.provider in PROVIDERS_WITHOUT_TOOLS_AND_FORMAT
+        and snap.output_strategy in (pb.OUTPUT_STRATEGY_UNSPECIFIED, pb.OUTPUT_STRATEGY_AUTO)
+    ):
+        raise _not_yet(
+            f"structured output together with tools on provider {snap.model.provider!r} (the "
+            f"{FINAL_OUTPUT_TOOL!r} tool strategy)",
+            "agent.output_json_schema",
+        )
+
+
+def refuse_unwired_start(req: pb.StartRunRequest) -> None:
+    """Refuse a StartRun request field the loop does not honor yet (after validating it).
+
+    Raises:
+        MeshError: INVALID_ARGUMENT (validation.validate_sandbox); UNIMPLEMENTED/
+            NOT_IMPLEMENTED_YET for `sandbox`.
+    """
+    if req.HasField("sandbox"):
+        validation.validate_sandbox(req.sandbox, "sandbox")
+        raise _not_yet("run sandboxes", "sandbox")
+
+
+def refuse_unwired_resume(req: pb.ResumeRunRequest) -> None:
+    """Check the turn-contract fields of ResumeRun's client results; refuse what is not honored.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/INVALID_VALUE for `child_run_id` (set by the runtime,
+            never by a client), more than MAX_ADDED_TOOLS `added_tools` or a malformed name;
+            UNIMPLEMENTED/NOT_IMPLEMENTED_YET for `terminate` or `added_tools`.
+    """
+    for i, result in enumerate(req.results):
+        where = f"results[{i}]"
+        if result.child_run_id:
+            raise invalid(
+                Reason.INVALID_VALUE,
+                f"{where}.child_run_id is set by the runtime, not by a client",
+                field=f"{where}.child_run_id",
+            )
+        if len(result.added_tools) > MAX_ADDED_TOOLS:
+            raise invalid(
+                Reason.INVALID_VALUE,
+                f"{where}.added_tools names more than {MAX_ADDED_TOOLS} tools",
+                field=f"{where}.added_tools",
+            )
+        for j, name in enumerate(result.added_tools):
+            if not validation.TOOL_NAME.match(name):
+                raise invalid(
+                    Reason.INVALID_VALUE,
+                    f"{where}.added_tools[{j}] must match [a-zA-Z0-9_-]{{1,64}}",
+                    field=f"{where}.added_tools[{j}]",
+                )
+    for i, result in enumerate(req.results):
+        if result.terminate:
+            raise _not_yet("tool results that stop the run", f"results[{i}].terminate")
+        if result.added_tools:
+            raise _not_yet("deferred tools", f"results[{i}].added_tools")
+
+
+async def check_references(spec: pb.AgentSpec, lookup: AgentLookup, field: str) -> None:
+    """Check that every agent a validated spec names is registered (handoffs, agent tools).
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/UNKNOWN_AGENT; metadata `field` names the reference.
+    """
+    refs = [(f"{field}.handoffs[{i}]", name, 0) for i, name in enumerate(spec.handoffs)]
+    refs += [
+        (f"{field}.handoff_targets[{i}].agent_name", h.agent_name, h.agent_version)
+        for i, h in enumerate(spec.handoff_targets)
+    ]
+    refs += [
+        (f"{field}.tools[{i}].agent_name", t.agent_name, t.agent_version)
+        for i, t in enumerate(spec.tools)
+        if t.agent_name
+    ]
+    for where, name, version in refs:
+        if await lookup(name, version) is None:
+            which = f"version {version} of " if version else ""
+            raise invalid(
+                Reason.UNKNOWN_AGENT, f"{where}: {which}agent {name!r} is not registered", field=where
+            )
+
+
+async def check_start(req: pb.StartRunRequest, lookup: AgentLookup) -> None:
+    """Check StartRun's use of the turn contract before the manager sees it (module docstring).
+
+    Args:
+        req: the request.
+        lookup: the tenant's agent registry.
+
+    Raises:
+        MeshError: the spec's INVALID_ARGUMENT (see agents.validate_agent), UNKNOWN_AGENT,
+            then UNIMPLEMENTED/NOT_IMPLEMENTED_YET for what is not honored.
+    """
+    from agentrt.runs.agents import validate_agent  # agents imports this module's peers
+
+    spec: pb.AgentSpec | None = None
+    field = "agent"
+    if req.agent_name:
+        if validation.AGENT_NAME.match(req.agent_name) and req.agent_version >= 0:
+            spec, field = await lookup(req.agent_name, req.agent_version), "agent_name"
+    elif req.HasField("agent"):
+        spec = req.agent
+    if spec is None:
+        return  # the manager refuses the request itself
+    if uses_contract(spec):
+        validate_agent(spec, require_name=bool(req.agent_name), field=field, refuse=False)
+        await check_references(spec, lookup, field)
+        refuse_unwired(spec, field)
+    refuse_unwired_start(req)
