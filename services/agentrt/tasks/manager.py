@@ -140,7 +140,7 @@ class TaskManager:
             return 1
         try:
             owner = await self.deps.store.of_session(tenant, parent_id)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, OSError) as exc:
             raise MeshError(
                 Status.UNAVAILABLE,
                 Reason.DEPENDENCY_UNAVAILABLE,
