@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import grpc
 import pytest
 
-from agentrt.tasks.server import build_server
-from agentrt.v1 import task_service_pb2_grpc as pb_grpc
 from tests.emulators.providers import ProviderEmulator
-from tests.service.runs.harness import drop_pg_databases, start_mesh
-from tests.service.tasks.harness import BACKENDS, TaskMesh, tasks_config, tasks_db_url
+from tests.service.runs.harness import drop_pg_databases
+from tests.service.tasks.harness import BACKENDS, TaskMesh, task_mesh
 
 
 @pytest.fixture
@@ -28,12 +25,7 @@ async def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def tm(start_server, tmp_path, emulator, backend) -> TaskMesh:
-    mesh = await start_mesh(start_server, tmp_path, emulator)
-    db_url = await tasks_db_url(backend, mesh.tmp)
-    server = build_server(tasks_config(mesh, db_url))
-    address = await start_server(server)
-    stub = pb_grpc.TaskServiceStub(grpc.aio.insecure_channel(address))
-    return TaskMesh(mesh, stub, server, address, db_url, start_server)
+    return await task_mesh(start_server, tmp_path, emulator, backend)
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,8 @@ import pytest
 
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.db import Database, sqlite_url
+from agentrt.runs.config import RunsConfig
+from agentrt.runs.server import build_server as build_runs
 from agentrt.tasks.config import TasksConfig
 from agentrt.tasks.migrate import upgrade
 from agentrt.tasks.server import TaskServer, build_server
@@ -29,7 +31,7 @@ from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import task_service_pb2 as pb
 from agentrt.v1 import task_service_pb2_grpc as pb_grpc
 from tests.needs import unavailable
-from tests.service.runs.harness import WAIT_S, Mesh, agent
+from tests.service.runs.harness import WAIT_S, Mesh, agent, start_mesh
 from tests.stores import PG_URL, pg_reachable
 
 T = TypeVar("T")
@@ -131,9 +133,17 @@ class TaskMesh:
         names = ", ".join(pb.TaskStatus.Name(s) for s in statuses)
         return await until(lambda: self.get(task_id), lambda t: t.status in statuses, what or f"task in {names}")
 
-    async def wait_notified(self, task_id: str) -> pb.Task:
-        """Poll GetTask until the task's ending was notified to its parent."""
-        return await until(lambda: self.get(task_id), lambda t: t.notified_seq > 0, "the ending to be notified")
+    async def wait_notified(self, task_id: str, after_seq: int = 0) -> pb.Task:
+        """Poll GetTask until the task's ending was notified to its parent (after a seq)."""
+        return await until(
+            lambda: self.get(task_id),
+            lambda t: t.notified_seq > after_seq and not t.pending_delivery_id,
+            "the ending to be notified",
+        )
+
+    async def wait_notes(self, parent: str, count: int) -> list[spb.Entry]:
+        """Poll the parent session until it holds `count` notifications."""
+        return await until(lambda: self.notifications(parent), lambda n: len(n) >= count, f"{count} notifications")
 
     async def run(self, run_id: str) -> rpb.Run:
         """GetRun on RunService."""
@@ -147,6 +157,35 @@ class TaskMesh:
         """The parent session's task notification entries, in seq order."""
         entries = await self.mesh.entries(session_id)
         return [e for e in entries if '"task_notification"' in e.display.extra_json]
+
+
+async def task_mesh(
+    start_server: Callable[..., Awaitable[str]], tmp_path: Any, emulator: Any, backend: str, **runs_kw: Any
+) -> TaskMesh:
+    """Start the runs mesh (runs_kw go to its RunsConfig) and a TaskService on it."""
+    mesh = await start_mesh(start_server, tmp_path, emulator, **runs_kw)
+    db_url = await tasks_db_url(backend, mesh.tmp)
+    server = build_server(tasks_config(mesh, db_url))
+    address = await start_server(server)
+    stub = pb_grpc.TaskServiceStub(grpc.aio.insecure_channel(address))
+    return TaskMesh(mesh, stub, server, address, db_url, start_server)
+
+
+async def runs_replica(tm: TaskMesh, **runs_kw: Any) -> str:
+    """Start another RunService replica over the mesh's runs database; return its address."""
+    config = tm.mesh.runs_server.config  # type: ignore[attr-defined]
+    replica = build_runs(
+        RunsConfig(
+            server=ServerConfig(port=0, db_url=config.db_url, state_dir=tm.mesh.tmp),
+            gateway_address=tm.mesh.addresses["gateway"],
+            tools_address=tm.mesh.addresses["tools"],
+            sessions_address=tm.mesh.addresses["sessions"],
+            tasks_address="",
+            default_model="openai:gpt-test",
+            **runs_kw,
+        )
+    )
+    return await tm.start_server(replica)
 
 
 def crash(server: TaskServer) -> None:
