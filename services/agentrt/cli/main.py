@@ -5,6 +5,7 @@ Subcommands, one module each:
 - `up` (cli/supervise.py over cli/up.py): the whole mesh as five processes.
 - `run "<task>"` (cli/run.py, cli/render.py): a run, live.
 - `demo` (cli/demo.py): mesh + local model + one run, offline.
+- `tasks [stop|retry ID]` (cli/tasks.py): background tasks.
 Also runnable as `python -m agentrt.cli.main`, which is how `agentrt up` starts services.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentrt.cli import demo, run, serve, supervise
+from agentrt.cli import demo, run, serve, supervise, tasks
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     supervise.add_parser(sub)
     run.add_parser(sub)
     demo.add_parser(sub)
+    tasks.add_parser(sub)
     return parser
 
 
