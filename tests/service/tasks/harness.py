@@ -19,11 +19,13 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
+from agentrt.core.ids import new_id
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.db import Database, sqlite_url
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.server import build_server as build_runs
 from agentrt.tasks.config import TasksConfig
+from agentrt.tasks.domain import Task, TaskStatus, new_launch_id
 from agentrt.tasks.migrate import upgrade
 from agentrt.tasks.server import TaskServer, build_server
 from agentrt.v1 import run_service_pb2 as rpb
@@ -131,7 +133,9 @@ class TaskMesh:
     async def wait_task(self, task_id: str, *statuses: int, what: str = "") -> pb.Task:
         """Poll GetTask until the task is in one of statuses."""
         names = ", ".join(pb.TaskStatus.Name(s) for s in statuses)
-        return await until(lambda: self.get(task_id), lambda t: t.status in statuses, what or f"task in {names}")
+        return await until(
+            lambda: self.get(task_id), lambda t: t.status in statuses, what or f"task in {names}"
+        )
 
     async def wait_notified(self, task_id: str, after_seq: int = 0) -> pb.Task:
         """Poll GetTask until the task's ending was notified to its parent (after a seq)."""
@@ -143,7 +147,9 @@ class TaskMesh:
 
     async def wait_notes(self, parent: str, count: int) -> list[spb.Entry]:
         """Poll the parent session until it holds `count` notifications."""
-        return await until(lambda: self.notifications(parent), lambda n: len(n) >= count, f"{count} notifications")
+        return await until(
+            lambda: self.notifications(parent), lambda n: len(n) >= count, f"{count} notifications"
+        )
 
     async def run(self, run_id: str) -> rpb.Run:
         """GetRun on RunService."""
@@ -186,6 +192,34 @@ async def runs_replica(tm: TaskMesh, **runs_kw: Any) -> str:
         )
     )
     return await tm.start_server(replica)
+
+
+async def mid_launch(tm: TaskMesh, parent: str, owner: str = "", lease_until: float | None = None) -> Task:
+    """A task row as a spawn leaves it between its claim and StartRun: claimed, hidden session made.
+
+    Owned by `owner` (default: tm's server) until `lease_until` (default: a fresh lease).
+    """
+    deps = tm.server.deps
+    assert deps is not None
+    ref = spb.SessionRef(session_id=parent)
+    session = (await tm.mesh.sessions.GetSession(spb.GetSessionRequest(session=ref))).session
+    task = Task(
+        tenant="default",
+        task_id=new_id("tsk"),
+        parent_session_id=parent,
+        parent_generation=session.generation,
+        status=TaskStatus.WORKING,
+        launch_id=new_launch_id(),
+        input="go",
+        agent_spec=agent().SerializeToString(),
+        owner=owner or deps.owner,
+        lease_until=deps.lease_until() if lease_until is None else lease_until,
+    )
+    claimed = await deps.store.claim_spawn(task, 6)
+    hidden = await deps.peers.create_hidden("default", parent, "t", {})
+    placed = await deps.store.set_session(claimed, claimed.launch_id, hidden.session_id, hidden.generation)
+    assert placed is not None
+    return placed
 
 
 def crash(server: TaskServer) -> None:

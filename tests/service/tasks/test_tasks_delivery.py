@@ -18,20 +18,28 @@ from tests.service.tasks.harness import crash
 
 async def test_a_result_handed_to_the_model_is_held_then_acknowledged(tm):
     parent = await tm.parent()
-    tm.mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 0.3"}')]), Reply(text="ok")])
+    tm.mesh.emu.script(
+        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 0.3"}')]), Reply(text="ok")]
+    )
     task = await tm.spawn(parent)
     got = await tm.tasks.GetTask(
         pb.GetTaskRequest(task_id=task.task_id, wait=duration_pb2.Duration(seconds=30), hold_delivery=True)
     )
-    assert got.task.status == pb.TASK_STATUS_COMPLETED and got.held_delivery_id == got.task.pending_delivery_id
+    assert (
+        got.task.status == pb.TASK_STATUS_COMPLETED and got.held_delivery_id == got.task.pending_delivery_id
+    )
     # held: no deliverer may take it before the hold ends (well past the notification grace)
     due = await tm.server.deps.upkeep.due_deliveries(time.time() + 5.0, 100)
     assert task.task_id not in [t.task_id for t in due]
-    acked = await tm.tasks.AckTaskResult(pb.AckTaskResultRequest(task_id=task.task_id, delivery_id=got.held_delivery_id))
+    acked = await tm.tasks.AckTaskResult(
+        pb.AckTaskResultRequest(task_id=task.task_id, delivery_id=got.held_delivery_id)
+    )
     assert acked.acknowledged
     after = await tm.get(task.task_id)
     assert after.pending_delivery_id == "" and after.notified_seq == 0
-    again = await tm.tasks.AckTaskResult(pb.AckTaskResultRequest(task_id=task.task_id, delivery_id=got.held_delivery_id))
+    again = await tm.tasks.AckTaskResult(
+        pb.AckTaskResultRequest(task_id=task.task_id, delivery_id=got.held_delivery_id)
+    )
     assert not again.acknowledged
     assert await tm.notifications(parent) == []
 

@@ -60,14 +60,18 @@ class TaskProcess:
             self.args[self.args.index("--runs-addr") + 1] = runs
         self.starts += 1
         log = open(self.tmp / f"tasks-{self.starts}.log", "wb")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL
+        )
         address = f"127.0.0.1:{self.port}"
 
         async def serving() -> bool:
             assert self.proc is not None and self.proc.poll() is None, self.log()
             try:
                 async with grpc.aio.insecure_channel(address) as channel:
-                    resp = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
+                    resp = await health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(), timeout=2
+                    )
                 return resp.status == health_pb2.HealthCheckResponse.SERVING
             except grpc.aio.AioRpcError:
                 return False
@@ -111,7 +115,9 @@ async def _notes(mesh, parent: str) -> list:
 async def test_kill_9_while_the_run_works_then_the_task_completes_once(killable):
     mesh, proc, db_url = killable
     tm = TaskMesh(mesh, await proc.start(), None, "", db_url, None)  # type: ignore[arg-type]
-    mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 1"}')]), Reply(text="survived")])
+    mesh.emu.script(
+        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 1"}')]), Reply(text="survived")]
+    )
     parent = await tm.parent()
     task = await tm.spawn(parent)
     await mesh.events(task.run_id, until="tool_called")

@@ -21,7 +21,11 @@ async def test_spawn_runs_in_a_hidden_session_and_notifies_the_parent(tm):
     assert done.result == "the answer is 42" and done.summary == "the answer is 42"
     assert done.kind == "research" and done.state == "s0" and done.label == "find the answer"
     # the run ran in the hidden session that serves the parent
-    hidden = (await tm.mesh.sessions.GetSession(spb.GetSessionRequest(session=spb.SessionRef(session_id=task.session_id)))).session
+    hidden = (
+        await tm.mesh.sessions.GetSession(
+            spb.GetSessionRequest(session=spb.SessionRef(session_id=task.session_id))
+        )
+    ).session
     assert hidden.hidden and hidden.parent_session_id == parent
     run = await tm.run(task.run_id)
     assert run.session_id == task.session_id and run.status == cpb.RUN_STATUS_COMPLETED
@@ -32,7 +36,12 @@ async def test_spawn_runs_in_a_hidden_session_and_notifies_the_parent(tm):
     assert len(notes) == 1 and notes[0].seq == notified.notified_seq
     assert notes[0].item.message.role == cpb.ROLE_USER
     [line] = parse_notification(notes[0].item.message.content[0].text.text)
-    assert (line.task_id, line.status, line.attempt, line.label) == (task.task_id, "completed", 1, "find the answer")
+    assert (line.task_id, line.status, line.attempt, line.label) == (
+        task.task_id,
+        "completed",
+        1,
+        "find the answer",
+    )
     assert line.summary == "the answer is 42"
     # listed under its parent, without the full result
     listed = (await tm.tasks.ListTasks(pb.ListTasksRequest(parent_session_id=parent))).tasks
@@ -41,7 +50,10 @@ async def test_spawn_runs_in_a_hidden_session_and_notifies_the_parent(tm):
 
 async def test_approval_pause_is_input_required_and_resume_completes(tm):
     tm.mesh.emu.script(
-        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "true"}')]), Reply(text="approved and done")]
+        [
+            Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "true"}')]),
+            Reply(text="approved and done"),
+        ]
     )
     spec = agent(tools=[rpb.AgentTool(name="exec_command", needs_approval=True)])
     parent = await tm.parent()
@@ -53,7 +65,9 @@ async def test_approval_pause_is_input_required_and_resume_completes(tm):
     run = await tm.wait_run(task.run_id, cpb.RUN_STATUS_SUSPENDED)
     call_id = run.pending_calls[0].call.call_id
     await tm.mesh.runs.ResumeRun(
-        rpb.ResumeRunRequest(run_id=task.run_id, decisions=[rpb.ApprovalDecision(call_id=call_id, approved=True)])
+        rpb.ResumeRunRequest(
+            run_id=task.run_id, decisions=[rpb.ApprovalDecision(call_id=call_id, approved=True)]
+        )
     )
     done = await tm.wait_task(task.task_id, pb.TASK_STATUS_COMPLETED)
     assert done.result == "approved and done"

@@ -36,7 +36,10 @@ async def test_a_task_cannot_spawn_tasks_by_default(tm):
     task = await tm.spawn(await tm.parent(), agent=GATED)
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await tm.spawn(task.session_id)
-    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION and reason_of(info.value) == "TASK_DEPTH_LIMIT"
+    assert (
+        info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        and reason_of(info.value) == "TASK_DEPTH_LIMIT"
+    )
 
 
 async def test_depth_two_when_allowed_and_unknown_depth_refuses(tm):
@@ -54,7 +57,10 @@ async def test_depth_two_when_allowed_and_unknown_depth_refuses(tm):
     )
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await tm.spawn(hidden.session.session_id, stub=deeper)
-    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION and reason_of(info.value) == "TASK_DEPTH_UNKNOWN"
+    assert (
+        info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        and reason_of(info.value) == "TASK_DEPTH_UNKNOWN"
+    )
 
 
 async def test_a_depth_lookup_that_fails_refuses(tm):
@@ -62,7 +68,11 @@ async def test_a_depth_lookup_that_fails_refuses(tm):
     broken = Database("postgresql+asyncpg://postgres@127.0.0.1:1/nowhere", connect_args={"timeout": 2})
     try:
         deps = tm.server.deps
-        manager = TaskManager(type(deps)(**{**deps.__dict__, "store": TaskStore(broken)}), tm.server.attempts, tm.server.manager.trees)
+        manager = TaskManager(
+            type(deps)(**{**deps.__dict__, "store": TaskStore(broken)}),
+            tm.server.attempts,
+            tm.server.manager.trees,
+        )
         with pytest.raises(MeshError) as info:
             await manager._depth("default", "ses_x", hidden=True)
         assert info.value.status == "UNAVAILABLE" and info.value.reason == "DEPENDENCY_UNAVAILABLE"
@@ -92,7 +102,9 @@ async def test_two_replicas_racing_for_the_last_slot(tm):
     tm.mesh.emu.script([PAUSES] * 3)
     await tm.spawn(parent, stub=first, agent=GATED)
     results = await asyncio.gather(
-        tm.spawn(parent, stub=first, agent=GATED), tm.spawn(parent, stub=other, agent=GATED), return_exceptions=True
+        tm.spawn(parent, stub=first, agent=GATED),
+        tm.spawn(parent, stub=other, agent=GATED),
+        return_exceptions=True,
     )
     refused = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
     assert len(refused) == 1 and reason_of(refused[0]) == "TASK_LIMIT"
@@ -110,16 +122,22 @@ async def test_summaries_are_bounded_and_results_whole(tm):
 
 
 async def test_get_waits_for_the_task_to_leave_working(tm):
-    tm.mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 0.5"}')]), Reply(text="ok")])
+    tm.mesh.emu.script(
+        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 0.5"}')]), Reply(text="ok")]
+    )
     task = await tm.spawn(await tm.parent())
-    waited = await tm.tasks.GetTask(pb.GetTaskRequest(task_id=task.task_id, wait=duration_pb2.Duration(seconds=30)))
+    waited = await tm.tasks.GetTask(
+        pb.GetTaskRequest(task_id=task.task_id, wait=duration_pb2.Duration(seconds=30))
+    )
     assert waited.task.status == pb.TASK_STATUS_COMPLETED and waited.task.result == "ok"
     # a wait on a task that does not change ends at its bound, with the task as it is
     tm.mesh.emu.script([PAUSES])
     paused = await tm.spawn(await tm.parent(), agent=GATED)
     await tm.wait_task(paused.task_id, pb.TASK_STATUS_INPUT_REQUIRED)
     started = time.monotonic()
-    quick = await tm.tasks.GetTask(pb.GetTaskRequest(task_id=paused.task_id, wait=duration_pb2.Duration(seconds=30)))
+    quick = await tm.tasks.GetTask(
+        pb.GetTaskRequest(task_id=paused.task_id, wait=duration_pb2.Duration(seconds=30))
+    )
     assert quick.task.status == pb.TASK_STATUS_INPUT_REQUIRED and time.monotonic() - started < 30
 
 
@@ -133,4 +151,7 @@ async def test_a_spawn_replayed_with_its_key_starts_nothing(tm):
     assert len((await tm.mesh.runs.ListRuns(rpb.ListRunsRequest(session_id=first.session_id))).runs) == 1
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await tm.spawn(parent, idempotency_key="call_1", input="something else")
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and reason_of(info.value) == "IDEMPOTENCY_KEY_REUSED"
+    assert (
+        info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        and reason_of(info.value) == "IDEMPOTENCY_KEY_REUSED"
+    )

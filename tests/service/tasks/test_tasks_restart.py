@@ -9,18 +9,16 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.core.ids import new_id
 from agentrt.mesh.status import reason_of
-from agentrt.tasks.domain import Failure, Outcome, Task, TaskStatus, new_launch_id
+from agentrt.tasks.domain import Failure, Outcome, TaskStatus
 from agentrt.tasks.server import build_server
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as rpb
-from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import task_service_pb2 as pb
 from agentrt.v1 import task_service_pb2_grpc as pb_grpc
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.service.runs.harness import agent
-from tests.service.tasks.harness import crash, tasks_config
+from tests.service.tasks.harness import crash, mid_launch, tasks_config
 
 
 async def test_a_replica_adopts_the_task_of_a_dead_one_and_the_task_completes(tm):
@@ -38,27 +36,11 @@ async def test_a_replica_adopts_the_task_of_a_dead_one_and_the_task_completes(tm
     assert len(await tm.notifications(parent)) == 1  # told once
 
 
-async def _mid_launch(tm, parent: str, owner: str, lease_until: float) -> Task:
-    """A task row as a process leaves it when it dies between its claim and StartRun's answer."""
-    deps = tm.server.deps
-    session = (await tm.mesh.sessions.GetSession(spb.GetSessionRequest(session=spb.SessionRef(session_id=parent)))).session
-    task = Task(
-        tenant="default", task_id=new_id("tsk"), parent_session_id=parent, parent_generation=session.generation,
-        status=TaskStatus.WORKING, launch_id=new_launch_id(), input="go", agent_spec=agent().SerializeToString(),
-        owner=owner, lease_until=lease_until,
-    )  # fmt: skip
-    claimed = await deps.store.claim_spawn(task, 6)
-    hidden = await deps.peers.create_hidden("default", parent, "t", {})
-    placed = await deps.store.set_session(claimed, claimed.launch_id, hidden.session_id, hidden.generation)
-    assert placed is not None
-    return placed
-
-
 async def test_the_restart_sweep_fails_what_was_left_mid_launch_before_serving(tm):
     parent = await tm.parent()
-    stale = await _mid_launch(tm, parent, owner="tasks-restarted", lease_until=time.time() + 3600)
-    expired = await _mid_launch(tm, parent, owner="tasks-gone", lease_until=time.time() - 1)
-    held = await _mid_launch(tm, parent, owner="tasks-alive", lease_until=time.time() + 3600)
+    stale = await mid_launch(tm, parent, owner="tasks-restarted", lease_until=time.time() + 3600)
+    expired = await mid_launch(tm, parent, owner="tasks-gone", lease_until=time.time() - 1)
+    held = await mid_launch(tm, parent, owner="tasks-alive", lease_until=time.time() + 3600)
     # the same replica name comes back: what it held counts as stale; a live lease of another is kept
     server = build_server(tasks_config(tm.mesh, tm.db_url, replica_id="tasks-restarted"))
     address = await tm.start_server(server)
@@ -84,7 +66,9 @@ async def test_the_restart_sweep_fails_what_was_left_mid_launch_before_serving(t
 async def test_two_servers_racing_to_finalize_one_wins(tm):
     """Both replicas follow the same run (one by its lease, one forced) and both see it end."""
     parent = await tm.parent()
-    tm.mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 0.5"}')]), Reply(text="x")])
+    tm.mesh.emu.script(
+        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 0.5"}')]), Reply(text="x")]
+    )
     task = await tm.spawn(parent)
     _, other = await tm.replica()
     row = await other.deps.store.get("default", task.task_id)
@@ -137,7 +121,9 @@ async def test_an_approval_on_an_old_attempt_does_not_touch_the_new_one(tm):
     row = await store.get("default", task.task_id)
     old_launch = row.launch_id
     # attempt 1 ends while its approval is still open (as the restart sweep or a reaper would end it)
-    ended = await store.finalize(row, old_launch, Outcome(TaskStatus.FAILED, failure=Failure("test", "ended")), "")
+    ended = await store.finalize(
+        row, old_launch, Outcome(TaskStatus.FAILED, failure=Failure("test", "ended")), ""
+    )
     assert ended is not None and paused.run_id == old_run.run_id
     tm.mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "true"}')])])
     retried = await tm.tasks.RetryTask(pb.RetryTaskRequest(task_id=task.task_id))
@@ -149,7 +135,9 @@ async def test_an_approval_on_an_old_attempt_does_not_touch_the_new_one(tm):
         await tm.mesh.runs.ResumeRun(
             rpb.ResumeRunRequest(
                 run_id=old_run.run_id,
-                decisions=[rpb.ApprovalDecision(call_id=old_run.pending_calls[0].call.call_id, approved=True)],
+                decisions=[
+                    rpb.ApprovalDecision(call_id=old_run.pending_calls[0].call.call_id, approved=True)
+                ],
             )
         )
     assert reason_of(info.value) == "RUN_FINISHED"
@@ -161,3 +149,22 @@ async def test_an_approval_on_an_old_attempt_does_not_touch_the_new_one(tm):
     after = await tm.get(task.task_id)
     assert (after.status, after.run_id, after.attempt) == (pb.TASK_STATUS_INPUT_REQUIRED, second.run_id, 2)
     await tm.tasks.StopTask(pb.StopTaskRequest(task_id=task.task_id))
+
+
+async def test_the_sweep_cancels_the_run_an_interrupted_launch_had_started(tm):
+    """StartRun went through, then the process died before binding the run: the sweep fails
+    the task, and the run it cannot see in the row is found by its launch label and cancelled."""
+    parent = await tm.parent()
+    orphan = await mid_launch(tm, parent, owner="tasks-gone", lease_until=time.time() - 1)
+    tm.mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 30"}')])])
+    request = tm.server.attempts.launcher.request(orphan, orphan.launch_id, "go")
+    run_id = (await tm.mesh.runs.StartRun(request)).run_id
+    await tm.mesh.events(run_id, until="tool_called")
+    # the live replica's lease loop sweeps what a dead one left mid-launch
+    failed = await tm.wait_task(orphan.task_id, pb.TASK_STATUS_FAILED)
+    assert failed.failure.kind == "interrupted" and failed.run_id == ""
+    assert (await tm.wait_run(run_id, cpb.RUN_STATUS_CANCELED)).status == cpb.RUN_STATUS_CANCELED
+    tm.mesh.emu.script([Reply(text="clean")])
+    retried = await tm.tasks.RetryTask(pb.RetryTaskRequest(task_id=orphan.task_id))
+    assert retried.launched
+    assert (await tm.wait_task(orphan.task_id, pb.TASK_STATUS_COMPLETED)).result == "clean"

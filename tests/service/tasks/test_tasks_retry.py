@@ -35,19 +35,28 @@ async def test_a_failed_task_is_retried_in_place(tm):
     await tm.wait_notified(failed.task_id)
     [line] = parse_notification((await tm.notifications(parent))[0].item.message.content[0].text.text)
     assert line.status == "failed" and line.attempt == 1
-    assert "may be retried (2 attempts left)" in (await tm.notifications(parent))[0].item.message.content[0].text.text
+    assert (
+        "may be retried (2 attempts left)"
+        in (await tm.notifications(parent))[0].item.message.content[0].text.text
+    )
 
     tm.mesh.emu.script([Reply(text="fixed it")])
     retried = await tm.tasks.RetryTask(pb.RetryTaskRequest(task_id=failed.task_id))
     assert retried.launched and retried.task.status == pb.TASK_STATUS_WORKING and retried.task.attempt == 2
-    assert retried.task.run_id != first_run and retried.task.result == "" and not retried.task.HasField("failure")
+    assert (
+        retried.task.run_id != first_run
+        and retried.task.result == ""
+        and not retried.task.HasField("failure")
+    )
     assert retried.task.session_id == failed.session_id  # the same hidden session: resumed, not restarted
     done = await tm.wait_task(failed.task_id, pb.TASK_STATUS_COMPLETED)
     assert done.result == "fixed it" and done.attempt == 2
     entries = await tm.mesh.entries(failed.session_id)
     inputs = [e.item.message.content[0].text.text for e in entries if e.item.message.role == cpb.ROLE_USER]
     assert inputs[0] == "go" and "previous attempt" in inputs[-1] and failed.failure.message in inputs[-1]
-    lines = [parse_notification(e.item.message.content[0].text.text)[0] for e in await tm.wait_notes(parent, 2)]
+    lines = [
+        parse_notification(e.item.message.content[0].text.text)[0] for e in await tm.wait_notes(parent, 2)
+    ]
     assert [(x.status, x.attempt) for x in lines] == [("failed", 1), ("completed", 2)]
 
 
@@ -74,7 +83,10 @@ async def test_the_attempt_ceiling_and_what_is_retryable(tm):
     await tm.wait_task(ok.task_id, pb.TASK_STATUS_COMPLETED)
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await tm.tasks.RetryTask(pb.RetryTaskRequest(task_id=ok.task_id))
-    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION and reason_of(info.value) == "TASK_NOT_RETRYABLE"
+    assert (
+        info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        and reason_of(info.value) == "TASK_NOT_RETRYABLE"
+    )
 
 
 async def test_a_retry_takes_a_concurrency_slot(tm, backend):

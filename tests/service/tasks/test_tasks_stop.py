@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import grpc
 
-from agentrt.core.ids import new_id
-from agentrt.tasks.domain import Failure, Outcome, Task, TaskStatus, new_launch_id
+from agentrt.tasks.domain import Failure, Outcome, TaskStatus
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as rpb
-from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import task_service_pb2 as pb
 from agentrt.v1 import task_service_pb2_grpc as pb_grpc
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.service.runs.harness import agent
-from tests.service.tasks.harness import crash, runs_replica, task_mesh, tasks_config
+from tests.service.tasks.harness import crash, mid_launch, runs_replica, task_mesh, tasks_config
 
 SLEEPS = Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 30"}')])
 
@@ -64,22 +62,13 @@ async def test_stop_a_finished_task_changes_nothing(tm):
 
 async def test_a_stop_during_the_launch_cancels_the_run_the_launch_then_starts(tm):
     """The re-read after launching: the stop lands between the claim and StartRun."""
-    deps, parent = tm.server.deps, await tm.parent()
-    session = (await tm.mesh.sessions.GetSession(spb.GetSessionRequest(session=spb.SessionRef(session_id=parent)))).session
-    task = Task(
-        tenant="default", task_id=new_id("tsk"), parent_session_id=parent, parent_generation=session.generation,
-        status=TaskStatus.WORKING, launch_id=new_launch_id(), input="go", agent_spec=agent().SerializeToString(),
-        owner=deps.owner, lease_until=deps.lease_until(),
-    )  # fmt: skip
-    claimed = await deps.store.claim_spawn(task, 6)
-    hidden = await deps.peers.create_hidden("default", parent, "t", {})
-    placed = await deps.store.set_session(claimed, claimed.launch_id, hidden.session_id, hidden.generation)
+    placed = task = await mid_launch(tm, await tm.parent())
     stopped = await tm.tasks.StopTask(pb.StopTaskRequest(task_id=task.task_id))
     assert stopped.outcome == pb.STOP_OUTCOME_CANCELED and stopped.task.run_id == ""
     tm.mesh.emu.script([SLEEPS])
     after = await tm.server.attempts.launcher.start(placed, placed.launch_id, "go")
     assert after.status == TaskStatus.CANCELED and after.run_id == ""
-    [run] = (await tm.mesh.runs.ListRuns(rpb.ListRunsRequest(session_id=hidden.session_id))).runs
+    [run] = (await tm.mesh.runs.ListRuns(rpb.ListRunsRequest(session_id=placed.session_id))).runs
     assert (await tm.wait_run(run.run_id, cpb.RUN_STATUS_CANCELED)).status == cpb.RUN_STATUS_CANCELED
 
 
@@ -96,7 +85,10 @@ async def test_a_stop_chases_the_retry_that_landed_between_its_read_and_its_call
             fired.append(run_id)
             row = await store.get(tenant, task.task_id)
             lost = Failure("test", "attempt 1 failed")
-            assert await store.finalize(row, row.launch_id, Outcome(TaskStatus.FAILED, failure=lost), "") is not None
+            assert (
+                await store.finalize(row, row.launch_id, Outcome(TaskStatus.FAILED, failure=lost), "")
+                is not None
+            )
             tm.mesh.emu.script([SLEEPS])
             retried = await tm.tasks.RetryTask(pb.RetryTaskRequest(task_id=task.task_id))
             assert retried.launched and retried.task.attempt == 2
@@ -118,7 +110,9 @@ async def test_a_late_outcome_is_kept_not_overwritten(tm):
     """The run completed, but its follower died before recording it: the stop waits, then
     records the run's own ending (FINISHED_FIRST), not a cancellation."""
     parent = await tm.parent()
-    tm.mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 0.3"}')]), Reply(text="real")])
+    tm.mesh.emu.script(
+        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 0.3"}')]), Reply(text="real")]
+    )
     task = await tm.spawn(parent)
     crash(tm.server)  # nobody follows the run now
     await tm.wait_run(task.run_id, cpb.RUN_STATUS_COMPLETED)
@@ -129,7 +123,9 @@ async def test_a_late_outcome_is_kept_not_overwritten(tm):
     assert stopped.task.pending_delivery_id  # a real completion is owed to the parent
 
 
-async def test_after_turn_when_another_run_loop_replica_owns_the_run(start_server, tmp_path, emulator, backend):
+async def test_after_turn_when_another_run_loop_replica_owns_the_run(
+    start_server, tmp_path, emulator, backend
+):
     tm = await task_mesh(start_server, tmp_path, emulator, backend, lease_seconds=0.6, replica_id="runs-a")
     runs_b = await runs_replica(tm, lease_seconds=0.6, replica_id="runs-b")
     from agentrt.tasks.server import build_server
@@ -144,4 +140,3 @@ async def test_after_turn_when_another_run_loop_replica_owns_the_run(start_serve
     done = await tm.wait_task(task.task_id, pb.TASK_STATUS_CANCELED)
     assert done.pending_delivery_id == ""
     assert (await tm.run(task.run_id)).status == cpb.RUN_STATUS_CANCELED
-

@@ -109,7 +109,9 @@ async def test_finalize_is_a_compare_and_set_on_the_launch(db, tenant):
     store = TaskStore(db, notify_grace_s=0)
     bound = await _bound(store, _task(tenant, state="s0"))
     assert await store.finalize(bound, "tl_stale", FAILED, "") is None
-    done = await store.finalize(bound, bound.launch_id, Outcome(TaskStatus.COMPLETED, output="r"), "r", state="s1")
+    done = await store.finalize(
+        bound, bound.launch_id, Outcome(TaskStatus.COMPLETED, output="r"), "r", state="s1"
+    )
     assert (done.status, done.result, done.summary, done.state) == (TaskStatus.COMPLETED, "r", "r", "s1")
     assert done.delivery_id and done.owner == "" and done.lease_until is None
     assert await store.finalize(done, done.launch_id, FAILED, "") is None  # terminal: not again
@@ -140,7 +142,12 @@ async def test_retry_claim_under_the_ceiling_and_release(db, tenant):
     assert info.value.reason == "RETRY_CONFLICT"  # not the attempt it read
     launch = new_launch_id()
     claimed = await store.retry_claim(failed, launch, "me", time.time() + 9, 6)
-    assert (claimed.status, claimed.attempt, claimed.launch_id, claimed.result) == (TaskStatus.WORKING, 2, launch, "")
+    assert (claimed.status, claimed.attempt, claimed.launch_id, claimed.result) == (
+        TaskStatus.WORKING,
+        2,
+        launch,
+        "",
+    )
     assert claimed.delivery_id == ""  # the retry drops the undelivered ending
     released = await store.release_retry_claim(claimed, launch, Failure("launch_failed", "no run"))
     assert (released.status, released.attempt, released.result) == (TaskStatus.FAILED, 1, "no run")
@@ -188,7 +195,9 @@ async def test_the_sweep_fails_only_what_was_left_mid_launch(db, tenant):
     assert all(t.status == TaskStatus.FAILED and t.delivery_id for t in swept)
     assert (await store.get(tenant, alive.task_id)).status == TaskStatus.WORKING
     assert (await store.get(tenant, running.task_id)).status == TaskStatus.WORKING  # adopted, not failed
-    assert (await store.get(tenant, paused.task_id)).status == TaskStatus.INPUT_REQUIRED  # its approval persists
+    assert (
+        await store.get(tenant, paused.task_id)
+    ).status == TaskStatus.INPUT_REQUIRED  # its approval persists
     adoptable = {t.task_id for t in await upkeep.adoptable(now, 100) if t.tenant == tenant}
     assert running.task_id in adoptable and alive.task_id not in adoptable
     row = await store.get(tenant, running.task_id)
@@ -222,7 +231,9 @@ async def test_a_delivery_is_claimed_once_held_or_acknowledged(db, tenant):
 async def test_removing_a_tree_takes_every_depth(db, tenant):
     store, upkeep = TaskStore(db), UpkeepStore(db)
     outer = await _bound(store, _task(tenant, parent="ses_root", session_id="ses_h1", session_generation=1))
-    inner = await _bound(store, _task(tenant, parent="ses_h1", session_id="ses_h2", session_generation=1, depth=2))
+    inner = await _bound(
+        store, _task(tenant, parent="ses_h1", session_id="ses_h2", session_generation=1, depth=2)
+    )
     beside = await _bound(store, _task(tenant, parent="ses_root", parent_generation=2))
     removed = await upkeep.remove_tree(tenant, "ses_root", 1)
     assert {t.task_id for t in removed} == {outer.task_id, inner.task_id}

@@ -45,7 +45,9 @@ async def test_deleting_the_parent_removes_the_tree_at_every_depth(tm):
     assert (await tm.wait_run(outer.run_id, cpb.RUN_STATUS_CANCELED, cpb.RUN_STATUS_FAILED)).status
     for hidden in (outer.session_id, inner.session_id):
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            await tm.mesh.sessions.GetSession(spb.GetSessionRequest(session=spb.SessionRef(session_id=hidden)))
+            await tm.mesh.sessions.GetSession(
+                spb.GetSessionRequest(session=spb.SessionRef(session_id=hidden))
+            )
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
@@ -86,10 +88,14 @@ async def test_watch_streams_changes_and_resumes_from_a_cursor(tm):
     assert seen[-1].status == pb.TASK_STATUS_COMPLETED
     # a new watch after a cursor gets only what came after it
     later = await _take(
-        tm.tasks.WatchTasks(pb.WatchTasksRequest(parent_session_id=parent, after_change_seq=seen[0].change_seq)),
+        tm.tasks.WatchTasks(
+            pb.WatchTasksRequest(parent_session_id=parent, after_change_seq=seen[0].change_seq)
+        ),
         lambda t: t.change_seq == seen[-1].change_seq,
     )
-    assert all(t.change_seq > seen[0].change_seq for t in later) and later[-1].status == pb.TASK_STATUS_COMPLETED
+    assert (
+        all(t.change_seq > seen[0].change_seq for t in later) and later[-1].status == pb.TASK_STATUS_COMPLETED
+    )
     # deleting the parent ends the stream
     await tm.mesh.sessions.DeleteSession(spb.DeleteSessionRequest(session=spb.SessionRef(session_id=parent)))
     await asyncio.wait_for(watcher, WAIT_S)

@@ -20,7 +20,14 @@ from agentrt.core.tasknote import (
 
 
 def _line(**kw) -> TaskLine:
-    values = {"task_id": "tsk_a1", "status": "completed", "attempt": 1, "max_attempts": 3, "label": "l", "summary": "s"}
+    values = {
+        "task_id": "tsk_a1",
+        "status": "completed",
+        "attempt": 1,
+        "max_attempts": 3,
+        "label": "l",
+        "summary": "s",
+    }
     values.update(kw)
     return TaskLine(**values)  # type: ignore[arg-type]
 
@@ -62,9 +69,14 @@ def test_every_line_break_and_control_character_is_escaped(sep):
 
 @given(label=st.text(), summary=st.text())
 def test_any_text_round_trips_as_one_line(label, summary):
-    text = format_notification([_line(label=label, summary=summary), _line(task_id="tsk_z2", status="failed")])
+    text = format_notification(
+        [_line(label=label, summary=summary), _line(task_id="tsk_z2", status="failed")]
+    )
     lines = parse_notification(text)
-    assert [(x.task_id, x.label, x.summary) for x in lines] == [("tsk_a1", label, summary), ("tsk_z2", "l", "s")]
+    assert [(x.task_id, x.label, x.summary) for x in lines] == [
+        ("tsk_a1", label, summary),
+        ("tsk_z2", "l", "s"),
+    ]
 
 
 @given(st.text())
