@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 
 from agentrt.core.errors import MeshError
 from agentrt.core.tasknote import summarize
@@ -56,8 +57,20 @@ class Attempts:
         self.deps = deps
         self.launcher = Launcher(deps, self.follow)
         self._watchers: dict[tuple[str, str], tuple[str, asyncio.Task[None]]] = {}
+        #: Launches being started here, from their claim until their run is bound or released.
+        self._launching: set[tuple[str, str, str]] = set()
         self._loop: asyncio.Task[None] | None = None
         self._closing = False
+
+    @contextlib.contextmanager
+    def launching(self, task: Task, launch_id: str) -> Iterator[None]:
+        """Keep the lease of a launch this process is starting alive for the block's duration."""
+        key = (task.tenant, task.task_id, launch_id)
+        self._launching.add(key)
+        try:
+            yield
+        finally:
+            self._launching.discard(key)
 
     # -- following -----------------------------------------------------------------------------
 
@@ -181,12 +194,12 @@ class Attempts:
             await self._finalize(task, Outcome(TaskStatus.FAILED, failure=lost))
             return
         self.deps.hub.changed()
-        try:
-            await self.launcher.start(advanced, next_launch, advanced.step_input)
-        except MeshError as err:
-            await self._finalize(
-                advanced, Outcome(TaskStatus.FAILED, failure=launch_failure(err)), next_launch
-            )
+        with self.launching(advanced, next_launch):
+            try:
+                await self.launcher.start(advanced, next_launch, advanced.step_input)
+            except MeshError as err:
+                failure = launch_failure(err)
+                await self._finalize(advanced, Outcome(TaskStatus.FAILED, failure=failure), next_launch)
 
     # -- the lease loop and the sweep ----------------------------------------------------------
 
@@ -239,7 +252,8 @@ class Attempts:
     async def pass_once(self, stale_owner: str = "") -> None:
         """One pass: renew, drop lost tasks, adopt expired ones, sweep orphans."""
         upkeep, owner = self.deps.upkeep, self.deps.owner
-        held = await upkeep.renew(owner, self.deps.lease_until())
+        busy = {(k[0], k[1], launch) for k, (launch, _) in self._watchers.items()} | self._launching
+        held = await upkeep.renew(owner, busy, self.deps.lease_until())
         for key, (launch, _) in list(self._watchers.items()):
             if (key[0], key[1], launch) not in held:
                 self.forget(*key)

@@ -198,10 +198,16 @@ class TaskManager:
             task = self._replayed(replay.task, req)
             return task, await self.held(task, req.hold_delivery)
         self.deps.hub.changed()
-        after = await self._launch_spawn(claimed)
+        # Detached: a caller that hangs up does not cut the launch (or its rollback) in half;
+        # the task it asked for exists, and a replay with its idempotency key finds it.
+        after = await detached(self._launch_spawn(claimed))
         return after, await self.held(after, req.hold_delivery)
 
     async def _launch_spawn(self, claimed: Task) -> Task:
+        with self.attempts.launching(claimed, claimed.launch_id):
+            return await self._launch_spawn_held(claimed)
+
+    async def _launch_spawn_held(self, claimed: Task) -> Task:
         peers, store, launch = self.deps.peers, self.deps.store, claimed.launch_id
         session = None
         try:
@@ -214,8 +220,8 @@ class TaskManager:
                 await detached(peers.delete_session(claimed.tenant, session.session_id, session.generation))
                 return await store.get(claimed.tenant, claimed.task_id) or claimed
             return await self.launcher.start(placed, launch, claimed.input)
-        except MeshError:
-            await detached(self._rollback(claimed, session))
+        except Exception:
+            await self._rollback(claimed, session)
             raise
 
     async def _rollback(self, claimed: Task, session: object) -> None:
@@ -326,21 +332,28 @@ class TaskManager:
             self.deps.config.limits.max_live_per_parent,
         )
         self.deps.hub.changed()
-        try:
-            if not await self.launcher.end_session_runs(claimed, "its task was retried"):
-                raise precondition(
-                    Reason.SESSION_BUSY, "the previous attempt's run is still ending; retry again"
+        # Detached, as a spawn's launch: the claim is bound or released whatever the caller does.
+        return await detached(self._launch_retry(task, claimed, hold))
+
+    async def _launch_retry(self, task: Task, claimed: Task, hold: bool) -> tuple[Task, bool, str]:
+        launch = claimed.launch_id
+        with self.attempts.launching(claimed, launch):
+            try:
+                if not await self.launcher.end_session_runs(claimed, "its task was retried"):
+                    raise precondition(
+                        Reason.SESSION_BUSY, "the previous attempt's run is still ending; retry again"
+                    )
+                text = retry_input(task.failure, claimed.step_input)
+                after = await self.launcher.start(claimed, launch, text)
+            except MeshError as err:
+                hold_s = self.deps.config.hold_seconds if hold else 0.0
+                released = await self.deps.store.release_retry_claim(
+                    claimed, launch, launch_failure(err), hold_s
                 )
-            after = await self.launcher.start(claimed, launch, retry_input(task.failure, claimed.step_input))
-        except MeshError as err:
-            hold_s = self.deps.config.hold_seconds if hold else 0.0
-            released = await detached(
-                self.deps.store.release_retry_claim(claimed, launch, launch_failure(err), hold_s)
-            )
-            self.deps.hub.changed()
-            if released is None:
-                return await self.task(tenant, task_id), False, ""
-            return released, False, released.delivery_id if hold else ""
+                self.deps.hub.changed()
+                if released is None:
+                    return await self.task(task.tenant, task.task_id), False, ""
+                return released, False, released.delivery_id if hold else ""
         launched = after.launch_id == launch and bool(after.run_id)
         return after, launched, await self.held(after, hold)
 

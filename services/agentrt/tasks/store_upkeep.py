@@ -50,18 +50,33 @@ class UpkeepStore:
 
     # -- leases ------------------------------------------------------------------------------
 
-    async def renew(self, owner: str, until_s: float) -> set[tuple[str, str, str]]:
-        """Extend every live lease owner holds; return (tenant, task_id, launch_id) still held."""
+    async def renew(
+        self, owner: str, keys: set[tuple[str, str, str]], until_s: float
+    ) -> set[tuple[str, str, str]]:
+        """Extend owner's leases of the launches this process is busy with; return those still held.
+
+        Args:
+            owner: this replica's name.
+            keys: (tenant, task_id, launch_id) of every launch being started or followed here;
+                a lease nobody here is busy with is left to expire (and be adopted or swept).
+            until_s: the new expiry, seconds since the epoch.
+        """
 
         async def body(conn: Any) -> set[tuple[str, str, str]]:
-            result = await conn.execute(
-                sa.update(T)
-                .where(T.c.owner == owner, T.c.status.in_(_LIVE), T.c.lease_until_us.is_not(None))
-                .values(lease_until_us=us(until_s))
-                .returning(T.c.tenant, T.c.task_id, T.c.launch_id)
-            )
-            return {(r.tenant, r.task_id, r.launch_id) for r in result}
+            held = set()
+            for tenant, task_id, launch_id in sorted(keys):
+                result = await conn.execute(
+                    sa.update(T)
+                    .where(T.c.tenant == tenant, T.c.task_id == task_id, T.c.launch_id == launch_id)
+                    .where(T.c.owner == owner, T.c.status.in_(_LIVE))
+                    .values(lease_until_us=us(until_s))
+                )
+                if result.rowcount:
+                    held.add((tenant, task_id, launch_id))
+            return held
 
+        if not keys:
+            return set()
         return await self.db.write_tx(body)
 
     async def release_leases(self, owner: str) -> int:

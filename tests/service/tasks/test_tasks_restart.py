@@ -152,19 +152,21 @@ async def test_an_approval_on_an_old_attempt_does_not_touch_the_new_one(tm):
 
 
 async def test_the_sweep_cancels_the_run_an_interrupted_launch_had_started(tm):
-    """StartRun went through, then the process died before binding the run: the sweep fails
-    the task, and the run it cannot see in the row is found by its launch label and cancelled."""
+    """StartRun went through, then the process died before binding the run: at its restart the
+    sweep fails the task, and the run it cannot see in the row is found by its launch label
+    and cancelled."""
     parent = await tm.parent()
-    orphan = await mid_launch(tm, parent, owner="tasks-gone", lease_until=time.time() - 1)
+    orphan = await mid_launch(tm, parent, owner="tasks-dead", lease_until=time.time() + 3600)
     tm.mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 30"}')])])
     request = tm.server.attempts.launcher.request(orphan, orphan.launch_id, "go")
     run_id = (await tm.mesh.runs.StartRun(request)).run_id
     await tm.mesh.events(run_id, until="tool_called")
-    # the live replica's lease loop sweeps what a dead one left mid-launch
-    failed = await tm.wait_task(orphan.task_id, pb.TASK_STATUS_FAILED)
-    assert failed.failure.kind == "interrupted" and failed.run_id == ""
+    restarted = build_server(tasks_config(tm.mesh, tm.db_url, replica_id="tasks-dead"))
+    stub = pb_grpc.TaskServiceStub(grpc.aio.insecure_channel(await tm.start_server(restarted)))
+    failed = (await stub.GetTask(pb.GetTaskRequest(task_id=orphan.task_id))).task
+    assert (failed.status, failed.failure.kind, failed.run_id) == (pb.TASK_STATUS_FAILED, "interrupted", "")
     assert (await tm.wait_run(run_id, cpb.RUN_STATUS_CANCELED)).status == cpb.RUN_STATUS_CANCELED
     tm.mesh.emu.script([Reply(text="clean")])
-    retried = await tm.tasks.RetryTask(pb.RetryTaskRequest(task_id=orphan.task_id))
+    retried = await stub.RetryTask(pb.RetryTaskRequest(task_id=orphan.task_id))
     assert retried.launched
     assert (await tm.wait_task(orphan.task_id, pb.TASK_STATUS_COMPLETED)).result == "clean"

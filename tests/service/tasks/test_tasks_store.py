@@ -203,7 +203,8 @@ async def test_the_sweep_fails_only_what_was_left_mid_launch(db, tenant):
     row = await store.get(tenant, running.task_id)
     assert (await upkeep.adopt(row, "new", now, now + 60)).owner == "new"
     assert await upkeep.adopt(row, "third", now, now + 60) is None  # the lease is live now
-    assert (tenant, running.task_id, running.launch_id) in await upkeep.renew("new", now + 90)
+    key = (tenant, running.task_id, running.launch_id)
+    assert await upkeep.renew("new", {key, (tenant, alive.task_id, alive.launch_id)}, now + 90) == {key}
 
 
 async def test_a_delivery_is_claimed_once_held_or_acknowledged(db, tenant):
