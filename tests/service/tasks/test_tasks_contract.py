@@ -227,3 +227,27 @@ async def test_requests_wait_for_the_start_sweep(tmp_path):
         if not starting.done():
             starting.cancel()
         await server.stop(grace=0)
+
+
+async def test_another_tenants_tasks_are_not_found(tm):
+    from tests.emulators.providers import Reply
+
+    tm.mesh.emu.script([Reply(text="mine")])
+    parent = await tm.parent()
+    task = await tm.spawn(parent)
+    other = [("x-agentrt-tenant", "someone-else")]
+    calls = [
+        tm.tasks.GetTask(pb.GetTaskRequest(task_id=task.task_id), metadata=other),
+        tm.tasks.StopTask(pb.StopTaskRequest(task_id=task.task_id), metadata=other),
+        tm.tasks.RetryTask(pb.RetryTaskRequest(task_id=task.task_id), metadata=other),
+        tm.tasks.AckTaskResult(pb.AckTaskResultRequest(task_id=task.task_id, delivery_id="td_x"), metadata=other),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call
+        assert info.value.code() == NF and reason_of(info.value) == "TASK_NOT_FOUND"
+    assert list((await tm.tasks.ListTasks(pb.ListTasksRequest(), metadata=other)).tasks) == []
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await tm.tasks.SpawnTask(_spawn(parent), metadata=other)
+    assert info.value.code() == NF and reason_of(info.value) == "SESSION_NOT_FOUND"
+    assert (await tm.get(task.task_id)).task_id == task.task_id  # the owner still sees it
