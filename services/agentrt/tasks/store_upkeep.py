@@ -224,8 +224,14 @@ class UpkeepStore:
         )
 
     async def release_delivery(self, task: Task, delivery_id: str, retry_at_s: float) -> bool:
-        """Give a claimed delivery back, to be tried again at retry_at_s."""
-        return await self._simple(task, [T.c.delivery_id == delivery_id], {"delivery_due_us": us(retry_at_s)})
+        """Give a claimed delivery back, to be tried again at retry_at_s.
+
+        A claim that never read the parent's seq appended nothing, so it is cleared: the
+        delivery may be held for a model again.
+        """
+        base = sa.case((T.c.delivery_base_seq == CLAIMED, sa.null()), else_=T.c.delivery_base_seq)
+        values = {"delivery_due_us": us(retry_at_s), "delivery_base_seq": base}
+        return await self._simple(task, [T.c.delivery_id == delivery_id], values)
 
     async def delivered(self, task: Task, delivery_id: str, seq: int) -> Task | None:
         """The notification of delivery_id is in the parent session at seq: clear the debt."""

@@ -242,3 +242,19 @@ async def test_removing_a_tree_takes_every_depth(db, tenant):
     assert await store.get(tenant, beside.task_id) is not None  # another incarnation's
     assert await upkeep.parent_generations(tenant, "ses_root") == [2]
     assert await store.finalize(outer, outer.launch_id, FAILED, "") is None  # a removed row takes no writes
+
+
+async def test_a_claim_given_back_before_reading_the_parent_may_be_held_again(db, tenant):
+    store, upkeep = TaskStore(db, notify_grace_s=0), UpkeepStore(db)
+    bound = await _bound(store, _task(tenant))
+    done = await store.finalize(bound, bound.launch_id, Outcome(TaskStatus.COMPLETED, output="r"), "r")
+    now = time.time() + 1
+    claimed, base = await upkeep.claim_delivery(done, now, now + 30)
+    assert base == CLAIMED
+    assert await upkeep.release_delivery(claimed, done.delivery_id, now)  # nothing was appended
+    assert await upkeep.hold(done, done.delivery_id, now + 60)
+    again = await upkeep.claim_delivery(done, now + 61, now + 90)
+    assert again is not None and again[1] == CLAIMED
+    assert await upkeep.set_delivery_base(done, done.delivery_id, 7)
+    assert await upkeep.release_delivery(done, done.delivery_id, now)  # a recorded seq is kept
+    assert (await upkeep.claim_delivery(done, now + 91, now + 120))[1] == 7
