@@ -240,7 +240,9 @@ async def test_another_tenants_tasks_are_not_found(tm):
         tm.tasks.GetTask(pb.GetTaskRequest(task_id=task.task_id), metadata=other),
         tm.tasks.StopTask(pb.StopTaskRequest(task_id=task.task_id), metadata=other),
         tm.tasks.RetryTask(pb.RetryTaskRequest(task_id=task.task_id), metadata=other),
-        tm.tasks.AckTaskResult(pb.AckTaskResultRequest(task_id=task.task_id, delivery_id="td_x"), metadata=other),
+        tm.tasks.AckTaskResult(
+            pb.AckTaskResultRequest(task_id=task.task_id, delivery_id="td_x"), metadata=other
+        ),
     ]
     for call in calls:
         with pytest.raises(grpc.aio.AioRpcError) as info:
