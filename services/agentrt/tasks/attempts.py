@@ -186,15 +186,17 @@ class Attempts:
             await self._finalize(task, Outcome(TaskStatus.FAILED, failure=bound))
             return
         next_launch = new_launch_id()
-        advanced = await store.advance(task, task.launch_id, next_launch, limits.max_continuations)
-        if advanced is None:
-            # The claim lost: end the run that ended, failed; Finalize's predicate decides
-            # (a stop, retry or sweep that moved the row wins).
-            lost = Failure("continuation_lost", "the task changed while its next run was chained")
-            await self._finalize(task, Outcome(TaskStatus.FAILED, failure=lost))
-            return
-        self.deps.hub.changed()
-        with self.launching(advanced, next_launch):
+        # Registered before the advance: a lease pass that sees the old launch gone from the
+        # row must not take this watcher for one whose task another replica took.
+        with self.launching(task, next_launch):
+            advanced = await store.advance(task, task.launch_id, next_launch, limits.max_continuations)
+            if advanced is None:
+                # The claim lost: end the run that ended, failed; Finalize's predicate decides
+                # (a stop, retry or sweep that moved the row wins).
+                lost = Failure("continuation_lost", "the task changed while its next run was chained")
+                await self._finalize(task, Outcome(TaskStatus.FAILED, failure=lost))
+                return
+            self.deps.hub.changed()
             try:
                 await self.launcher.start(advanced, next_launch, advanced.step_input)
             except MeshError as err:
@@ -254,8 +256,10 @@ class Attempts:
         upkeep, owner = self.deps.upkeep, self.deps.owner
         busy = {(k[0], k[1], launch) for k, (launch, _) in self._watchers.items()} | self._launching
         held = await upkeep.renew(owner, busy, self.deps.lease_until())
+        chaining = {(k[0], k[1]) for k in self._launching}
         for key, (launch, _) in list(self._watchers.items()):
-            if (key[0], key[1], launch) not in held:
+            # A watcher chaining its task's next run has moved the row to a new launch itself.
+            if (key[0], key[1], launch) not in held and key not in chaining:
                 self.forget(*key)
         now = time.time()
         for task in await upkeep.adoptable(now, 100, stale_owner):

@@ -9,6 +9,7 @@ from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import task_service_pb2 as pb
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.service.runs.harness import agent
+from tests.service.tasks.harness import crash
 
 
 async def test_spawn_runs_in_a_hidden_session_and_notifies_the_parent(tm):
@@ -88,3 +89,16 @@ async def test_steps_chain_runs_under_one_task(tm):
     # one notification for the task, for its last run
     await tm.wait_notified(task.task_id)
     assert len(await tm.notifications(parent)) == 1
+
+
+async def test_a_chain_survives_lease_passes_between_its_runs(tm):
+    """Every lease pass (here every ~70 ms) lands somewhere in a continuation; none may take the
+    chaining follower for one that lost its task (the row's launch moved: it moved it itself)."""
+    crash(tm.server)  # one replica only: nobody else adopts or sweeps
+    busy, _ = await tm.replica(lease_seconds=0.2)
+    steps = [f"step {i}" for i in range(2, 9)]
+    tm.mesh.emu.script([Reply(text=f"done {i}") for i in range(1, 9)])
+    task = await tm.spawn(await tm.parent(), stub=busy, steps=steps)
+    done = await tm.wait_task(task.task_id, pb.TASK_STATUS_COMPLETED, pb.TASK_STATUS_FAILED)
+    assert done.status == pb.TASK_STATUS_COMPLETED, done.result
+    assert (done.result, done.continuations) == ("done 8", 7)
