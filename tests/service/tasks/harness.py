@@ -67,7 +67,7 @@ def tasks_config(mesh: Mesh, db_url: str, **kw: Any) -> TasksConfig:
         "server": ServerConfig(port=0, db_url=db_url, state_dir=mesh.tmp, grace_seconds=0.5),
         "runs_address": mesh.runs_address,
         "sessions_address": mesh.addresses["sessions"],
-        "lease_seconds": 1.0,
+        "lease_seconds": 3.0,
         "poll_seconds": 0.05,
         "notify_grace_seconds": 0.3,
         "hold_seconds": 30.0,

@@ -17,19 +17,21 @@ from tests.service.tasks.harness import crash
 
 
 async def test_a_result_handed_to_the_model_is_held_then_acknowledged(tm):
+    # the follower's grace is long: the notification can only come from the hold's end
+    patient, _ = await tm.replica(notify_grace_seconds=10.0)
     parent = await tm.parent()
     tm.mesh.emu.script(
         [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 0.3"}')]), Reply(text="ok")]
     )
-    task = await tm.spawn(parent)
+    task = await tm.spawn(parent, stub=patient)
     got = await tm.tasks.GetTask(
         pb.GetTaskRequest(task_id=task.task_id, wait=duration_pb2.Duration(seconds=30), hold_delivery=True)
     )
     assert (
         got.task.status == pb.TASK_STATUS_COMPLETED and got.held_delivery_id == got.task.pending_delivery_id
     )
-    # held: no deliverer may take it before the hold ends (well past the notification grace)
-    due = await tm.server.deps.upkeep.due_deliveries(time.time() + 5.0, 100)
+    # held (30 s): no deliverer may take it before the hold ends, though the grace (10 s) has
+    due = await tm.server.deps.upkeep.due_deliveries(time.time() + 15.0, 100)
     assert task.task_id not in [t.task_id for t in due]
     acked = await tm.tasks.AckTaskResult(
         pb.AckTaskResultRequest(task_id=task.task_id, delivery_id=got.held_delivery_id)
@@ -45,7 +47,8 @@ async def test_a_result_handed_to_the_model_is_held_then_acknowledged(tm):
 
 
 async def test_an_unacknowledged_hold_expires_into_a_notification(tm):
-    impatient, _ = await tm.replica(hold_seconds=0.5)
+    # a long grace, a short hold: the hold lands first, and its end is what notifies
+    impatient, _ = await tm.replica(hold_seconds=0.5, notify_grace_seconds=30.0)
     parent = await tm.parent()
     tm.mesh.emu.script([Reply(text="ok")])
     task = await tm.spawn(parent, stub=impatient)
