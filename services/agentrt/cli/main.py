@@ -7,6 +7,7 @@ Subcommands, one module each:
 - `runs`, `runs show RUN`, `approve RUN`, `stop RUN --after-turn` (cli/runs.py): operate runs.
 - `demo` (cli/demo.py): mesh + local model + one run, offline.
 - `health [HOST:PORT]` (cli/health.py): one grpc.health check (container health checks).
+- `tasks [stop|retry ID]` (cli/tasks.py): background tasks.
 Also runnable as `python -m agentrt.cli.main`, which is how `agentrt up` starts services.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentrt.cli import demo, health, run, runs, serve, supervise
+from agentrt.cli import demo, health, run, runs, serve, supervise, tasks
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_parsers(sub)
     demo.add_parser(sub)
     health.add_parser(sub)
+    tasks.add_parser(sub)
     return parser
 
 

@@ -36,7 +36,7 @@ PEERS: dict[str, tuple[str, ...]] = {
     "gateway": (),
     "tools": (),
     "sessions": (),
-    "tasks": ("runs",),
+    "tasks": ("runs", "sessions"),
 }
 
 #: Config class of each service, as "module:ClassName".

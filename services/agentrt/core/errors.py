@@ -118,6 +118,15 @@ class Reason(enum.StrEnum):
     WORKSPACE_NOT_WRITABLE = "WORKSPACE_NOT_WRITABLE"  # FAILED_PRECONDITION: commands could not write there
     INVALID_SCHEMA = "INVALID_SCHEMA"  # INVALID_ARGUMENT: a JSON Schema that fails its meta-schema
     UNKNOWN_AGENT = "UNKNOWN_AGENT"  # INVALID_ARGUMENT: a handoff/agent tool names no registered agent
+    # Background tasks (004 §2.13)
+    TASK_LIMIT = "TASK_LIMIT"  # FAILED_PRECONDITION: the parent has its maximum of live tasks
+    TASK_DEPTH_LIMIT = "TASK_DEPTH_LIMIT"  # FAILED_PRECONDITION: a task may not spawn tasks this deep
+    TASK_DEPTH_UNKNOWN = "TASK_DEPTH_UNKNOWN"  # FAILED_PRECONDITION: the parent's depth cannot be told
+    TASK_NOT_RETRYABLE = "TASK_NOT_RETRYABLE"  # FAILED_PRECONDITION: only a failed task is retried
+    TASK_ATTEMPTS_EXHAUSTED = "TASK_ATTEMPTS_EXHAUSTED"  # FAILED_PRECONDITION: the attempt ceiling
+    RETRY_CONFLICT = "RETRY_CONFLICT"  # ABORTED: a concurrent writer moved the task first
+    IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"  # INVALID_ARGUMENT: same key, another request
+    SERVICE_STARTING = "SERVICE_STARTING"  # UNAVAILABLE: the service's start-up sweep has not run yet
 
 
 @dataclass

@@ -58,6 +58,14 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TENANT_NOT_ALLOWED: _ClassVar[ErrorReason]
     INVALID_SCHEMA: _ClassVar[ErrorReason]
     UNKNOWN_AGENT: _ClassVar[ErrorReason]
+    TASK_LIMIT: _ClassVar[ErrorReason]
+    TASK_DEPTH_LIMIT: _ClassVar[ErrorReason]
+    TASK_DEPTH_UNKNOWN: _ClassVar[ErrorReason]
+    TASK_NOT_RETRYABLE: _ClassVar[ErrorReason]
+    TASK_ATTEMPTS_EXHAUSTED: _ClassVar[ErrorReason]
+    RETRY_CONFLICT: _ClassVar[ErrorReason]
+    IDEMPOTENCY_KEY_REUSED: _ClassVar[ErrorReason]
+    SERVICE_STARTING: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 MISSING_FIELD: ErrorReason
 INVALID_ID: ErrorReason
@@ -110,3 +118,11 @@ WORKSPACE_NOT_WRITABLE: ErrorReason
 TENANT_NOT_ALLOWED: ErrorReason
 INVALID_SCHEMA: ErrorReason
 UNKNOWN_AGENT: ErrorReason
+TASK_LIMIT: ErrorReason
+TASK_DEPTH_LIMIT: ErrorReason
+TASK_DEPTH_UNKNOWN: ErrorReason
+TASK_NOT_RETRYABLE: ErrorReason
+TASK_ATTEMPTS_EXHAUSTED: ErrorReason
+RETRY_CONFLICT: ErrorReason
+IDEMPOTENCY_KEY_REUSED: ErrorReason
+SERVICE_STARTING: ErrorReason

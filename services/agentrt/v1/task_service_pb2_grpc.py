@@ -60,6 +60,16 @@ class TaskServiceStub:
                 request_serializer=agentrt_dot_v1_dot_task__service__pb2.StopTaskRequest.SerializeToString,
                 response_deserializer=agentrt_dot_v1_dot_task__service__pb2.StopTaskResponse.FromString,
                 _registered_method=True)
+        self.WatchTasks = channel.unary_stream(
+                '/agentrt.v1.TaskService/WatchTasks',
+                request_serializer=agentrt_dot_v1_dot_task__service__pb2.WatchTasksRequest.SerializeToString,
+                response_deserializer=agentrt_dot_v1_dot_task__service__pb2.WatchTasksResponse.FromString,
+                _registered_method=True)
+        self.AckTaskResult = channel.unary_unary(
+                '/agentrt.v1.TaskService/AckTaskResult',
+                request_serializer=agentrt_dot_v1_dot_task__service__pb2.AckTaskResultRequest.SerializeToString,
+                response_deserializer=agentrt_dot_v1_dot_task__service__pb2.AckTaskResultResponse.FromString,
+                _registered_method=True)
 
 
 class TaskServiceServicer:
@@ -67,21 +77,21 @@ class TaskServiceServicer:
     """
 
     def SpawnTask(self, request, context):
-        """SpawnTask creates a task and starts its first run.
+        """SpawnTask creates a task and starts its first run on a new hidden session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetTask(self, request, context):
-        """GetTask returns a task, optionally waiting up to `wait` for it to end.
+        """GetTask returns a task, optionally waiting up to `wait` for it to leave WORKING.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListTasks(self, request, context):
-        """ListTasks lists a parent session's tasks, newest first.
+        """ListTasks lists tasks, newest first: a parent session's, or all of the tenant's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -96,6 +106,23 @@ class TaskServiceServicer:
 
     def StopTask(self, request, context):
         """StopTask stops a task and reports what it did.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchTasks(self, request, context):
+        """WatchTasks streams the changes of a parent session's tasks: first those after the
+        cursor, then each change as it happens. Ends (OK) when the parent session's task
+        tree is removed (the session was deleted or recreated) or the caller leaves.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AckTaskResult(self, request, context):
+        """AckTaskResult says a held result reached the model (004 §2.13 OnResultDelivered):
+        the ending it names is no longer owed to the parent session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,6 +155,16 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.StopTask,
                     request_deserializer=agentrt_dot_v1_dot_task__service__pb2.StopTaskRequest.FromString,
                     response_serializer=agentrt_dot_v1_dot_task__service__pb2.StopTaskResponse.SerializeToString,
+            ),
+            'WatchTasks': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTasks,
+                    request_deserializer=agentrt_dot_v1_dot_task__service__pb2.WatchTasksRequest.FromString,
+                    response_serializer=agentrt_dot_v1_dot_task__service__pb2.WatchTasksResponse.SerializeToString,
+            ),
+            'AckTaskResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckTaskResult,
+                    request_deserializer=agentrt_dot_v1_dot_task__service__pb2.AckTaskResultRequest.FromString,
+                    response_serializer=agentrt_dot_v1_dot_task__service__pb2.AckTaskResultResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +303,60 @@ class TaskService:
             '/agentrt.v1.TaskService/StopTask',
             agentrt_dot_v1_dot_task__service__pb2.StopTaskRequest.SerializeToString,
             agentrt_dot_v1_dot_task__service__pb2.StopTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agentrt.v1.TaskService/WatchTasks',
+            agentrt_dot_v1_dot_task__service__pb2.WatchTasksRequest.SerializeToString,
+            agentrt_dot_v1_dot_task__service__pb2.WatchTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckTaskResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.v1.TaskService/AckTaskResult',
+            agentrt_dot_v1_dot_task__service__pb2.AckTaskResultRequest.SerializeToString,
+            agentrt_dot_v1_dot_task__service__pb2.AckTaskResultResponse.FromString,
             options,
             channel_credentials,
             insecure,

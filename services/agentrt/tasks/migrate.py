@@ -1,0 +1,19 @@
+"""Bring the task manager's schema to the newest Alembic revision (agentrt.mesh.migrate)."""
+
+from __future__ import annotations
+
+import pathlib
+
+from agentrt.mesh import migrate
+from agentrt.mesh.db import Database
+
+MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent / "migrations"
+
+
+async def upgrade(db: Database, revision: str = "head") -> None:
+    """Migrate db to `revision` (default: the newest); a no-op when already there.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database refused a migration step.
+    """
+    await migrate.upgrade(db, MIGRATIONS_DIR, "agentrt.tasks.migrations", revision)

@@ -1,0 +1,1 @@
+"""Alembic revisions of the task manager, oldest first by `down_revision`."""
