@@ -34,7 +34,7 @@ class TasksConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("TASKS_PORT", str(DEFAULT_PORTS["tasks"]))),
                 db_url=db_url or env("TASKS_DB", ""),
-                **edge_from_env(),
+                **edge_from_env("tasks"),
                 state_dir=state_dir,
             ),
             runs_address=runs or env("RUNS_ADDR", f"127.0.0.1:{DEFAULT_PORTS['runs']}"),
