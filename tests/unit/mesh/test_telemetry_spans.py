@@ -68,7 +68,9 @@ def test_a_turn_nests_generation_and_tool_call_under_run_and_ids_are_recorded():
     }
     assert tool.attributes["gen_ai.tool.call.id"] == "call_1"
     assert tool.attributes["gen_ai.tool.name"] == "exec_command"
-    assert tool.attributes["agentrt.tool.outcome"] == "ok" and tool.attributes["agentrt.tool.is_error"] is False
+    assert (
+        tool.attributes["agentrt.tool.outcome"] == "ok" and tool.attributes["agentrt.tool.is_error"] is False
+    )
     assert cmd.attributes["process.exit.code"] == 0 and cmd.attributes["agentrt.sandbox.backend"] == "bwrap"
     assert cmd.attributes["gen_ai.tool.call.id"] == "call_1"
 
@@ -164,7 +166,9 @@ def test_fail_names_the_error_type():
         with telemetry.run_span("r", agent="a") as run:
             run.fail("max_turns", "the run reached max_turns")
     span = rec.named("invoke_agent a")
-    assert span.status.status_code == StatusCode.ERROR and span.status.description == "the run reached max_turns"
+    assert (
+        span.status.status_code == StatusCode.ERROR and span.status.description == "the run reached max_turns"
+    )
     assert span.attributes["error.type"] == "max_turns"
 
 
@@ -213,7 +217,11 @@ def test_guardrail_handoff_and_compaction_spans():
             with telemetry.compaction_span("sess-9", entries_before=40) as compaction:
                 compaction.set("agentrt.compaction.entries_after", 6)
     run = rec.named("invoke_agent triage")
-    guard, handoff, compaction = rec.named("guardrail no_secrets"), rec.named("handoff billing"), rec.named("compaction")
+    guard, handoff, compaction = (
+        rec.named("guardrail no_secrets"),
+        rec.named("handoff billing"),
+        rec.named("compaction"),
+    )
     assert {_parent(guard), _parent(handoff), _parent(compaction)} == {run.context.span_id}
     assert guard.attributes["agentrt.guardrail.tripped"] is True and guard.attributes["agentrt.run.id"] == "r"
     assert handoff.attributes["agentrt.handoff.to_agent"] == "billing"
