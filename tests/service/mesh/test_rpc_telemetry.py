@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 import grpc
 import pytest
@@ -352,3 +355,45 @@ async def test_the_session_service_joins_the_callers_trace(start_server, tmp_pat
     get = servers["agentrt.v1.SessionService/GetSession"]
     assert get.attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
     assert {s.context.trace_id for s in servers.values()} == {turn.get_span_context().trace_id}
+
+
+_GLOBAL_PROVIDER_PROGRAM = """
+import asyncio, grpc
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from agentrt.client.channels import open_channel
+from agentrt.mesh.config import ServerConfig
+from agentrt.mesh.server import MeshServer
+from tests.service.mesh.test_rpc_telemetry import SERVICE, _de, _ser, echo_binding
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # the program's own OpenTelemetry setup, nothing of ours
+
+async def main():
+    server = MeshServer(ServerConfig(port=0), [echo_binding()])
+    port = await server.start()
+    channel = open_channel(f"127.0.0.1:{port}")
+    with trace.get_tracer("program").start_as_current_span("program"):
+        await channel.unary_unary(f"/{SERVICE}/Unary", _ser, _de)(_de(b""))
+    await channel.close()
+    await server.stop(0)
+
+asyncio.run(main())
+spans = exporter.get_finished_spans()
+print(sorted(f"{s.kind.name}:{s.name}" for s in spans), len({s.context.trace_id for s in spans}))
+"""
+
+
+def test_a_program_with_its_own_global_provider_is_traced_through_it():
+    """A client program that set OpenTelemetry's global provider (not ours) gets the RPC spans."""
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", _GLOBAL_PROVIDER_PROGRAM], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    expected = f"['CLIENT:{SERVICE}/Unary', 'INTERNAL:program', 'SERVER:{SERVICE}/Unary'] 1"
+    assert done.stdout.strip().splitlines()[-1] == expected

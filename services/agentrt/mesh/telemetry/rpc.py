@@ -312,8 +312,26 @@ def _end_client(span: trace.Span, code: grpc.StatusCode | None) -> None:
 
 class _UnaryUnary(_ClientTracing, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        """Trace a unary call."""
-        return await self._intercept(continuation, details, request)
+        """Trace a unary call.
+
+        Its answer is awaited here (the caller awaits it anyway), which spares the done
+        callback's task the streaming kinds need.
+        """
+        started = self._start(details)
+        if started is None:
+            return await continuation(details, request)
+        span, details = started
+        call = None
+        try:
+            call = await continuation(details, request)
+            code = await call.code()
+        except BaseException as exc:
+            if call is not None:
+                call.cancel()  # the caller gave up while the answer was awaited here
+            _end_client(span, exc.code() if isinstance(exc, grpc.RpcError) else grpc.StatusCode.CANCELLED)
+            raise
+        _end_client(span, code)
+        return call
 
 
 class _UnaryStream(_ClientTracing, grpc.aio.UnaryStreamClientInterceptor):

@@ -10,6 +10,10 @@ exporter: no span is ever created, so the cost is one attribute read per call).
 Invariants:
 - One tracer provider per process at a time. `use_tracer_provider` swaps it (the tests, or
   an embedding program with its own provider); `configure_tracing` builds one from a config.
+  A program that configured none here but installed an OpenTelemetry SDK provider as the
+  global one (`trace.set_tracer_provider`, as OpenTelemetry's own setup does) is traced
+  through that one: a program using `agentrt.client` joins its calls to its own traces
+  without knowing this module.
 - Conversation content (prompts, outputs, tool arguments and results, commands) reaches a
   span only when `record_content` was set (004 §2.11c); ids (run, call, response) always do
   (004 §2.11e), they are not payload.
@@ -84,23 +88,37 @@ class _State:
     tracer: trace.Tracer | None = None
     record_content: bool = False
     owned: bool = False
+    #: The global provider a tracer was last made for, and that tracer.
+    global_provider: object | None = None
+    global_tracer: trace.Tracer | None = None
 
 
 _state = _State()
+_NOT_SET = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 def tracer() -> trace.Tracer | None:
-    """Return the tracer of this process, or None while tracing is off."""
-    return _state.tracer
+    """Return the tracer of this process, or None while tracing is off (see the invariants)."""
+    if _state.tracer is not None:
+        return _state.tracer
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, _NOT_SET):
+        return None
+    if provider is not _state.global_provider:
+        _state.global_provider, _state.global_tracer = provider, provider.get_tracer(SCOPE, __version__)
+    return _state.global_tracer
 
 
 def tracing_enabled() -> bool:
     """Return True while spans are recorded."""
-    return _state.tracer is not None
+    return tracer() is not None
 
 
 def content_enabled() -> bool:
-    """Return True when conversation content may be put on spans (004 §2.11c)."""
+    """Return True when conversation content may be put on spans (004 §2.11c).
+
+    Never through a global provider installed outside this module: only the config opts in.
+    """
     return _state.tracer is not None and _state.record_content
 
 
