@@ -10,7 +10,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from agentrt.mesh import telemetry
 from agentrt.mesh.telemetry import tracing
-from agentrt.mesh.telemetry.spans import CONTENT_MAX_CHARS
+from agentrt.mesh.telemetry.handles import CONTENT_MAX_CHARS
 from tests.tracing import recorded
 
 

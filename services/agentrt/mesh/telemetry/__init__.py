@@ -3,8 +3,9 @@
 The rooms (each module's docstring has its contract):
 - `tracing`: whether the process traces and where spans go (`configure_tracing`, set up by
   the process edge from the standard OTEL_* variables; off by default).
-- `spans`: the domain spans of a run (004 §2.11e) and the run/turn context; re-exported
-  here, since it is what a service's domain code calls. No grpc import.
+- `spans`: the domain spans of a run (004 §2.11e) and the run/turn context, with the
+  handles they yield (`handles`); re-exported here, since it is what a service's domain
+  code calls. No grpc import.
 - `rpc`: the grpc.aio interceptors that trace every hop and count every call
   (installed by `mesh.server.MeshServer` and `client.channels.open_channel`).
 - `metrics`: the Prometheus series (RPC and domain) and the /metrics endpoint.
@@ -21,12 +22,14 @@ calls made there are its children, in this process and the next):
             gen.set_response(response_id=answer.id, input_tokens=..., output_tokens=...)
 """
 
-from agentrt.mesh.telemetry.spans import (
+from agentrt.mesh.telemetry.handles import (
     CONTENT_MAX_CHARS,
     GenerationSpan,
     SandboxCommandSpan,
     Span,
     ToolCallSpan,
+)
+from agentrt.mesh.telemetry.spans import (
     bind_run,
     compaction_span,
     current_run_id,
