@@ -130,6 +130,7 @@ bench: install ## Run tests/bench; figures go to bench-results/
 	$(PY) tests/bench/bench_shells.py bench-results/shells.json
 	$(PY) tests/bench/bench_gateway.py bench-results/gateway.json
 	$(PY) tests/bench/bench_limiter.py bench-results/limiter.json
+	$(PY) tests/bench/bench_rpc_telemetry.py bench-results/rpc_telemetry.json
 	@ls -l bench-results
 
 up: install ## Start the five services on 127.0.0.1:50051-50055 (Ctrl-C stops them)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import urllib.request
 
 import grpc
 import pytest
@@ -136,6 +137,11 @@ def test_up_stops_everything_on_sigterm_and_exits_zero(tmp_path):
         out = output_of(tmp_path)
         for name in SERVICES:
             assert name in out and manifest[name]["address"] in out
+            # each service's Prometheus endpoint, on a free port `agentrt up` chose, is printed and answers
+            metrics = manifest[name]["metrics"]
+            assert metrics.startswith("http://127.0.0.1:") and metrics.endswith("/metrics") and metrics in out
+            with urllib.request.urlopen(metrics, timeout=10) as resp:
+                assert "agentrt_rpc_server_requests_total" in resp.read().decode()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=STATE_TIMEOUT)
     finally:

@@ -39,6 +39,18 @@ def port_number(text: str) -> int:
     return port
 
 
+def metrics_port(text: str) -> int:
+    """Parse a metrics port, 0..65535 (0 = no /metrics endpoint).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or outside 0..65535.
+    """
+    port = _integer(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"metrics port {port} is outside 0..65535 (0 = none)")
+    return port
+
+
 def base_port(text: str) -> int:
     """Parse the first of five consecutive ports: 1..MAX_BASE_PORT (so base + 4 <= 65535).
 

@@ -2,7 +2,9 @@
 
 Owns the process edge of a service: it turns flags into the service's config (flags win,
 `AGENTRT_*` variables are the fallback, read by each service's `config.from_env`), sets up
-logging on stderr, and runs `serve(config)` until SIGTERM/SIGINT drains it.
+logging on stderr (text, or JSON lines with `--log-format json` / AGENTRT_LOG_FORMAT) and
+tracing (the standard OTEL_* variables, `mesh.config.tracing_from_env`; off unless asked),
+and runs `serve(config)` until SIGTERM/SIGINT drains it, then flushes the last spans.
 
 Exit status: 0 after a clean drain; `EXIT_PORT_TAKEN` (98, like EADDRINUSE) when the port
 cannot be bound, so `agentrt up` can tell a taken port from a crash; 2 for a bad flag or
@@ -23,9 +25,11 @@ import signal
 import sys
 from typing import Any
 
-from agentrt.cli.args import check_db_url, db_url, port_number
+from agentrt.cli.args import check_db_url, db_url, metrics_port, port_number
 from agentrt.cli.tls import add_server_flags, apply_server_flags
-from agentrt.mesh.config import env
+from agentrt.mesh.config import env, logging_from_env, tracing_from_env
+from agentrt.mesh.telemetry import configure_tracing, shutdown_tracing
+from agentrt.mesh.telemetry.logs import FORMATS, LogConfig, setup_logging
 
 #: The five services, in the order `agentrt up` lists them.
 SERVICES = ("runs", "gateway", "tools", "sessions", "tasks")
@@ -83,6 +87,18 @@ def add_parser(subparsers: Any) -> None:
             metavar="HOST:PORT",
             help=f"address of the {peer} service (default AGENTRT_{peer.upper()}_ADDR)",
         )
+    p.add_argument(
+        "--metrics-port",
+        type=metrics_port,
+        default=None,
+        help="serve Prometheus /metrics on this port, 0 = none (default AGENTRT_<SVC>_METRICS_PORT, 0)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default=None,
+        help="text lines or one JSON object per line (default AGENTRT_LOG_FORMAT, text)",
+    )
     add_server_flags(p)
     p.set_defaults(func=run_serve)
 
@@ -128,16 +144,18 @@ def _die_with_supervisor(supervisor_pid: str) -> None:
         raise SystemExit(f"agentrt serve: the supervisor (pid {supervisor_pid}) is gone")
 
 
-def _setup_logging() -> None:
-    level = env("LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, level, logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # Alembic narrates its plugins at INFO when imported; in a service log that pushes the
-    # lines worth reading out of the tail `agentrt up` shows for a dead service.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+def with_metrics_port(config: Any, port: int | None) -> Any:
+    """Return config with the `--metrics-port` flag applied (None leaves it as configured).
+
+    The gateway keeps its port in its own config (`GatewayConfig.metrics_port`, served by
+    its GatewayMetrics endpoint, which the MeshServer's RPC series share); every other
+    service in `server.metrics_port`.
+    """
+    if port is None:
+        return config
+    if hasattr(config, "metrics_port"):
+        return dataclasses.replace(config, metrics_port=port)
+    return dataclasses.replace(config, server=dataclasses.replace(config.server, metrics_port=port))
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -145,11 +163,20 @@ def run_serve(args: argparse.Namespace) -> int:
     from agentrt.mesh.server import PortInUseError, StartupError
 
     _die_with_supervisor(env("SUPERVISOR_PID", ""))
-    _setup_logging()
+    try:
+        logs = logging_from_env()
+        tracing = tracing_from_env()
+    except ValueError as exc:
+        print(f"agentrt serve {args.service}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.log_format:
+        logs = LogConfig(level=logs.level, format=args.log_format, content=logs.content)
+    setup_logging(args.service, logs)
     peers = {name: getattr(args, f"{name}_addr") for name in SERVICES}
     try:
         config = build_config(args.service, args.port, args.db, args.host, peers)
         config = dataclasses.replace(config, server=apply_server_flags(args, config.server))
+        config = with_metrics_port(config, args.metrics_port)
     except ValueError as exc:
         # A bad AGENTRT_* value (config validation): a usage error, not a crash.
         print(f"agentrt serve {args.service}: {exc}", file=sys.stderr)
@@ -164,6 +191,7 @@ def run_serve(args: argparse.Namespace) -> int:
     address = config.server.address
     log.info("starting %s on %s", args.service, address)
     try:
+        configure_tracing(tracing, args.service, set_global=True)
         asyncio.run(server_module.serve(config))
     except PortInUseError as exc:
         # A service's second port (the gateway's /metrics) names itself on the error.
@@ -176,5 +204,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         # serve() handles SIGINT itself; this only catches one that lands before it installs.
         return 0
+    finally:
+        shutdown_tracing()
     log.info("%s stopped", args.service)
     return 0

@@ -1,9 +1,11 @@
 """`agentrt up`: start the mesh, print where each service listens, supervise it in the foreground.
 
-The supervisor never hangs: it returns 0 after Ctrl-C/SIGTERM has stopped every child,
-and non-zero when a port is taken (naming the port and the service), when the mesh does
-not start (naming the service and showing its log), or when a child dies on its own
-(then it names it, shows its exit status and the last lines of its log, and stops the rest).
+It prints each service's gRPC address, its Prometheus endpoint and its pid. The supervisor
+never hangs: it returns 0 after Ctrl-C/SIGTERM has stopped every child, 2 for a malformed
+AGENTRT_<SVC>_METRICS_PORT, and non-zero when a port is taken (naming the port and the
+service), when the mesh does not start (naming the service and showing its log), or when a
+child dies on its own (then it names it, shows its exit status and the last lines of its log,
+and stops the rest).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from agentrt.cli.up import ChildExit, Mesh, MeshStartError, PortTakenError, port
 from agentrt.mesh.config import env
 
 EXIT_START_FAILED = 1
+EXIT_USAGE = 2
 EXIT_CHILD_DIED = 3
 
 
@@ -53,13 +56,15 @@ def add_parser(subparsers: Any) -> None:
 
 
 def mesh_table(mesh: Mesh, title: str = "agentrt mesh") -> Table:
-    """Return a rich table of service, address and pid."""
+    """Return a rich table of service, address, metrics endpoint and pid."""
     table = Table(title=title)
     table.add_column("service", no_wrap=True)
     table.add_column("address", no_wrap=True)
+    table.add_column("metrics", no_wrap=True)
     table.add_column("pid", justify="right", no_wrap=True)
+    metrics = mesh.metrics_urls
     for name, address in mesh.addresses.items():
-        table.add_row(name, address, str(mesh.pids[name]))
+        table.add_row(name, address, metrics[name] or "-", str(mesh.pids[name]))
     return table
 
 
@@ -108,6 +113,9 @@ def run_up(args: argparse.Namespace) -> int:
         for line in exc.log_tail:
             errors.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
         return EXIT_START_FAILED
+    except ValueError as exc:  # a malformed AGENTRT_<SVC>_METRICS_PORT
+        errors.print(f"[bold red]agentrt up:[/] {escape(str(exc))}")
+        return EXIT_USAGE
     except KeyboardInterrupt:
         errors.print("agentrt up: interrupted while starting; stopped")
         return 0

@@ -5,7 +5,9 @@ before spawning anything, spawns each service as its own process (the peers firs
 SERVING: see START_PHASES)
 (`python -m agentrt.cli.main serve <svc> --port P --host H`, in its own session so a
 terminal's Ctrl-C reaches only the supervisor; on Linux a child also dies with its
-supervisor), wires peers through `AGENTRT_<PEER>_ADDR`, and returns only once every
+supervisor), wires peers through `AGENTRT_<PEER>_ADDR`, gives each a Prometheus
+`/metrics` port of its own (`AGENTRT_<SVC>_METRICS_PORT`: a free port the OS chose, unless
+the environment names one; 0 there = none), and returns only once every
 grpc.health.v1 check answers SERVING. A child that dies before that (a port taken at bind,
 a crash) stops the others and raises; a mesh that is not ready within the bound raises
 naming the services that are not.
@@ -13,7 +15,7 @@ naming the services that are not.
 Invariants: the returned `Mesh` owns its children; `stop()` always leaves none running
 (SIGTERM, a grace, then SIGKILL) and may be called twice. Children log to
 `<state_dir>/logs/<svc>.log`; `write_manifest()` (called by `agentrt up`) leaves
-`mesh.json` in the state dir naming each address and pid until `stop()`.
+`mesh.json` in the state dir naming each address, metrics address and pid until `stop()`.
 """
 
 from __future__ import annotations
@@ -65,12 +67,13 @@ class MeshStartError(RuntimeError):
 
 
 class PortTakenError(MeshStartError):
-    """A service's port is already in use on the host."""
+    """A service's port (or its metrics port) is already in use on the host."""
 
-    def __init__(self, service: str, host: str, port: int, log_tail: Sequence[str] = ()) -> None:
-        super().__init__(
-            f"port {port} on {host} for the {service} service is already in use", service, log_tail
-        )
+    def __init__(
+        self, service: str, host: str, port: int, log_tail: Sequence[str] = (), *, metrics: bool = False
+    ) -> None:
+        what = f"the {service} service's metrics" if metrics else f"the {service} service"
+        super().__init__(f"port {port} on {host} for {what} is already in use", service, log_tail)
         self.host = host
         self.port = port
 
@@ -109,10 +112,15 @@ class _Child:
     log_path: Path
     process: subprocess.Popen[bytes]
     log_file: IO[bytes]
+    metrics_port: int = 0
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics" if self.metrics_port else ""
 
 
 def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> list[str]:
@@ -152,6 +160,11 @@ class Mesh:
     def pids(self) -> dict[str, int]:
         """Service name -> process id, in SERVICES order."""
         return {child.name: child.process.pid for child in self._ordered()}
+
+    @property
+    def metrics_urls(self) -> dict[str, str]:
+        """Service name -> its Prometheus endpoint ("http://host:port/metrics", "" = none), in order."""
+        return {child.name: child.metrics_url for child in self._ordered()}
 
     @property
     def log_paths(self) -> dict[str, Path]:
@@ -199,10 +212,15 @@ class Mesh:
         return {c.name: c.process.returncode for c in self._ordered()}
 
     def write_manifest(self) -> Path:
-        """Write `<state_dir>/mesh.json` ({service: {address, pid, log}}); return its path."""
+        """Write `<state_dir>/mesh.json` ({service: {address, metrics, pid, log}}); return its path."""
         path = self.state_dir / "mesh.json"
         data = {
-            c.name: {"address": c.address, "pid": c.process.pid, "log": str(c.log_path)}
+            c.name: {
+                "address": c.address,
+                "metrics": c.metrics_url,
+                "pid": c.process.pid,
+                "log": str(c.log_path),
+            }
             for c in self._ordered()
         }
         path.write_text(json.dumps(data, indent=2) + "\n")
@@ -274,6 +292,34 @@ def ports_from_base(base_port: int | None) -> dict[str, int]:
     return {name: base_port + i for i, name in enumerate(SERVICES)}
 
 
+def metrics_ports(
+    env: Mapping[str, str], host: str = "127.0.0.1", avoid: Sequence[int] = ()
+) -> dict[str, int]:
+    """Return service -> metrics port: AGENTRT_<SVC>_METRICS_PORT from env, else a free port.
+
+    Args:
+        env: the children's environment.
+        host: the interface the ports are for.
+        avoid: ports already given out (the services' gRPC ports): never chosen.
+
+    Raises:
+        ValueError: a value in env that is not a port in 0..65535.
+    """
+    named = {name: env.get(f"AGENTRT_{name.upper()}_METRICS_PORT", "") for name in SERVICES}
+    wanted = sum(1 for v in named.values() if not v)
+    candidates = [p for p in free_ports(wanted + len(avoid), host) if p not in avoid]
+    free = iter(candidates[:wanted])
+    ports: dict[str, int] = {}
+    for name, value in named.items():
+        if not value:
+            ports[name] = next(free)
+            continue
+        if not value.isdigit() or not 0 <= int(value) <= 65535:
+            raise ValueError(f"AGENTRT_{name.upper()}_METRICS_PORT={value!r}: a port must be 0..65535")
+        ports[name] = int(value)
+    return ports
+
+
 def _spawn(name: str, host: str, port: int, state_dir: Path, env: Mapping[str, str]) -> _Child:
     log_path = state_dir / "logs" / f"{name}.log"
     log_file = log_path.open("wb")
@@ -292,7 +338,8 @@ def _spawn(name: str, host: str, port: int, state_dir: Path, env: Mapping[str, s
         cwd=state_dir,
         start_new_session=True,
     )
-    return _Child(name, host, port, log_path, process, log_file)
+    metrics = int(env.get(f"AGENTRT_{name.upper()}_METRICS_PORT", "0") or 0)
+    return _Child(name, host, port, log_path, process, log_file, metrics)
 
 
 def _health_status(address: str, timeout: float) -> int:
@@ -308,6 +355,13 @@ def _health_status(address: str, timeout: float) -> int:
 def _failure_of(mesh: Mesh, gone: ChildExit) -> MeshStartError:
     child = mesh._children[gone.name]
     if gone.returncode == EXIT_PORT_TAKEN:
+        # Its gRPC port free again and the metrics port still held: the metrics port it was.
+        if (
+            child.metrics_port
+            and not port_taken(child.host, child.port)
+            and port_taken(child.host, child.metrics_port)
+        ):
+            return PortTakenError(gone.name, child.host, child.metrics_port, gone.log_tail, metrics=True)
         return PortTakenError(gone.name, child.host, child.port, gone.log_tail)
     return MeshStartError(f"{gone.describe()} while starting", gone.name, gone.log_tail)
 
@@ -329,7 +383,9 @@ def start_mesh(
         ports: service -> port; missing services use `ports_from_base(base_port)`.
         base_port: first of five consecutive ports (SERVICES order); None = DEFAULT_PORTS.
         env: extra environment for every child (e.g. provider base URLs); it wins over
-            this process's environment, and the peer addresses win over both.
+            this process's environment, and the peer addresses win over both. A service's
+            AGENTRT_<SVC>_METRICS_PORT in either is its metrics port (0 = none); a service
+            without one gets a free port.
         ready_timeout: bound on the whole wait for SERVING (both phases), in seconds.
 
     Returns:
@@ -340,6 +396,7 @@ def start_mesh(
             child exits at bind). Nothing was left running.
         MeshStartError: a child died while starting (its name, status and log tail), or
             some service was not SERVING within `ready_timeout` (named). Nothing was left running.
+        ValueError: a malformed AGENTRT_<SVC>_METRICS_PORT.
     """
     root = Path(state_dir).resolve()
     (root / "logs").mkdir(parents=True, exist_ok=True)
@@ -350,6 +407,11 @@ def start_mesh(
     mesh = Mesh(state_dir=root, host=host)
     child_env = {**os.environ, **(env or {}), "AGENTRT_STATE_DIR": str(root), "PYTHONUNBUFFERED": "1"}
     child_env.update({f"AGENTRT_{n.upper()}_ADDR": f"{host}:{chosen[n]}" for n in SERVICES})
+    metrics = metrics_ports(child_env, host, avoid=list(chosen.values()))
+    for name, port in metrics.items():
+        if port and port_taken(host, port):
+            raise PortTakenError(name, host, port, metrics=True)
+    child_env.update({f"AGENTRT_{n.upper()}_METRICS_PORT": str(p) for n, p in metrics.items()})
     deadline = time.monotonic() + ready_timeout
     try:
         for phase in START_PHASES:

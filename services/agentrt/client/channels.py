@@ -19,6 +19,10 @@ replica, under a retry throttle so a service that is down is not flooded. Any ca
 bytes never left the client is retried by gRPC whatever its method (transparent retry).
 `wait_for_ready=True` makes calls wait for a replica to be READY (bounded by the call's
 deadline) instead of failing at once while none is.
+
+While the process traces (mesh/telemetry/tracing.py, set up at its edge) a channel also
+carries the trace context: every call opens a CLIENT span and sends its W3C `traceparent`
+(mesh/telemetry/rpc.py), so the service it calls continues the same trace.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from agentrt.client.metadata import metadata_interceptors
 from agentrt.mesh.config import MAX_REQUEST_BYTES
 from agentrt.mesh.context import TENANT_HEADER
 from agentrt.mesh.security import TlsConfig, channel_credentials
+from agentrt.mesh.telemetry.rpc import client_interceptors
+from agentrt.mesh.telemetry.tracing import tracing_enabled
 from agentrt.v1 import (
     gateway_service_pb2_grpc,
     run_service_pb2_grpc,
@@ -170,8 +176,12 @@ def open_channel(
     if security.server_name:
         arguments.append(("grpc.ssl_target_name_override", security.server_name))
     arguments.extend(options)
-    # Token and tenant on every call kind, client-streaming ones included (client/metadata.py).
-    interceptors = metadata_interceptors(pairs)
+    # Token and tenant on every call kind, client-streaming ones included (client/metadata.py);
+    # the trace context too while tracing is on (none at all otherwise: no cost when off).
+    interceptors = [
+        *(client_interceptors(target) if tracing_enabled() else ()),
+        *metadata_interceptors(pairs),
+    ]
     if security.dials_tls:
         return grpc.aio.secure_channel(
             grpc_target(target), channel_credentials(security), options=arguments, interceptors=interceptors

@@ -134,7 +134,7 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
         if owned is not None:
             await owned.close()
 
-    return MeshServer(config.server, [binding], ready=ready, close=close)
+    return MeshServer(config.server, [binding], ready=ready, close=close, registry=metrics.registry)
 
 
 async def serve(config: GatewayConfig) -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.mesh.security import TlsConfig
+from agentrt.mesh.telemetry.logs import LogConfig
+from agentrt.mesh.telemetry.tracing import EXPORTERS, TracingConfig
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
@@ -46,6 +48,7 @@ class ServerConfig:
         max_connection_age_seconds: a connection older than this is told to go away
             (GOAWAY; calls in flight finish), so clients re-resolve the service's DNS name
             and reach replicas added since; 0 = never.
+        metrics_port: TCP port of the Prometheus `/metrics` endpoint on `host`; 0 = none.
     """
 
     host: str = "127.0.0.1"
@@ -59,6 +62,7 @@ class ServerConfig:
     tls: TlsConfig = field(default_factory=TlsConfig)
     health_port: int = 0
     max_connection_age_seconds: float = 300.0
+    metrics_port: int = 0
 
     @property
     def address(self) -> str:
@@ -73,7 +77,24 @@ def _flag(name: str) -> bool:
     return value in ("1", "true", "yes", "on")
 
 
-def edge_from_env() -> dict[str, Any]:
+def metrics_port_from_env(service: str) -> int:
+    """Return AGENTRT_<SERVICE>_METRICS_PORT (default 0: no /metrics endpoint).
+
+    Raises:
+        ValueError: not an integer, or outside 0..65535 (the message names the variable).
+    """
+    name = f"{service.upper()}_METRICS_PORT"
+    value = env(name, "0")
+    try:
+        port = int(value)
+    except ValueError:
+        raise ValueError(f"AGENTRT_{name}={value!r} is not an integer") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"AGENTRT_{name}={port}: a port must be 0..65535 (0 = no /metrics endpoint)")
+    return port
+
+
+def edge_from_env(service: str = "") -> dict[str, Any]:
     """Return the ServerConfig settings every service reads alike, as keyword arguments.
 
     Reads AGENTRT_AUTH_TOKEN (or the first line of the file AGENTRT_AUTH_TOKEN_FILE names),
@@ -81,10 +102,11 @@ def edge_from_env() -> dict[str, Any]:
     AGENTRT_TLS_CLIENT_AUTH (true/false), AGENTRT_TLS_SERVER_NAME, AGENTRT_HEALTH_PORT
     (default 0), AGENTRT_MAX_CONNECTION_AGE_SECONDS (default 300) and AGENTRT_DRAIN_SECONDS
     (default 5: how long in-flight calls get on SIGTERM; keep it below the pod's
-    terminationGracePeriodSeconds minus its preStop).
+    terminationGracePeriodSeconds minus its preStop); with `service`, also its
+    AGENTRT_<SERVICE>_METRICS_PORT (`metrics_port_from_env`).
 
     Raises:
-        ValueError: a malformed number or boolean, or an unreadable token file.
+        ValueError: a malformed number, port or boolean, or an unreadable token file.
     """
     token = env("AUTH_TOKEN", "")
     token_file = env("AUTH_TOKEN_FILE", "")
@@ -105,7 +127,9 @@ def edge_from_env() -> dict[str, Any]:
         raise ValueError(f"AGENTRT_HEALTH_PORT={health_port} is outside 0..65535")
     if age < 0 or drain < 0:
         raise ValueError("AGENTRT_MAX_CONNECTION_AGE_SECONDS and AGENTRT_DRAIN_SECONDS cannot be negative")
+    extra = {"metrics_port": metrics_port_from_env(service)} if service else {}
     return {
+        **extra,
         "auth_token": token,
         "tokens_file": env("TOKENS_FILE", ""),
         "tls": TlsConfig(
@@ -119,3 +143,71 @@ def edge_from_env() -> dict[str, Any]:
         "max_connection_age_seconds": age,
         "grace_seconds": drain,
     }
+
+
+def _otel(name: str) -> str:
+    return os.environ.get(name, "").strip()
+
+
+def tracing_from_env() -> TracingConfig:
+    """Read where spans go from the standard OpenTelemetry variables, and the content opt-in.
+
+    Tracing is on when OTEL_TRACES_EXPORTER names exporters ("otlp", "console", or both
+    comma-separated), or, when it is unset, when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+    OTEL_EXPORTER_OTLP_ENDPOINT is set (then "otlp"); otherwise, with
+    OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true, it is off (the default: unlike the
+    OpenTelemetry default of "otlp", nothing is sent anywhere unless asked).
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" (default)
+    or "http/protobuf". OTEL_SERVICE_NAME names the spans' service (default agentrt-<svc>).
+    AGENTRT_TRACE_CONTENT (true/false, default false) lets spans carry conversation content
+    (004 §2.11c). Everything else (endpoint, headers, certificates, sampler, batch sizes)
+    the OpenTelemetry SDK reads itself.
+
+    Raises:
+        ValueError: an exporter or protocol this build does not implement, or a malformed boolean.
+    """
+    if _otel("OTEL_SDK_DISABLED").lower() == "true":
+        exporters: tuple[str, ...] = ()
+    else:
+        named = _otel("OTEL_TRACES_EXPORTER").lower()
+        if named:
+            listed = tuple(n.strip() for n in named.split(",") if n.strip())
+            exporters = tuple(n for n in listed if n != "none")
+            for name in exporters:
+                if name not in EXPORTERS:
+                    known = ", ".join(EXPORTERS)
+                    raise ValueError(
+                        f"OTEL_TRACES_EXPORTER={named!r}: {name!r} is not one of {known} or none"
+                    )
+        elif _otel("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or _otel("OTEL_EXPORTER_OTLP_ENDPOINT"):
+            exporters = ("otlp",)
+        else:
+            exporters = ()
+    protocol = (
+        _otel("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or _otel("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+    ).lower()
+    record_content = _flag("TRACE_CONTENT")
+    try:
+        return TracingConfig(
+            exporters=exporters,
+            protocol=protocol,
+            service_name=_otel("OTEL_SERVICE_NAME"),
+            record_content=record_content,
+        )
+    except ValueError as exc:
+        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL: {exc}") from None
+
+
+def logging_from_env() -> LogConfig:
+    """Read AGENTRT_LOG_LEVEL (INFO), AGENTRT_LOG_FORMAT (text|json) and AGENTRT_LOG_CONTENT (false).
+
+    Raises:
+        ValueError: an unknown format or level, or a malformed boolean (the message names the variable).
+    """
+    content = _flag("LOG_CONTENT")
+    try:
+        return LogConfig(
+            level=env("LOG_LEVEL", "INFO"), format=env("LOG_FORMAT", "text").lower(), content=content
+        )
+    except ValueError as exc:
+        raise ValueError(f"AGENTRT_LOG_LEVEL or AGENTRT_LOG_FORMAT: {exc}") from None

@@ -9,8 +9,17 @@ Lifecycle of a `MeshServer`:
    to its peers (`client.channels.use_process_tls`), runs the service's `ready` hook (open
    the database, create tables, connect peers), then marks every service SERVING.
 2. `stop()` marks health NOT_SERVING (enter_graceful_shutdown), lets in-flight calls
-   finish for `grace_seconds`, then runs the `close` hook; the health port closes last.
+   finish for `grace_seconds`, then runs the `close` hook; the health and metrics ports
+   close last.
 `serve_forever()` does both around SIGTERM/SIGINT.
+
+Every call passes the telemetry interceptor first (mesh/telemetry/rpc.py: RPC counts and
+durations by method and status; a SERVER span joined to the caller's trace while tracing is
+on), then the MeshInterceptor. The RPC series go into `registry` — the service's own, when
+it has series of its own (the gateway's GatewayMetrics, mesh/telemetry/metrics.py's
+RunMetrics...), so one registry holds everything the process reports — and, when
+`config.metrics_port` is set, that registry is served as `/metrics` from the moment the gRPC
+port is bound (a taken metrics port is `MetricsPortInUseError`, naming that port).
 
 Connections older than `max_connection_age_seconds` get a GOAWAY (calls in flight finish),
 so clients balancing over a DNS name re-resolve it and reach replicas added since.
@@ -27,11 +36,14 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
 
 from agentrt.client.channels import use_process_tls
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.interceptors import MeshInterceptor
 from agentrt.mesh.security import TokenTable, server_credentials
+from agentrt.mesh.telemetry.metrics import MetricsEndpoint, MetricsPortTakenError, RpcMetrics
+from agentrt.mesh.telemetry.rpc import TelemetryServerInterceptor
 
 log = logging.getLogger("agentrt.mesh")
 
@@ -40,6 +52,18 @@ Hook = Callable[[], Awaitable[None]]
 
 class PortInUseError(RuntimeError):
     """The configured address could not be bound (the port is taken)."""
+
+
+class MetricsPortInUseError(PortInUseError):
+    """The metrics port (AGENTRT_<SVC>_METRICS_PORT) is taken.
+
+    Attributes:
+        port: the taken metrics port (not the gRPC port), for the caller's message.
+    """
+
+    def __init__(self, port: int, message: str) -> None:
+        super().__init__(message)
+        self.port = port
 
 
 class StartupError(RuntimeError):
@@ -95,7 +119,13 @@ def _bind(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredent
 
 @dataclass
 class MeshServer:
-    """A service process's gRPC server (see the module docstring)."""
+    """A service process's gRPC server (see the module docstring).
+
+    Attributes:
+        registry: the Prometheus registry of the process's series; None = a new one. The
+            RPC series are added to it.
+        metrics_port: the bound metrics port once started (0 = none).
+    """
 
     config: ServerConfig
     services: Sequence[ServiceBinding]
@@ -103,6 +133,9 @@ class MeshServer:
     close: Hook | None = None
     port: int = 0
     health_port: int = 0
+    registry: CollectorRegistry | None = None
+    metrics_port: int = 0
+    _metrics: MetricsEndpoint | None = field(default=None, init=False)
     _server: grpc.aio.Server | None = field(default=None, init=False)
     _health_server: grpc.aio.Server | None = field(default=None, init=False)
     _health: health.aio.HealthServicer | None = field(default=None, init=False)
@@ -112,7 +145,8 @@ class MeshServer:
         """Bind, serve, run the ready hook, mark SERVING; return the bound port.
 
         Raises:
-            PortInUseError: the address (or the health port) is taken.
+            PortInUseError: the address (or the health port) is taken;
+                MetricsPortInUseError for the metrics port.
             ValueError: the token file or the TLS files are malformed or unreadable.
         """
         tokens = TokenTable.load(self.config.tokens_file) if self.config.tokens_file else None
@@ -124,7 +158,10 @@ class MeshServer:
             tokens=tokens,
             max_request_bytes=self.config.max_request_bytes,
         )
-        server = grpc.aio.server(interceptors=[interceptor], options=server_options(self.config))
+        if self.registry is None:
+            self.registry = CollectorRegistry()
+        telemetry = TelemetryServerInterceptor(RpcMetrics(self.registry))
+        server = grpc.aio.server(interceptors=[telemetry, interceptor], options=server_options(self.config))
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for binding in self.services:
@@ -138,6 +175,14 @@ class MeshServer:
             self.health_port = _bind(probe, f"{self.config.host}:{self.config.health_port}", None)
             self._health_server = probe
         self._server, self.port = server, port
+        if self.config.metrics_port:
+            endpoint = MetricsEndpoint(self.registry)
+            try:
+                self.metrics_port = endpoint.start(self.config.host, self.config.metrics_port)
+            except MetricsPortTakenError as exc:
+                raise MetricsPortInUseError(exc.port, str(exc)) from exc
+            self._metrics = endpoint
+            log.info("metrics on http://%s:%d/metrics", self.config.host, self.metrics_port)
         for name in ["", *names]:
             await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         use_process_tls(self.config.tls)
@@ -171,6 +216,9 @@ class MeshServer:
             await self.close()
         if self._health_server is not None:
             await self._health_server.stop(0)
+        if self._metrics is not None:
+            await self._metrics.stop()
+            self._metrics = None
 
     async def wait_stopped(self) -> None:
         """Return once stop() has begun."""

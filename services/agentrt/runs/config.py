@@ -75,7 +75,7 @@ class RunsConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("RUNS_PORT", str(DEFAULT_PORTS["runs"]))),
                 db_url=db_url or env("RUNS_DB", sqlite_url(state_dir, "runs")),
-                **edge_from_env(),
+                **edge_from_env("runs"),
                 state_dir=state_dir,
             ),
             gateway_address=_peer(gateway, "GATEWAY_ADDR", "gateway"),

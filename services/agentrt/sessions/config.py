@@ -36,7 +36,7 @@ class SessionsConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("SESSIONS_PORT", str(DEFAULT_PORTS["sessions"]))),
                 db_url=db_url or env("SESSIONS_DB", sqlite_url(state_dir, "sessions")),
-                **edge_from_env(),
+                **edge_from_env("sessions"),
                 state_dir=state_dir,
             ),
             watch_poll_seconds=float(env("SESSIONS_WATCH_POLL_SECONDS", "1.0")),

@@ -93,7 +93,7 @@ class TasksConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("TASKS_PORT", str(DEFAULT_PORTS["tasks"]))),
                 db_url=db_url or env("TASKS_DB", sqlite_url(state_dir, "tasks")),
-                **edge_from_env(),
+                **edge_from_env("tasks"),
                 state_dir=state_dir,
             ),
             runs_address=_peer(runs, "RUNS_ADDR", "runs"),

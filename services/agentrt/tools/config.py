@@ -181,7 +181,7 @@ class ToolsConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("TOOLS_PORT", str(DEFAULT_PORTS["tools"]))),
                 db_url=db_url or env("TOOLS_DB", sqlite_url(state_dir, "tools")),
-                **edge_from_env(),
+                **edge_from_env("tools"),
                 state_dir=state_dir,
             ),
             workspace_root=env("WORKSPACE_ROOT", ""),
