@@ -41,14 +41,14 @@ from agentrt.runs import turn as turnmod
 from agentrt.runs.agents import limits_of
 from agentrt.runs.batch import BatchResult
 from agentrt.runs.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
-from agentrt.runs.loop_core import Deps, Interrupted, LeaseLost
+from agentrt.runs.loop_core import Deps, Interrupted, LeaseLost, crash_at
 from agentrt.runs.loop_turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
 from agentrt.runs.turn import RunFailed
 from agentrt.v1 import common_pb2 as cpb
 
 log = logging.getLogger("agentrt.runs")
 
-__all__ = ["Deps", "LeaseLost", "RunExecutor"]
+__all__ = ["Deps", "LeaseLost", "RunExecutor", "crash_at"]
 
 
 def _of_turn(entries: list[tuple[int, str, dict[str, Any]]], turn: int) -> dict[str, dict[str, Any]]:

@@ -15,6 +15,9 @@ import base64
 import contextlib
 import json
 import logging
+import os
+import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,15 +49,50 @@ class Interrupted(Exception):
     """A stop was requested (cancel, shutdown, lease lost) while the run waited on a peer."""
 
 
+#: Points at which a crash test may have the process kill itself (RunsConfig.crash_points):
+#: right after the save that records a model response; after a turn's session batch is
+#: written and before the save point records it; after a compaction summary is logged and
+#: before its checkpoint is appended.
+CRASH_POINTS = ("after_model_responded", "after_session_write", "after_compaction_summary")
+
+
+def _no_crash(point: str) -> None:
+    return None
+
+
+def crash_at(points: tuple[str, ...]) -> Callable[[str], None]:
+    """Return the crash hook of a process: SIGKILL itself at the named points (none: a no-op).
+
+    Raises:
+        ValueError: a point that is not one of CRASH_POINTS.
+    """
+    unknown = set(points) - set(CRASH_POINTS)
+    if unknown:
+        raise ValueError(f"unknown crash point(s) {sorted(unknown)}; known: {', '.join(CRASH_POINTS)}")
+    if not points:
+        return _no_crash
+
+    def crash(point: str) -> None:
+        if point in points:
+            log.warning("crash point %s reached: killing this process (SIGKILL)", point)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return crash
+
+
 @dataclass
 class Deps:
-    """What every executor shares: storage, peers, the event hub and run-level settings."""
+    """What every executor shares: storage, peers, the event hub and run-level settings.
+
+    `crash` is called at each of CRASH_POINTS (a no-op unless a crash test asked for it).
+    """
 
     store: RunStore
     peers: Peers
     hub: EventHub
     owner: str
     lease_seconds: float
+    crash: Callable[[str], None] = _no_crash
 
 
 def b64(msg: Any) -> str:

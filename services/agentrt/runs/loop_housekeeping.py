@@ -86,6 +86,7 @@ class Housekeeping(ExecutorCore):
         await self._save(
             "compaction_summarized", summary.payload(), usage=turnmod.add_usage(self.r.usage, summary.usage)
         )
+        self.deps.crash("after_compaction_summary")
         return await self._checkpoint(summary)
 
     async def _checkpoint(self, s: Summarized) -> Summarized | None:

@@ -141,6 +141,7 @@ class TurnSteps(Housekeeping):
             # A final answer or refusal goes to the session next: the response must be on
             # record first, or a takeover could ask again and log a different one.
             await self._save("model_responded", payload, usage=usage)
+            self.deps.crash("after_model_responded")
         return response, decision
 
     async def _tool_phase(
@@ -171,6 +172,7 @@ class TurnSteps(Housekeeping):
         await self._save(
             "tools_started", {"turn": turn, "calls": [p.call.call_id for p in planned if p.runs]}
         )
+        self.deps.crash("after_model_responded")
         batch = await self._watch(
             execute_calls(
                 planned,
@@ -251,6 +253,7 @@ class TurnSteps(Housekeeping):
         written = await write_batch(
             self.deps.peers, r.tenant, r.session_id, entries, seq, request_leaf=leaf or None
         )
+        self.deps.crash("after_session_write")
         self._unbatched = []
         self._wrote(written.stored)
         if written.branched:

@@ -24,12 +24,18 @@ depends_on = None
 def upgrade() -> None:
     """Widen call_id, add cancel_requested."""
     with op.batch_alter_table("tool_executions") as batch:
-        batch.alter_column("call_id", existing_type=sa.String(128), type_=sa.String(160), existing_nullable=False)
-        batch.add_column(sa.Column("cancel_requested", sa.Boolean(), nullable=False, server_default=sa.false()))
+        batch.alter_column(
+            "call_id", existing_type=sa.String(128), type_=sa.String(160), existing_nullable=False
+        )
+        batch.add_column(
+            sa.Column("cancel_requested", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
 
 
 def downgrade() -> None:
     """Drop cancel_requested, narrow call_id back."""
     with op.batch_alter_table("tool_executions") as batch:
         batch.drop_column("cancel_requested")
-        batch.alter_column("call_id", existing_type=sa.String(160), type_=sa.String(128), existing_nullable=False)
+        batch.alter_column(
+            "call_id", existing_type=sa.String(160), type_=sa.String(128), existing_nullable=False
+        )
