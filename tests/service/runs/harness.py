@@ -107,6 +107,8 @@ class Mesh:
     addresses: dict[str, str]
     tmp: str
     work: str = ""
+    tools_server: object = None
+    tools_config: object = None
 
     async def events(
         self, run_id: str, after_seq: int = 0, limit: int | None = None, until: str = ""
@@ -165,15 +167,13 @@ async def start_mesh(
     )
     workspace_root = str(tmp_path / "workspaces")
     os.makedirs(tmp_path / "work", exist_ok=True)
-    tools = await start_server(
-        build_tools(
-            ToolsConfig(
-                server=ServerConfig(port=0, db_url=sqlite_url(tmp, "tools"), state_dir=tmp),
-                workspace_root=workspace_root,
-                heartbeat_seconds=0.5,
-            )
-        )
+    tools_config = ToolsConfig(
+        server=ServerConfig(port=0, db_url=sqlite_url(tmp, "tools"), state_dir=tmp),
+        workspace_root=workspace_root,
+        heartbeat_seconds=0.5,
     )
+    tools_server = build_tools(tools_config)
+    tools = await start_server(tools_server)
     remote = {"api_key": "test-key", "enabled": True}
     gateway = await start_server(
         build_gateway(
@@ -215,4 +215,6 @@ async def start_mesh(
         addresses=addresses,
         tmp=tmp,
         work=str(tmp_path / "work"),
+        tools_server=tools_server,
+        tools_config=tools_config,
     )
