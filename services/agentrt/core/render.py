@@ -272,9 +272,7 @@ def messages(
         ValueError: the history holds no user turn and no step (nothing to render).
     """
     summaries = [h for h in history if isinstance(h, Summary) and h.text]
-    rendered = [
-        h for h in history if isinstance(h, UserTurn) or (isinstance(h, Step) and h.kind is not None)
-    ]
+    rendered = [h for h in history if isinstance(h, UserTurn) or (isinstance(h, Step) and h.kind is not None)]
     if not rendered:
         raise ValueError("the history holds nothing to render")
     if not isinstance(rendered[0], UserTurn):

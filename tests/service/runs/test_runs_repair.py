@@ -53,7 +53,8 @@ async def _session(mesh, entries: list[spb.Entry]) -> spb.Session:
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-async def test_dangling_call_and_stale_result_are_repaired_once_and_never_sent(mesh, provider):
+async def test_dangling_call_and_stale_result_are_repaired_once_and_never_sent(store_mesh, provider):
+    mesh = store_mesh
     turn = {"run_id": "run_dead", "turn": 1}
     session = await _session(
         mesh,
