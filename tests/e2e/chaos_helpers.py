@@ -179,14 +179,20 @@ def _reap(pid: int) -> None:
         time.sleep(0.02)
 
 
-def start_chaos_mesh(root: Path, emu: ProviderEmulator, emulator_env: dict[str, str]) -> ChaosMesh:
+def start_chaos_mesh(root: Path, emu: ProviderEmulator) -> ChaosMesh:
     """Start the mesh on fresh PostgreSQL databases, runs as replica "a" (call from no event loop)."""
     tag = uuid.uuid4().hex[:10]
     names = [f"{PG_DATABASE}_chaos_{svc}_{tag}" for svc in ("runs", "sessions", "tools")]
     asyncio.run(create_databases(names))
     urls = [f"postgresql+asyncpg://postgres@{PG_HOST}/{n}" for n in names]
     env = {
-        **emulator_env,
+        # the gateway's providers are the emulator (official SDKs, base URLs only); a scripted
+        # provider error fails at once rather than after backoff
+        "AGENTRT_OPENAI_BASE_URL": emu.base_url + "/v1",
+        "AGENTRT_OPENAI_API_KEY": "test-key",
+        "AGENTRT_ANTHROPIC_BASE_URL": emu.base_url,
+        "AGENTRT_ANTHROPIC_API_KEY": "test-key",
+        "AGENTRT_GATEWAY_MAX_RETRIES": "0",
         "AGENTRT_RUNS_DB": urls[0],
         "AGENTRT_SESSIONS_DB": urls[1],
         "AGENTRT_TOOLS_DB": urls[2],

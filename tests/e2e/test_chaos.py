@@ -33,7 +33,6 @@ from chaos_helpers import (
     session_entries,
     start_chaos_mesh,
 )
-from conftest import emulator_env
 from e2e_helpers import STATE_TIMEOUT
 
 from agentrt.v1 import common_pb2 as cpb
@@ -83,7 +82,7 @@ def chaos(tmp_path_factory):
     root = tmp_path_factory.mktemp("chaos")
     emu = ProviderEmulator()
     emu.responder = Cells()
-    mesh = start_chaos_mesh(root, emu, emulator_env(emu))
+    mesh = start_chaos_mesh(root, emu)
     try:
         yield mesh
     finally:

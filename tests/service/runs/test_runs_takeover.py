@@ -124,7 +124,7 @@ async def _take_over_with_tools_down(start_server, tmp_path, emulator, **runs_kw
     """Replica a dies while a tool runs; replica b takes over with its tool service not up."""
     mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
     emulator.script(
-        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 20"}')]), Reply(text="recovered")]
+        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 2"}')]), Reply(text="recovered")]
     )
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
     tools = tpb_grpc.ToolServiceStub(grpc.aio.insecure_channel(mesh.addresses["tools"]))
