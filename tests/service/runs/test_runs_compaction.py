@@ -9,6 +9,7 @@ emulator's request log: each request's size, and the pairing of every call with 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -219,3 +220,87 @@ async def test_a_compaction_policy_is_validated(mesh):
         )
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (await mesh.sessions.ListSessions(spb.ListSessionsRequest())).sessions == []
+
+
+async def test_a_summary_logged_before_a_crash_is_checkpointed_not_requested_again(
+    start_server, tmp_path, emulator
+):
+    """The owner dies between the summary and its checkpoint; the next owner appends the logged one."""
+    import grpc
+
+    from agentrt.mesh.config import ServerConfig
+    from agentrt.runs.config import RunsConfig
+    from agentrt.runs.server import build_server as build_runs
+    from agentrt.v1 import run_service_pb2_grpc as pb_grpc
+    from tests.service.runs.harness import start_mesh
+    from tests.service.runs.test_runs_takeover import until
+
+    mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
+    talk = Conversation(turns=5)
+    emulator.responder = talk
+    manager = mesh.runs_server.manager
+
+    def die_after_the_summary(point: str) -> None:
+        if point == "after_compaction_summary":
+            manager._loop_task.cancel()
+            raise asyncio.CancelledError()
+
+    manager.deps.crash = die_after_the_summary
+    policy = pb.CompactionPolicy(trigger_turns=3, keep_turns=2)
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(
+            agent=_agent("openai", compaction=policy),
+            input="read the notes",
+            workspace=_workspace(mesh, "crash"),
+        )
+    )
+
+    async def summarized() -> bool:
+        return talk.summaries == 1 and not [t for t in manager._executors]
+
+    await until(summarized, "replica a to die after its summary")
+    replica_b = build_runs(
+        RunsConfig(
+            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
+            gateway_address=mesh.addresses["gateway"],
+            tools_address=mesh.addresses["tools"],
+            sessions_address=mesh.addresses["sessions"],
+            tasks_address="",
+            lease_seconds=0.6,
+            replica_id="replica-b",
+            default_model="openai:gpt-test",
+        )
+    )
+    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+
+    async def completed() -> bool:
+        run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+        return run.status == cpb.RUN_STATUS_COMPLETED
+
+    await until(completed, "replica b to finish the run")
+    log = await mesh.entries(started.session_id)
+    checkpoints = [e for e in log if e.kind == "compaction"]
+    assert checkpoints and checkpoints[0].summary == "Summary 1: the agent read notes.txt repeatedly."
+    # every summary request reached the model once; the first checkpoint is the logged one
+    assert talk.summaries == len(checkpoints)
+    for path, body in emulator.requests:
+        check_pairing(path, body)
+
+
+async def test_the_token_trigger_can_use_count_tokens(mesh):
+    """With count_tokens, the next request is counted by the gateway (the provider's own count)."""
+    talk = Conversation(turns=4)
+    mesh.emu.responder = talk
+    mesh.emu.token_count = 1_000_000  # the provider counts every request far over the trigger
+    policy = pb.CompactionPolicy(context_window_tokens=100_000, keep_turns=2, count_tokens=True)
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(
+            agent=_agent("openai", compaction=policy),
+            input="read the notes",
+            workspace=_workspace(mesh, "count"),
+        )
+    )
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    assert any(path == "/v1/responses/input_tokens" for path, _ in mesh.emu.requests)
+    assert talk.summaries >= 1
