@@ -17,6 +17,7 @@ exactly one result, whatever happens:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -31,9 +32,10 @@ from agentrt.v1 import tool_service_pb2 as tpb
 
 #: Waits between re-sends of a call another process is still running (a takeover), seconds.
 IN_PROGRESS_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
-IN_PROGRESS_ATTEMPTS = 120
-
-
+#: How long past a call's own timeout a repeat keeps waiting for the run elsewhere, seconds.
+IN_PROGRESS_SLACK_S = 60.0
+#: The timeout assumed for a call whose tool states none, seconds (the tool service's ceiling).
+DEFAULT_CALL_TIMEOUT_S = 600.0
 #: Output of one call passed on as tool_progressed events, in characters; the result keeps
 #: the (capped) whole either way, so a flood does not flood the run's event log.
 MAX_PROGRESS_CHARS = 64 * 1024
@@ -51,22 +53,26 @@ async def _execute(
 
     With on_progress, StreamExecuteTool is used and each output chunk is passed on. After a
     takeover the dead replica's call may still be running in the tool service; the journal
-    answers ABORTED/EXECUTION_IN_PROGRESS until it ends, then the recorded result.
+    answers ABORTED/EXECUTION_IN_PROGRESS until it ends, then the recorded result; the
+    repeat waits as long as the call may run (its timeout) and a minute more.
     """
-    for attempt in range(IN_PROGRESS_ATTEMPTS + 1):
+    timeout = request.timeout.ToNanoseconds() / 1e9 if request.HasField("timeout") else DEFAULT_CALL_TIMEOUT_S
+    deadline = time.monotonic() + timeout + IN_PROGRESS_SLACK_S
+    attempt = 0
+    while True:
         try:
             if on_progress is None:
                 return (await peers.execute(tenant, request)).result
             return (await peers.stream_execute(tenant, request, on_progress)).result
         except MeshError as err:
             if (
-                attempt == IN_PROGRESS_ATTEMPTS
+                time.monotonic() >= deadline
                 or err.status != Status.ABORTED
                 or err.reason != Reason.EXECUTION_IN_PROGRESS
             ):
                 raise
             await asyncio.sleep(IN_PROGRESS_BACKOFF_S[min(attempt, len(IN_PROGRESS_BACKOFF_S) - 1)])
-    raise AssertionError("unreachable")
+            attempt += 1
 
 
 def _progress_relay(call_id: str, sink: ProgressSink) -> Callable[[tpb.ToolProgress], None]:
