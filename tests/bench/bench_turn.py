@@ -205,7 +205,7 @@ class _Phases:
         self.wrap_async(RunStore, "get_run", "run_db_reads")
         self.wrap_async(RunStore, "pending_input", "run_db_reads")
         self.wrap_async(RunStore, "read_log", "run_db_reads")
-        self.wrap_sync(RunChannel, "stage", "event_publication")
+        self.wrap_sync(RunChannel, "publish", "event_publication")
         self.wrap_sync(EventHub, "deliver", "event_publication")
         assert loop.turnmod is turn
 

@@ -142,7 +142,8 @@ def test_the_walkthrough_replays_against_a_live_mesh(token_mesh, tmp_path, tool)
     events = [field(v, "event") for v in json_values(out_path.read_text())]
     seqs = [int(e["seq"]) for e in events]
     assert seqs == list(range(1, len(seqs) + 1))
-    kinds = [next(k for k in e if k not in ("seq", "run_id", "runId", "time", "turn")) for e in events]
+    envelope = ("seq", "run_id", "runId", "time", "turn", "provisional")
+    kinds = [next(k for k in e if k not in envelope) for e in events]
     snake = [re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), k) for k in kinds]
     assert snake[0] == "run_started" and snake[-2:] == ["run_completed", "stream_end"]
     assert "tool_returned" in snake and "gap" not in snake

@@ -18,7 +18,10 @@ Endpoints (all POST):
                                accepted or answered 429 (see "Rate-limit mode")
 
 Every model endpoint takes the next reply from one FIFO script shared by all endpoints; an
-empty script answers 500 with a message saying so. The count endpoints do not consume
+empty script answers 500 with a message saying so. A test may set `responder`, a function
+of (path, body) consulted before the script: the item it returns answers the request (and
+consumes nothing), None leaves the request to the script. It is how a test answers by
+what a request holds (a summary request, a request over a context window). The count endpoints do not consume
 replies: they answer `token_count` when set, else `count_input_tokens` of the body.
 
 Rate-limit mode (a provider's input-tokens-per-window limit, for limiter tests): every
@@ -46,6 +49,7 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -270,6 +274,8 @@ class ProviderEmulator:
         self.rate_limit: RateLimit | None = None
         #: Model requests received: (time.monotonic(), counted input tokens, accepted).
         self.intake: list[tuple[float, int, bool]] = []
+        #: Answers a model request by its (path, body) before the script; None defers to it.
+        self.responder: Callable[[str, Any], ScriptItem | None] | None = None
         self._server = _QuietServer((host, port), _handler_for(self))
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
@@ -410,7 +416,9 @@ def _handler_for(emu: ProviderEmulator) -> type[BaseHTTPRequestHandler]:
             if retry_after is not None:
                 self._error(429, "rate_limit", None, anthropic, retry_after)
                 return
-            item = emu._take()
+            item = emu.responder(path, body) if emu.responder is not None else None
+            if item is None:
+                item = emu._take()
             if emu.rate_limit is not None and not isinstance(item, ErrorReply):
                 item = replace(item or Reply(text="ok"), input_tokens=tokens, cached_tokens=0)
             if item is None:

@@ -5,14 +5,19 @@ calls it proposed (arguments exactly as produced), the canonical stop reason and
 refusal. `decide()` maps it onto one of five kinds:
 
 - ``refusal``: the stop reason is refusal or a refusal text is present; wins over all.
-- ``truncated``: the output token cap (or the context window) cut the reply. None of its
-  tool calls is carried into the decision, so none executes and none pauses (004 §2.7e).
+- ``truncated``: the output token cap cut the reply. None of its tool calls is carried
+  into the decision, so none executes and none pauses (004 §2.7e).
 - ``tool_calls``: at least one tool call. In single-call mode only the first is kept and
   the others are named in the reason as not executed.
 - ``final``: no call, non-blank text, and the model ended its turn (end_turn, or no stop
   reason at all): the text is the final answer (004 §2.3).
 - ``no_tool_call``: anything else (an empty reply, text with a tool_use stop and no call);
   the next render nudges the model.
+
+A reply the context window stopped (Anthropic's `model_context_window_exceeded`) is not a
+decision at all but a context overflow (004 §2.5g): resending the same context would stop
+at the same wall, and compacting is what helps. Callers check `is_overflow` first; `decide`
+itself drops such a reply's calls and nudges, never calling it a truncation.
 
 Invariants: the reason is capped at REASON_BYTES after it is composed, on every branch;
 arguments that are not a JSON object are kept out of band (`invalid_arguments`, base64
@@ -212,6 +217,11 @@ def compose_reason(text: str, note: str = "") -> str:
     return truncate(truncate(text, room) + " " + note, REASON_BYTES) if room > 0 else note
 
 
+def is_overflow(response: Response) -> bool:
+    """True when the context window stopped the reply: an overflow, not a truncation (004 §2.5g)."""
+    return response.stop_reason == STOP_CONTEXT_WINDOW_EXCEEDED
+
+
 def _default_id(index: int) -> str:
     return f"call_{index}"
 
@@ -233,8 +243,10 @@ def decide(
     if response.stop_reason == STOP_REFUSAL or response.refusal:
         reason = compose_reason(response.refusal or response.text)
         return Decision(DecisionKind.REFUSAL, reason, dropped_calls=len(calls))
-    if response.stop_reason in (STOP_MAX_TOKENS, STOP_CONTEXT_WINDOW_EXCEEDED):
+    if response.stop_reason == STOP_MAX_TOKENS:
         return Decision(DecisionKind.TRUNCATED, compose_reason(response.text), dropped_calls=len(calls))
+    if is_overflow(response):
+        return Decision(DecisionKind.NO_TOOL_CALL, compose_reason(response.text), dropped_calls=len(calls))
     if calls:
         if single_call and len(calls) > 1:
             rest = calls[1:]

@@ -1,9 +1,14 @@
 """Turn a recorded conversation into provider-neutral model messages (seed 000 render).
 
 The history is a sequence of `UserTurn` (input from the caller; the first one is the
-opening) and `Step` (one recorded model turn: its decision, its calls and their
-observations). `messages()` renders:
+opening), `Step` (one recorded model turn: its decision, its calls and their
+observations) and `Summary` (a live compaction checkpoint's summary). `messages()` renders:
 
+- each `Summary` as a system message, up front, in order (004 §2.5f: the summary of
+  what was folded reaches the model as a system message, wherever its checkpoint sits);
+- an opening user message when what is left does not start with one (a checkpoint may
+  leave the view opening with a model step): `CONTINUATION_OPENING`, so a compacted
+  session is always a valid request;
 - a user message per `UserTurn`;
 - per step with a recorded decision, an assistant message (preserved provider blocks,
   then the reason text, then one tool_use block per call with the runtime's call id),
@@ -14,9 +19,12 @@ observations). `messages()` renders:
 
 The window counts rendered steps that carry observations: the last `recent_results` of
 them show each result in full (capped at `result_max_bytes` with `truncate`); older ones
-show the result's summary (or a short head of it when the tool wrote none). An
-interrupted result renders as `INTERRUPTED_TEXT`. Consecutive messages of one role are
-merged, tool results first, so every provider accepts the alternation.
+show the result's summary (or a short head of it when the tool wrote none). A call with no
+recorded result renders as `INTERRUPTED_TEXT`; an interrupted result that carries text
+(a session repair's, the run loop's) renders that text, which says what is known.
+Nothing here promises what a tool cannot do: a repeated call is a new call. Consecutive
+messages of one role are merged, tool results first, so every provider accepts the
+alternation.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from dataclasses import dataclass, field
 from agentrt.core.decide import Call, DecisionKind
 from agentrt.core.truncate import truncate
 
+ROLE_SYSTEM = "system"
 ROLE_USER = "user"
 ROLE_ASSISTANT = "assistant"
 
@@ -36,11 +45,20 @@ DEFAULT_RESULT_MAX_BYTES = 16_384
 #: Size of the head shown for an old result whose tool wrote no summary, in bytes.
 SUMMARY_FALLBACK_BYTES = 256
 
-#: The re-request sentence for a result whose outcome is unknown (seed 000 InterruptedText).
+#: What the model reads for a call with no recorded result (seed 000 InterruptedText).
 INTERRUPTED_TEXT = (
-    "The tool was still running when the process stopped, so its outcome is unknown. "
-    "Request the same call again; the tool answers a repeated call from its own record."
+    "No result was recorded for this call: the process running it stopped, so its outcome is "
+    "unknown. Check the current state before relying on it; call the tool again only if running "
+    "it twice is harmless."
 )
+#: The re-request the run loop writes for an interrupted call of a read-only or retry-safe
+#: tool (seed 000: those keep the re-request; a new call runs the tool again, harmlessly).
+RERUN_SAFE_TEXT = (
+    "The tool was still running when the process stopped, so its outcome is unknown. Running "
+    "this tool again is harmless: call it again if you still need its result."
+)
+#: The opening user turn of a view that starts with a model step (after a compaction).
+CONTINUATION_OPENING = "(The conversation continues; earlier turns are summarized above.)"
 #: The user turn after a reply that asked for nothing.
 NUDGE_NO_TOOL_CALL = (
     "Your reply neither called a tool nor gave an answer. "
@@ -124,6 +142,13 @@ class UserTurn:
 
 
 @dataclass(frozen=True)
+class Summary:
+    """A live compaction checkpoint's summary (rendered up front as a system message)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Step:
     """One recorded model turn.
 
@@ -168,8 +193,10 @@ def observation_text(obs: Observation | None, *, full: bool, max_bytes: int) -> 
         full: inside the recent-results window.
         max_bytes: cap on the rendered content, in bytes.
     """
-    if obs is None or obs.interrupted:
+    if obs is None or (obs.interrupted and not obs.content):
         return INTERRUPTED_TEXT
+    if obs.interrupted:
+        return truncate(obs.content, max_bytes)
     if full:
         return truncate(obs.content, max_bytes)
     head = obs.summary or truncate(obs.content, SUMMARY_FALLBACK_BYTES)
@@ -225,7 +252,7 @@ def _append(out: list[Message], msg: Message) -> None:
 
 
 def messages(
-    history: Sequence[UserTurn | Step],
+    history: Sequence[UserTurn | Step | Summary],
     *,
     recent_results: int = DEFAULT_RECENT_RESULTS,
     result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
@@ -233,23 +260,26 @@ def messages(
     """Render history into messages (see the module docstring).
 
     Args:
-        history: the conversation in order; it must open with a UserTurn.
+        history: the conversation in order; summaries may sit anywhere.
         recent_results: how many of the last rendered steps show results in full (>= 0).
         result_max_bytes: cap on one rendered result, in bytes.
 
     Returns:
-        Messages alternating user/assistant, starting with the opening user message.
+        The summaries' system messages, then messages alternating user/assistant, starting
+        with a user message (the opening, or CONTINUATION_OPENING).
 
     Raises:
-        ValueError: the history does not open with a UserTurn (a renderer with no opening
-            is a bug, not a default).
+        ValueError: the history holds no user turn and no step (nothing to render).
     """
-    if not history or not isinstance(history[0], UserTurn):
-        raise ValueError("the history must open with a user turn")
-    rendered = [h for h in history if isinstance(h, UserTurn) or h.kind is not None]
+    summaries = [h for h in history if isinstance(h, Summary) and h.text]
+    rendered = [h for h in history if isinstance(h, UserTurn) or (isinstance(h, Step) and h.kind is not None)]
+    if not rendered:
+        raise ValueError("the history holds nothing to render")
+    if not isinstance(rendered[0], UserTurn):
+        rendered.insert(0, UserTurn(CONTINUATION_OPENING))
     observing = [i for i, h in enumerate(rendered) if isinstance(h, Step) and _observes(h)]
     in_full = set(observing[len(observing) - max(recent_results, 0) :]) if recent_results > 0 else set()
-    out: list[Message] = []
+    out: list[Message] = [Message(ROLE_SYSTEM, [TextBlock(s.text)]) for s in summaries]
     for i, item in enumerate(rendered):
         if isinstance(item, UserTurn):
             _append(out, Message(ROLE_USER, [TextBlock(item.text)]))

@@ -65,6 +65,7 @@ class Limits:
         time_budget_s: wall-clock budget in seconds; 0 = none.
         recent_results: results rendered in full (seed 000 window).
         result_max_bytes: cap on one rendered result, bytes.
+        max_overflow_retries: context overflows recovered per run (004 §2.5g); 0 = none.
     """
 
     max_turns: int
@@ -74,6 +75,11 @@ class Limits:
     time_budget_s: float
     recent_results: int
     result_max_bytes: int
+    max_overflow_retries: int = 0
+
+
+#: Highest max_overflow_retries an agent may ask for.
+MAX_OVERFLOW_RETRIES = 100
 
 
 def limits_of(spec: pb.AgentSpec) -> Limits:
@@ -88,6 +94,7 @@ def limits_of(spec: pb.AgentSpec) -> Limits:
         time_budget_s=budget,
         recent_results=spec.recent_results or 6,
         result_max_bytes=spec.result_max_bytes or 16_384,
+        max_overflow_retries=spec.max_overflow_retries,
     )
 
 
@@ -171,11 +178,46 @@ def validate_agent(
             raise invalid(Reason.INVALID_VALUE, f"{field}.{name} must be >= 0", field=f"{field}.{name}")
     _validate_model(spec, field)
     _validate_enums(spec, field)
+    _validate_compaction(spec, field)
     validation.validate_contract(
         spec, field, implicit_tools=() if spec.tools else DEFAULT_TOOLS, known_providers=KNOWN_PROVIDERS
     )
     if refuse:
         admission.refuse_unwired(spec, field)
+
+
+def _validate_compaction(spec: pb.AgentSpec, field: str) -> None:
+    """Refuse a compaction policy or overflow budget the run could not honour (004 §2.5f, §2.5g)."""
+    if not 0 <= spec.max_overflow_retries <= MAX_OVERFLOW_RETRIES:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"{field}.max_overflow_retries must be 0..{MAX_OVERFLOW_RETRIES}",
+            field=f"{field}.max_overflow_retries",
+        )
+    if not spec.HasField("compaction"):
+        return
+    policy = spec.compaction
+    for name in (
+        "context_window_tokens",
+        "trigger_input_tokens",
+        "trigger_turns",
+        "keep_turns",
+        "summary_max_output_tokens",
+    ):
+        if getattr(policy, name) < 0:
+            raise invalid(
+                Reason.INVALID_VALUE,
+                f"{field}.compaction.{name} must be >= 0",
+                field=f"{field}.compaction.{name}",
+            )
+    model = policy.summary_model
+    if model.provider and model.provider not in KNOWN_PROVIDERS:
+        raise invalid(
+            Reason.INVALID_AGENT,
+            f"{field}.compaction.summary_model.provider {model.provider!r} is not one of "
+            f"{', '.join(KNOWN_PROVIDERS)}",
+            field=f"{field}.compaction.summary_model.provider",
+        )
 
 
 def _validate_command_policy(tool: pb.AgentTool, where: str) -> None:

@@ -35,6 +35,9 @@ class RunsConfig:
         peer_unavailable_seconds: how long a peer call waits for a peer that is not
             reachable (not up yet after a restart, or restarting), re-sending with capped
             backoff, before the run fails with kind "unavailable", in seconds.
+        crash_points: named points at which the process kills itself with SIGKILL (the
+            crash tests' kill -9 at a moment no event shows; see loop_core.CRASH_POINTS).
+            Empty in production.
     """
 
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -49,6 +52,7 @@ class RunsConfig:
     poll_seconds: float = 1.0
     tool_call_grace_seconds: float = 30.0
     peer_unavailable_seconds: float = 30.0
+    crash_points: tuple[str, ...] = ()
 
     @classmethod
     def from_env(
@@ -67,7 +71,8 @@ class RunsConfig:
         (default 127.0.0.1 on DEFAULT_PORTS), AGENTRT_DEFAULT_MODEL (default
         "local:smollm2"), AGENTRT_STATE_DIR, the security settings of `edge_from_env`, AGENTRT_HOST,
         AGENTRT_RUNS_REPLICA_ID, AGENTRT_RUNS_LEASE_SECONDS and
-        AGENTRT_RUNS_PEER_UNAVAILABLE_SECONDS (default 30).
+        AGENTRT_RUNS_PEER_UNAVAILABLE_SECONDS (default 30), AGENTRT_RUNS_CRASH_POINTS (comma
+        separated; tests only).
         """
         state_dir = env("STATE_DIR", ".agentrt")
         return cls(
@@ -86,4 +91,5 @@ class RunsConfig:
             replica_id=env("RUNS_REPLICA_ID", ""),
             lease_seconds=float(env("RUNS_LEASE_SECONDS", "30")),
             peer_unavailable_seconds=float(env("RUNS_PEER_UNAVAILABLE_SECONDS", "30")),
+            crash_points=tuple(p.strip() for p in env("RUNS_CRASH_POINTS", "").split(",") if p.strip()),
         )

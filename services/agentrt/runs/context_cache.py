@@ -56,6 +56,11 @@ class ContextCache:
         """The highest session seq the copy accounts for."""
         return self._last_seq
 
+    @property
+    def leaf(self) -> str:
+        """The active leaf as of `last_seq` ("" for an empty session)."""
+        return self._leaf
+
     def entries(self) -> list[spb.Entry]:
         """Return the view's entries in order (a new list; the entries are shared)."""
         return list(self._entries)

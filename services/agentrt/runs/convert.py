@@ -2,9 +2,13 @@
 
 - `response_in`: a gateway ModelResponse -> core `Response` (the raw argument text of
   each call is recovered exactly, including out-of-band invalid arguments).
-- `history_of`: session context entries -> core history (`UserTurn` / `Step`), grouping
-  a turn's entries by (run_id, turn) and reading the recorded decision from the assistant
-  entry's display (`extra_json["decision"]`, `["reason"]`).
+- `history_of`: session context entries -> core history (`UserTurn` / `Step` /
+  `Summary`), grouping a turn's entries by (run_id, turn) and reading the recorded
+  decision from the assistant entry's display (`extra_json["decision"]`, `["reason"]`).
+  A compaction checkpoint becomes its summary; a stored result whose call is not in the
+  view is never sent (a provider would refuse it, or read a result of nothing).
+- `units_of` / `evidence_of`: the same entries as compaction plans over them and as the
+  summary model reads them (core.compaction).
 - `messages_out`: core messages -> proto Messages for the gateway.
 
 Entry shapes the run loop writes (and this module reads) are documented in
@@ -18,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agentrt.core import render
+from agentrt.core import compaction, render
 from agentrt.core.decide import (
     STOP_CONTEXT_WINDOW_EXCEEDED,
     STOP_END_TURN,
@@ -149,14 +153,15 @@ class _StepBuilder:
         return render.Step(kind, reason, final, tuple(self.calls), dict(self.results), tuple(self.preserved))
 
 
-def history_of(entries: list[spb.Entry]) -> list[render.UserTurn | render.Step]:
+def history_of(entries: list[spb.Entry]) -> list[render.UserTurn | render.Step | render.Summary]:
     """Group session context entries into the core history, in order.
 
     A user message is a UserTurn; an assistant message, tool_call and tool_result entries
-    sharing (run_id, turn) form one Step (a result joins the step of its call). Entries of
-    other kinds, system messages and empty user messages are left out.
+    sharing (run_id, turn) form one Step (a result joins the step of its call; a result
+    whose call is not in the view is left out). A compaction checkpoint is a Summary.
+    Entries of other kinds, system messages and empty user messages are left out.
     """
-    out: list[render.UserTurn | _StepBuilder] = []
+    out: list[render.UserTurn | render.Summary | _StepBuilder] = []
     by_turn: dict[tuple[str, int], _StepBuilder] = {}
     by_call: dict[str, _StepBuilder] = {}
     last: _StepBuilder | None = None
@@ -176,6 +181,10 @@ def history_of(entries: list[spb.Entry]) -> list[render.UserTurn | render.Step]:
         return b
 
     for entry in entries:
+        if entry.kind == "compaction":
+            if entry.summary.strip():
+                out.append(render.Summary(compaction.SUMMARY_PREFIX + entry.summary.strip()))
+            continue
         if entry.kind != "item" or not entry.HasField("item"):
             continue
         item = entry.item
@@ -200,18 +209,109 @@ def history_of(entries: list[spb.Entry]) -> list[render.UserTurn | render.Step]:
             by_call[item.tool_call.call_id] = b
         elif item.HasField("tool_result"):
             res = item.tool_result
-            b = by_call.get(res.call_id) or builder(entry)
-            b.results[res.call_id] = render.Observation(
+            owner = by_call.get(res.call_id)
+            if owner is None:
+                continue  # a result of no call in the view: never sent to a provider
+            owner.results[res.call_id] = render.Observation(
                 res.content, res.is_error, res.summary, res.status == cpb.TOOL_RESULT_STATUS_INTERRUPTED
             )
     return [h.build() if isinstance(h, _StepBuilder) else h for h in out]
+
+
+def units_of(entries: list[spb.Entry]) -> list[compaction.Unit]:
+    """Return the context view as compaction plans over it (core.compaction.Unit), in order.
+
+    A step's entries share (run_id, turn); an entry written without a run id opens a step
+    of its own when it is an assistant message, and a tool call without one joins the
+    step before it (as history_of groups them).
+    """
+    out: list[compaction.Unit] = []
+    anon = ""
+    for entry in entries:
+        if entry.kind == "compaction":
+            out.append(
+                compaction.Unit(entry.entry_id, compaction.CHECKPOINT, size_bytes=len(entry.summary.encode()))
+            )
+            continue
+        if entry.kind != "item" or not entry.HasField("item"):
+            out.append(compaction.Unit(entry.entry_id, compaction.OTHER, size_bytes=entry.ByteSize()))
+            continue
+        item = entry.item
+        size = item.ByteSize()
+        if item.HasField("message") and item.message.role != cpb.ROLE_ASSISTANT:
+            out.append(compaction.Unit(entry.entry_id, compaction.USER, size_bytes=size))
+            continue
+        if entry.run_id:
+            group = f"{entry.run_id}/{entry.turn}"
+        else:
+            if item.HasField("message") or not anon:
+                anon = f"entry:{entry.entry_id}"
+            group = anon
+        call_id = ""
+        if item.HasField("tool_call"):
+            call_id = item.tool_call.call_id
+        elif item.HasField("tool_result"):
+            call_id = item.tool_result.call_id
+        out.append(
+            compaction.Unit(
+                entry.entry_id,
+                compaction.STEP,
+                group=group,
+                call_id=call_id,
+                is_result=item.HasField("tool_result"),
+                size_bytes=size,
+            )
+        )
+    return out
+
+
+def evidence_of(entries: list[spb.Entry]) -> list[dict[str, object]]:
+    """Return folded entries as the quoted records the summary model reads (002 Evidence)."""
+    out: list[dict[str, object]] = []
+    for entry in entries:
+        if entry.kind != "item" or not entry.HasField("item"):
+            continue
+        item = entry.item
+        if item.HasField("message"):
+            role = {cpb.ROLE_USER: "user", cpb.ROLE_ASSISTANT: "assistant", cpb.ROLE_SYSTEM: "system"}.get(
+                item.message.role, "user"
+            )
+            text = text_of(item.message.content)
+            if text:
+                out.append({"role": role, "text": text})
+        elif item.HasField("tool_call"):
+            call = item.tool_call
+            out.append(
+                {
+                    "tool_call": {
+                        "call_id": call.call_id,
+                        "name": call.name,
+                        "arguments": call.arguments or call.invalid_arguments,
+                    }
+                }
+            )
+        elif item.HasField("tool_result"):
+            res = item.tool_result
+            out.append(
+                {
+                    "tool_result": {
+                        "call_id": res.call_id,
+                        "name": res.name,
+                        "is_error": res.is_error,
+                        "content": res.content,
+                    }
+                }
+            )
+    return out
 
 
 def messages_out(messages: list[render.Message]) -> list[cpb.Message]:
     """Return the proto Messages of rendered core messages."""
     out = []
     for m in messages:
-        role = cpb.ROLE_USER if m.role == render.ROLE_USER else cpb.ROLE_ASSISTANT
+        role = {render.ROLE_USER: cpb.ROLE_USER, render.ROLE_SYSTEM: cpb.ROLE_SYSTEM}.get(
+            m.role, cpb.ROLE_ASSISTANT
+        )
         blocks = []
         for b in m.blocks:
             if isinstance(b, render.TextBlock):
@@ -236,6 +336,22 @@ def messages_out(messages: list[render.Message]) -> list[cpb.Message]:
     return out
 
 
+_INJECTION_KINDS = {
+    "steer": pb.INJECTION_KIND_STEER,
+    "next_turn": pb.INJECTION_KIND_NEXT_TURN,
+    "follow_up": pb.INJECTION_KIND_FOLLOW_UP,
+}
+
+
+def injected_out(item: dict[str, object]) -> pb.InjectedInput:
+    """Return the proto InjectedInput of a queued input ({"id", "kind", "text"})."""
+    return pb.InjectedInput(
+        id=str(item.get("id", "")),
+        kind=_INJECTION_KINDS.get(str(item.get("kind", "")), pb.INJECTION_KIND_UNSPECIFIED),  # type: ignore[arg-type]
+        text=str(item.get("text", "")),
+    )
+
+
 def run_out(r: RunRecord) -> pb.Run:
     """Return the proto Run of a run record."""
     run = pb.Run(
@@ -251,6 +367,10 @@ def run_out(r: RunRecord) -> pb.Run:
         pending_calls=r.pending,
         labels=r.labels,
         workspace=r.workspace,
+        suspension_reason=r.suspension_reason,  # type: ignore[arg-type]
+        pending_input=[injected_out(i) for i in r.pending_input],
+        diagnostics=r.diagnostics(),
+        overflow_retries=r.overflow_retries,
     )
     if r.failure is not None:
         run.failure.CopyFrom(r.failure)

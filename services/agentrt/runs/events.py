@@ -3,10 +3,22 @@
 - A `Subscription` is one consumer's bounded buffer. `offer()` never blocks: when the
   buffer is full the event is dropped and the drop is remembered; the next event that
   fits is preceded by a `GapMarker` naming the dropped range, so a loss is never silent.
-- `RunChannel` is the producer side of one executing run: it numbers events live (the
-  run's seq and the session's seq), delivers them to subscribers of the run and of its
-  session, and keeps them as *unflushed* until the next save point writes them to the
-  database. Replay reads the database and the unflushed events together.
+- `RunChannel` is the producer side of one executing run: it numbers events (the run's
+  seq and the session's seq) and decides when each may reach a subscriber:
+  * a durable event (everything but the provisional kinds) is *held* until the save point
+    that writes it has committed, so a subscriber that received it finds it in the run
+    log (nothing is shown before it is durable);
+  * a provisional event (turn_started, planning, model_delta, tool_progressed,
+    tool_returned; `RunEvent.provisional`) is delivered at once, but only while its seq is
+    at most the run's *reservation*: the highest seq the run row says may have been
+    delivered. Every save point moves the reservation RESERVE_BLOCK ahead of the last
+    seq; a channel that runs out of it mid-turn asks for more (`extend`, one fenced write)
+    and holds its provisional events until the write commits. A replica that takes a run
+    over numbers after the reservation, so a seq a subscriber has seen is never given to
+    a different event; what the dead replica delivered and never wrote is a gap.
+  Held events go out in seq order after the write, and nothing numbered later overtakes
+  them. Numbered events stay *unflushed* until a save writes them; replay reads the
+  database and the unflushed events that were already delivered.
 - `EventHub` holds the subscriptions by topic and the open channels.
 
 Publishing is synchronous and never awaits, so seqs are assigned atomically with delivery
@@ -16,15 +28,26 @@ and a subscriber never sees a higher seq before a lower one.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from agentrt.runs.records import StoredEvent
+from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
+
+log = logging.getLogger("agentrt.runs")
 
 #: A topic is ("run", run_id) or ("session", "<tenant>/<session_id>").
 Topic = tuple[str, str]
+#: Seqs a save point reserves past its last event for the provisional events that follow.
+RESERVE_BLOCK = 512
+#: Payload kinds delivered before their save point (see the module docstring).
+PROVISIONAL = frozenset({"turn_started", "model_delta", "tool_progressed", "tool_returned"})
+#: Writes (run seq, session seq) as the run's durable reservation; False = lease lost.
+Extender = Callable[[int, int], Awaitable[bool]]
 
 
 def run_topic(run_id: str) -> Topic:
@@ -103,7 +126,14 @@ class Subscription:
 
 @dataclass
 class RunChannel:
-    """The producer side of one executing run (see the module docstring)."""
+    """The producer side of one executing run (see the module docstring).
+
+    Attributes:
+        seq / session_seq: the last numbers given (run timeline, session timeline).
+        reserved: the durable reservation: provisional events up to this run seq may be
+            delivered before their save point.
+        extend: writes a larger reservation (None: provisional events wait for the next save).
+    """
 
     hub: EventHub
     run_id: str
@@ -111,39 +141,110 @@ class RunChannel:
     session_id: str
     seq: int
     session_seq: int
+    reserved: int = 0
+    extend: Extender | None = None
     unflushed: list[StoredEvent] = field(default_factory=list)
+    _held: deque[StoredEvent] = field(default_factory=deque)
+    _stored_upto: int = 0
+    _extending: asyncio.Task[None] | None = None
 
     def publish(self, turn: int, **payload: object) -> StoredEvent:
-        """Number, deliver and keep one event; payload is one RunEvent oneof field.
+        """Number one event; deliver it now (provisional, within the reservation) or hold it.
 
-        Example: ``channel.publish(2, turn_started=pb.TurnStarted(turn=2))``.
+        payload is one RunEvent oneof field, e.g.
+        ``channel.publish(2, turn_started=pb.TurnStarted(turn=2))``. Whether the event is
+        provisional follows from its kind (PROVISIONAL), and a planning phase change is
+        provisional too (it opens a turn like turn_started).
         """
-        stored = self.stage(turn, **payload)
-        self.unflushed.append(stored)
-        self.hub.deliver([stored])
-        return stored
-
-    def stage(self, turn: int, **payload: object) -> StoredEvent:
-        """Number one event without delivering it.
-
-        For events announcing a state a reader will act on (suspended, completed, stream
-        end): the caller writes them with that state and delivers them after the commit,
-        so a client that saw the event finds the state when it asks.
-        """
+        kind = next(iter(payload))
+        phase = payload.get("phase_changed")
+        provisional = kind in PROVISIONAL or (
+            isinstance(phase, pb.PhaseChanged) and phase.phase == cpb.RUN_PHASE_PLANNING
+        )
         self.seq += 1
         self.session_seq += 1
-        event = pb.RunEvent(seq=self.seq, run_id=self.run_id, turn=turn, **payload)  # type: ignore[arg-type]
+        event = pb.RunEvent(
+            seq=self.seq,
+            run_id=self.run_id,
+            turn=turn,
+            provisional=provisional,
+            **payload,  # type: ignore[arg-type]
+        )
         event.time.FromNanoseconds(time.time_ns())
-        return StoredEvent(self.run_id, self.seq, self.tenant, self.session_id, self.session_seq, event)
+        stored = StoredEvent(self.run_id, self.seq, self.tenant, self.session_id, self.session_seq, event)
+        self.unflushed.append(stored)
+        if provisional and not self._held and stored.seq <= self.reserved:
+            self.hub.deliver([stored])
+        else:
+            self._held.append(stored)
+            if provisional:
+                self._ask_for_more()
+        return stored
 
     def take(self) -> list[StoredEvent]:
         """Return the events not yet written (the caller writes them at its save point)."""
         return list(self.unflushed)
 
-    def flushed(self, events: list[StoredEvent]) -> None:
-        """Forget events the save point committed."""
+    def reservation(self, block: int = RESERVE_BLOCK) -> tuple[int, int]:
+        """Return the (run seq, session seq) reservation a save point writes: `block` ahead."""
+        return self.seq + block, self.session_seq + block
+
+    def flushed(self, events: list[StoredEvent], reserved: int) -> None:
+        """Record a committed save: its events are stored and `reserved` is durable.
+
+        Held events then go out in order: stored ones, and provisional ones within the
+        reservation; the first that is neither stops the release.
+        """
         done = {e.seq for e in events}
         self.unflushed = [e for e in self.unflushed if e.seq not in done]
+        if events:
+            self._stored_upto = max(self._stored_upto, max(done))
+        self.reserved = max(self.reserved, reserved)
+        self._release()
+
+    def delivered_unflushed(self) -> list[StoredEvent]:
+        """Return the unwritten events subscribers already have (held ones excluded)."""
+        held = {e.seq for e in self._held}
+        return [e for e in self.unflushed if e.seq not in held]
+
+    def close(self) -> None:
+        """Stop asking for reservations (the executor ended)."""
+        if self._extending is not None:
+            self._extending.cancel()
+
+    def _release(self) -> None:
+        out: list[StoredEvent] = []
+        while self._held:
+            head = self._held[0]
+            if head.seq <= self._stored_upto or (head.event.provisional and head.seq <= self.reserved):
+                out.append(self._held.popleft())
+            else:
+                break
+        if out:
+            self.hub.deliver(out)
+        if self._held and self._held[0].event.provisional:
+            self._ask_for_more()
+
+    def _ask_for_more(self) -> None:
+        if self.extend is None or self._extending is not None:
+            return
+        try:
+            self._extending = asyncio.get_running_loop().create_task(self._extend())
+        except RuntimeError:  # no loop (a unit test driving the channel synchronously)
+            self._extending = None
+
+    async def _extend(self) -> None:
+        assert self.extend is not None
+        target, session_target = self.reservation()
+        try:
+            ok = await self.extend(target, session_target)
+        except Exception:  # noqa: BLE001 - the events wait for the next save point instead
+            log.warning("run %s: could not extend the event reservation", self.run_id, exc_info=True)
+            ok = False
+        self._extending = None
+        if ok:
+            self.reserved = max(self.reserved, target)
+            self._release()
 
 
 class EventHub:
@@ -169,27 +270,56 @@ class EventHub:
             if not subs:
                 del self._subs[sub.topic]
 
-    def open(self, run_id: str, tenant: str, session_id: str, seq: int, session_seq: int) -> RunChannel:
-        """Open the channel of a run this process executes, numbering after the given seqs."""
-        channel = RunChannel(self, run_id, tenant, session_id, seq, session_seq)
+    def open(
+        self,
+        run_id: str,
+        tenant: str,
+        session_id: str,
+        seq: int,
+        session_seq: int,
+        *,
+        reserved: int = 0,
+        extend: Extender | None = None,
+    ) -> RunChannel:
+        """Open the channel of a run this process executes, numbering after the given seqs.
+
+        Args:
+            run_id: the run.
+            tenant: its tenant.
+            session_id: its session.
+            seq: the last number given in the run's timeline (stored or reserved by an
+                earlier owner).
+            session_seq: the same in the session's timeline.
+            reserved: the run's durable reservation (provisional events up to it may go out).
+            extend: writes a larger reservation.
+        """
+        channel = RunChannel(
+            self, run_id, tenant, session_id, seq, session_seq, reserved=max(reserved, seq), extend=extend
+        )
+        channel._stored_upto = seq
         self._channels[run_id] = channel
         return channel
 
     def close(self, channel: RunChannel) -> None:
         """Close a run's channel (its unflushed events are no longer replayable here)."""
+        channel.close()
         if self._channels.get(channel.run_id) is channel:
             del self._channels[channel.run_id]
 
+    def is_open(self, run_id: str) -> bool:
+        """True while this process executes the run."""
+        return run_id in self._channels
+
     def unflushed(self, topic: Topic) -> list[StoredEvent]:
-        """Return the unflushed events of a topic, from the channels open here."""
+        """Return the delivered but unwritten events of a topic, from the channels open here."""
         kind, key = topic
         if kind == "run":
             channel = self._channels.get(key)
-            return list(channel.unflushed) if channel else []
+            return channel.delivered_unflushed() if channel else []
         out: list[StoredEvent] = []
         for channel in self._channels.values():
             if f"{channel.tenant}/{channel.session_id}" == key:
-                out.extend(channel.unflushed)
+                out.extend(channel.delivered_unflushed())
         return out
 
     def deliver(self, events: list[StoredEvent]) -> None:

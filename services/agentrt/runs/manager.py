@@ -3,8 +3,9 @@
 The manager owns the executors running in this process (one asyncio task per run) and
 the lease loop: every third of the lease it renews the leases it holds (a lost lease
 stops the executor silently; a cancellation requested on another replica is honoured
-here), then takes over RUNNING runs whose lease expired (a dead replica's, or one resumed
-elsewhere and not claimed) and continues them from their log.
+here), fails suspended runs whose time budget ran out (004 §2.9: the budget holds while a
+run waits, too), then takes over RUNNING runs whose lease expired (a dead replica's, or
+one resumed elsewhere and not claimed) and continues them from their log.
 
 State changes made outside an executor (resume, cancel of a suspended run) are one
 guarded transaction each: the status they expect is part of the write, so two replicas
@@ -14,6 +15,7 @@ racing on one run cannot both win.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -21,11 +23,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
+from agentrt.core.errors import MeshError, Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
 from agentrt.core.truncate import byte_len
 from agentrt.mesh.durations import check_duration
-from agentrt.runs.agents import snapshot, validate_agent
+from agentrt.runs import turn as turnmod
+from agentrt.runs.agents import limits_of, snapshot, validate_agent
+from agentrt.runs.convert import injected_out
 from agentrt.runs.events import run_topic, session_topic
 from agentrt.runs.loop import Deps, RunExecutor
 from agentrt.runs.store import RunRecord, RunStore, SessionBusy, StoredEvent
@@ -101,6 +105,7 @@ class RunManager:
                 for run_id in canceled - lost:
                     record = await self.store.get_run(run_id)
                     self._stop_local(run_id, "cancel", record.cancel_reason if record else "")
+                await self.expire_suspended()
                 await self.takeover()
             except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
                 log.exception("lease renewal failed")
@@ -109,6 +114,23 @@ class RunManager:
         entry = self._executors.get(run_id)
         if entry is not None:
             entry[0].stop(reason, message)
+
+    async def expire_suspended(self) -> list[str]:
+        """Fail the suspended runs whose time budget has ended; return their ids."""
+        ended = []
+        for run_id in await self.store.overdue_suspended():
+            record = await self.store.get_run(run_id)
+            if record is None or record.status != cpb.RUN_STATUS_SUSPENDED:
+                continue
+            timeout = turnmod.failure(
+                "timeout", "The run used its time budget while it was suspended.", retryable=True
+            )
+            try:
+                await self._end_here(record, "", None, status=cpb.RUN_STATUS_FAILED, failure=timeout)
+            except MeshError:
+                continue  # resumed or ended meanwhile
+            ended.append(run_id)
+        return ended
 
     async def takeover(self) -> list[str]:
         """Continue RUNNING runs whose lease expired; return the ids taken over."""
@@ -196,12 +218,13 @@ class RunManager:
         snap = snapshot(spec, self.default_model, await self.deps.peers.catalog(tenant))
         session_id, last_seq = await self._session_for(tenant, req.session_id)
         now = time.time()
+        budget = limits_of(snap).time_budget_s
         record = RunRecord(
             run_id=new_id("run"), tenant=tenant, session_id=session_id, agent_name=snap.name,
             agent_version=snap.version, agent=snap, input=req.input, workspace=req.workspace,
             labels=dict(req.labels), idempotency_key=req.idempotency_key or None, session_last_seq=last_seq,
             lease_owner=self.deps.owner, lease_expires_s=now + self.deps.lease_seconds, fencing_token=1,
-            create_time_s=now, update_time_s=now,
+            create_time_s=now, update_time_s=now, deadline_s=now + budget if budget else 0.0,
         )  # fmt: skip
         started = pb.RunEvent(
             run_id=record.run_id,
@@ -278,18 +301,22 @@ class RunManager:
             raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
         if record.status != cpb.RUN_STATUS_SUSPENDED:
             raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
-        if not req.decisions and not req.results:
-            raise missing("decisions or results")
+        if not req.decisions and not req.results and not req.reconciliations:
+            raise missing("decisions, results or reconciliations")
         check_answers(req)
         answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
         waiting = {p.call.call_id for p in record.pending}
-        answered = {d.call_id for d in answers.decisions} | {r.call_id for r in answers.results}
+        answered = (
+            {d.call_id for d in answers.decisions}
+            | {r.call_id for r in answers.results}
+            | {c.call_id for c in answers.reconciliations}
+        )
         # An "always" approval answers the turn's other waiting calls of the same tool too.
         answered |= {
             p.call.call_id for p in record.pending
             if p.kind == pb.PENDING_CALL_KIND_APPROVAL and p.call.name in always
         }  # fmt: skip
-        changes = {"answers": answers, "always_approved": sorted(always)}
+        changes: dict[str, object] = {"answers": answers, "always_approved": sorted(always)}
         if not waiting <= answered:
             done = await self.store.save(
                 record.run_id, changes=changes, expect_status=[cpb.RUN_STATUS_SUSPENDED]
@@ -301,11 +328,18 @@ class RunManager:
             run_id=record.run_id, turn=record.turns + 1, run_resumed=pb.RunResumed(decisions=len(answered))
         )
         resumed.time.FromNanoseconds(time.time_ns())
+        # A call reconciled with RUN_AGAIN runs as a new execution attempt (its own journal
+        # record at the tool service): exactly one more run of it.
+        attempts = dict(record.state.get("attempts", {}))
+        for rec in req.reconciliations:
+            if rec.action == pb.RECONCILIATION_ACTION_RUN_AGAIN:
+                attempts[rec.call_id] = int(attempts.get(rec.call_id, 0)) + 1
+        state = record.with_state(attempts=attempts, suspension_reason=0)
         self._claiming.add(record.run_id)
         try:
             stored = await self.store.save(
                 record.run_id,
-                changes={**changes, "status": cpb.RUN_STATUS_RUNNING, "pending": []},
+                changes={**changes, "status": cpb.RUN_STATUS_RUNNING, "pending": [], "state": state},
                 log=[("resumed", {"turn": record.turns + 1, "answers": len(answered)})],
                 new_events=[resumed],
                 session=(record.tenant, record.session_id),
@@ -356,23 +390,40 @@ class RunManager:
         await self._end_here(record, reason, token)
         return await self.get_run(tenant, run_id)
 
-    async def _end_here(self, record: RunRecord, reason: str, token: int | None) -> None:
-        status = cpb.RUN_STATUS_CANCELED
+    async def _end_here(
+        self,
+        record: RunRecord,
+        reason: str,
+        token: int | None,
+        *,
+        status: int = cpb.RUN_STATUS_CANCELED,
+        failure: cpb.FailureInfo | None = None,
+    ) -> None:
+        """End a run no executor drives (suspended, or its owner died): one guarded write.
+
+        Raises:
+            MeshError: FAILED_PRECONDITION/RUN_FINISHED when it changed state meanwhile.
+        """
+        phase = cpb.RUN_PHASE_CANCELED if status == cpb.RUN_STATUS_CANCELED else cpb.RUN_PHASE_FAILED
         completed = pb.RunEvent(
             run_id=record.run_id,
             run_completed=pb.RunCompleted(
-                status=status, phase=cpb.RUN_PHASE_CANCELED, usage=record.usage, turns=record.turns,
-                labels=record.labels,
+                status=status, phase=phase, usage=record.usage, turns=record.turns,  # type: ignore[arg-type]
+                labels=record.labels, unconsumed_input=[injected_out(i) for i in record.pending_input],
             ),
         )  # fmt: skip
-        end = pb.RunEvent(run_id=record.run_id, stream_end=pb.StreamEnd(status=status))
+        if failure is not None:
+            completed.run_completed.failure.CopyFrom(failure)
+        end = pb.RunEvent(run_id=record.run_id, stream_end=pb.StreamEnd(status=status))  # type: ignore[arg-type]
         for ev in (completed, end):
             ev.time.FromNanoseconds(time.time_ns())
+        failure_text = base64.b64encode(failure.SerializeToString()).decode("ascii") if failure else ""
         stored = await self.store.save(
             record.run_id,
-            changes={"status": status, "phase": cpb.RUN_PHASE_CANCELED, "pending": [], "lease_owner": "",
-                     "lease_expires_s": 0.0},
-            log=[("completed", {"status": status, "failure": "", "reason": reason})],
+            changes={"status": status, "phase": phase, "pending": [], "lease_owner": "",
+                     "lease_expires_s": 0.0, "failure": failure,
+                     "state": record.with_state(suspension_reason=0)},
+            log=[("completed", {"status": status, "failure": failure_text, "reason": reason})],
             new_events=[completed, end],
             session=(record.tenant, record.session_id),
             token=token,
@@ -420,8 +471,15 @@ class RunManager:
             async def read_run(after: int, upto: int | None) -> list[StoredEvent]:
                 return await self.store.read_events(record.run_id, after, upto)
 
+            async def run_head() -> int:
+                return await self.store.run_head(record.run_id)
+
+            async def run_ended() -> bool:
+                again = await self.store.get_run(record.run_id)
+                return again is None or again.finished
+
             return follow(self.deps.hub, run_topic(record.run_id), read_run, req.after_seq,
-                          poll_seconds=self.poll_seconds)  # fmt: skip
+                          poll_seconds=self.poll_seconds, head=run_head, ended=run_ended)  # fmt: skip
         if not req.session_id:
             raise invalid(Reason.MISSING_FIELD, "run_id or session_id is required", field="run_id")
         if not valid_id(req.session_id):
@@ -431,8 +489,11 @@ class RunManager:
         async def read_session(after: int, upto: int | None) -> list[StoredEvent]:
             return await self.store.read_session_events(tenant, session.session_id, after, upto)
 
+        async def session_head() -> int:
+            return await self.store.session_head(tenant, session.session_id)
+
         return follow(self.deps.hub, session_topic(tenant, session.session_id), read_session, req.after_seq,
-                      poll_seconds=self.poll_seconds)  # fmt: skip
+                      poll_seconds=self.poll_seconds, head=session_head)  # fmt: skip
 
 
 # -- request bounds (issue 10) ----------------------------------------------------------

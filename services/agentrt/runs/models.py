@@ -7,7 +7,10 @@ Invariants:
   and have no holes;
 - protobuf values (agent specs, usage, failures, pending calls, events) are stored as
   their serialized bytes so a field added to the contract round-trips without a migration;
-- times are float seconds since the epoch (`*_s`).
+- times are float seconds since the epoch (`*_s`);
+- at most one unfinished (RUNNING or SUSPENDED) run per session: a partial unique index,
+  so the busy check and the insert are one step on every backend;
+- the schema is managed by Alembic (`runs/migrations/`, `agentrt.runs.migrate`).
 """
 
 from __future__ import annotations
@@ -22,8 +25,12 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: RUNNING (1) and SUSPENDED (2), the unfinished statuses (common.proto RunStatus).
+_UNFINISHED = text("status IN (1, 2)")
 
 
 class Base(DeclarativeBase):
@@ -51,6 +58,15 @@ class RunRow(Base):
         UniqueConstraint("tenant", "idempotency_key", name="uq_runs_idempotency"),
         Index("ix_runs_tenant_session", "tenant", "session_id"),
         Index("ix_runs_status_lease", "status", "lease_expires_s"),
+        Index("ix_runs_status_deadline", "status", "deadline_s"),
+        Index(
+            "uq_runs_unfinished_session",
+            "tenant",
+            "session_id",
+            unique=True,
+            postgresql_where=_UNFINISHED,
+            sqlite_where=_UNFINISHED,
+        ),
     )
     run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(64))
@@ -91,6 +107,15 @@ class RunRow(Base):
     fencing_token: Mapped[int] = mapped_column(Integer, default=0)
     create_time_s: Mapped[float] = mapped_column(Float)
     update_time_s: Mapped[float] = mapped_column(Float)
+    #: The highest run seq / session seq the owning executor may have delivered: it
+    #: publishes provisional events only below this mark, and a replica that takes over
+    #: numbers after it (004 §2.11).
+    event_seq_reserved: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    session_seq_reserved: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: When the time budget ends, seconds since the epoch; 0 = no budget.
+    deadline_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    #: Small run state read with the row (JSON object; see records.RunRecord.state).
+    state_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
 
 
 class RunLogRow(Base):

@@ -200,6 +200,82 @@ class Peers:
         )
         return list(resp.entries)
 
+    async def recover(self, tenant: str, session_id: str, retry_safe_tools: Sequence[str]) -> list[spb.Entry]:
+        """Close the dangling tool calls of the session's active branch (004 §2.5h).
+
+        Returns:
+            The synthesized outputs appended (empty when nothing dangled). Idempotent: a
+            second call appends nothing, so re-sending it is safe.
+        """
+        resp = await self._call(
+            lambda: self.client.session_service.RecoverSession(
+                spb.RecoverSessionRequest(
+                    session=spb.SessionRef(session_id=session_id), retry_safe_tools=list(retry_safe_tools)
+                ),
+                metadata=_md(tenant),
+                timeout=SESSION_CALL_TIMEOUT_S,
+            )
+        )
+        return list(resp.entries)
+
+    async def switch_branch(self, tenant: str, session_id: str, leaf_entry_id: str) -> spb.Entry:
+        """Make leaf_entry_id the session's active leaf; return the leaf-move entry.
+
+        Not re-sent after a transport failure that may have reached the store (a second
+        leaf move to the same leaf would be harmless, but the caller re-reads anyway).
+        """
+        resp = await self._call(
+            lambda: self.client.session_service.SwitchBranch(
+                spb.SwitchBranchRequest(
+                    session=spb.SessionRef(session_id=session_id), leaf_entry_id=leaf_entry_id
+                ),
+                metadata=_md(tenant),
+                timeout=SESSION_CALL_TIMEOUT_S,
+            ),
+            safe=False,
+        )
+        return resp.entry
+
+    async def generate_once(self, tenant: str, request: gpb.ModelRequest) -> gpb.GenerateResponse:
+        """One blocking model call (Generate), for the run's own housekeeping (compaction summaries).
+
+        Raises:
+            MeshError: the gateway's error.
+        """
+        return await self._call(
+            lambda: self.client.gateway_service.Generate(
+                gpb.GenerateRequest(request=request), metadata=_md(tenant)
+            ),
+            safe=False,
+        )
+
+    async def count_tokens(self, tenant: str, request: gpb.ModelRequest) -> int:
+        """Count a request's input tokens (CountTokens).
+
+        Raises:
+            MeshError: FAILED_PRECONDITION/TOKEN_COUNTING_UNSUPPORTED where the provider cannot.
+        """
+        resp = await self._call(
+            lambda: self.client.gateway_service.CountTokens(
+                gpb.CountTokensRequest(request=request), metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
+            )
+        )
+        return int(resp.input_tokens)
+
+    async def cancel_execution(
+        self, tenant: str, run_id: str, call_id: str, attempt: int, reason: str
+    ) -> tpb.CancelExecutionResponse:
+        """Kill a call the tool service runs (or journal it never-started); see CancelExecution."""
+        return await self._call(
+            lambda: self.client.tool_service.CancelExecution(
+                tpb.CancelExecutionRequest(
+                    run_id=run_id, call_id=call_id, attempt=attempt, reason=reason[:256]
+                ),
+                metadata=_md(tenant),
+                timeout=SESSION_CALL_TIMEOUT_S,
+            )
+        )
+
     async def generate(
         self, tenant: str, request: gpb.ModelRequest
     ) -> AsyncIterator[gpb.StreamGenerateResponse]:

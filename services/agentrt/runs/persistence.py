@@ -9,18 +9,21 @@ Entry shapes (all kind "item", all with run_id and turn; see docs/services/runs.
   usage rides on the last entry the model produced (004 §2.7f).
 
 Every entry's display.extra_json also names its batch ("input" or "turn:N"). A batch is
-appended with expected_last_seq; when that no longer holds (a previous attempt of the same
-save point got through before the process died) the entries after it are read and the
-batch is not written twice.
+appended with expected_last_seq; when that no longer holds the entries after it are read:
+a previous attempt of the same save point that got through before the process died is
+recognised and not written twice, and foreign entries are handled by the rule of
+docs/decisions/0003 (`write_batch`). Diagnostics of a turn ride on its batch's last entry
+(display.extra_json "diagnostics", 004 §2.11d).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from agentrt.core.decide import Decision, DecisionKind
-from agentrt.core.errors import MeshError, Status
+from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.runs.convert import call_out, display_extra, preserved_of, text_of
 from agentrt.runs.peers import Peers
 from agentrt.v1 import common_pb2 as cpb
@@ -47,6 +50,16 @@ def injected_entry(run_id: str, turn: int, agent: str, text: str, injection_id: 
     entry = _entry(run_id, turn, item, f"turn:{turn}", injection_id=injection_id)
     entry.display.title = "injected input"
     return entry
+
+
+def attach_diagnostics(entries: Sequence[spb.Entry], diagnostics: Sequence[dict[str, object]]) -> None:
+    """Put a turn's diagnostics on its batch's last entry (004 §2.11d), in place."""
+    if not entries or not diagnostics:
+        return
+    last = entries[-1]
+    extra = display_extra(last)
+    extra["diagnostics"] = list(diagnostics)
+    last.display.extra_json = json.dumps(extra)
 
 
 #: details_json of a result the runtime wrote itself (unknown tool, denial, not executed).
@@ -113,31 +126,132 @@ def turn_entries(
     return entries
 
 
-async def write_batch(
-    peers: Peers, tenant: str, session_id: str, entries: Sequence[spb.Entry], expected_last_seq: int
-) -> tuple[int, int, list[spb.Entry] | None]:
-    """Append a batch once.
+#: Kinds of a foreign entry that change what the model reads (the rest are folded away).
+_VIEW_KINDS = frozenset({"item", "compaction", "leaf"})
+#: Rounds of "someone else appended meanwhile" a batch write goes through before it fails.
+_WRITE_ROUNDS = 5
 
-    The batch is recognised by its entries' run_id and display batch name.
+
+@dataclass
+class Written:
+    """How a batch reached the session.
+
+    Attributes:
+        last_seq: the highest session seq after the write (the run's next guard).
+        count: entries in the batch.
+        stored: the entries as stored, in order, when they extend the view read before the
+            write; None when they do not (written by an earlier attempt, or after a branch
+            switch): the caller then reads the view again.
+        injected: ids of the injected input the stored batch carries (004 §2.11b: consumed
+            is what the session holds, never what this attempt meant to write).
+        branched: ids of foreign entries the batch was written beside, on a sibling branch
+            (decision 0010); [] normally.
+    """
+
+    last_seq: int
+    count: int
+    stored: list[spb.Entry] | None
+    injected: list[str] = field(default_factory=list)
+    branched: list[str] = field(default_factory=list)
+
+
+def _injected_ids(entries: Sequence[spb.Entry]) -> list[str]:
+    out = []
+    for entry in entries:
+        value = display_extra(entry).get("injection_id")
+        if isinstance(value, str) and value:
+            out.append(value)
+    return out
+
+
+async def write_batch(
+    peers: Peers,
+    tenant: str,
+    session_id: str,
+    entries: Sequence[spb.Entry],
+    expected_last_seq: int,
+    *,
+    request_leaf: str | None = None,
+) -> Written:
+    """Append a batch exactly once, where its request was built (docs/decisions/0003).
+
+    The batch is recognised by its entries' run_id and display batch name, so a batch an
+    earlier attempt wrote (the process died before recording it) is never written twice.
+    When other writers appended since `expected_last_seq`:
+    - entries that change nothing the model reads (updates, annotations, custom kinds) are
+      stepped over: the batch goes after them, as its request would have been the same;
+    - entries that do (items, checkpoints, leaf moves): with `request_leaf` (a turn's batch,
+      whose request was built from the view ending at that leaf) the batch lands on its own
+      branch, under that leaf (a leaf move, then the append), and the foreign entries stay
+      on theirs (`branched`); without it (the run's input, which precedes its request) the
+      batch goes after them.
+
+    Args:
+        peers: the session store.
+        tenant: the run's tenant.
+        session_id: the session.
+        entries: the batch in order (all with the run's id and one batch name).
+        expected_last_seq: the highest seq the batch's request (or the run) had read.
+        request_leaf: the active leaf the request was built from; None for the input.
 
     Returns:
-        (highest session seq after it, entries in the batch, the entries as stored, or
-        None when a previous attempt had written them and they were not read back here).
+        How the batch was written (Written).
 
     Raises:
-        MeshError: the session store's error other than the handled SEQ_MISMATCH.
+        MeshError: the session store's errors other than a lost guard; ABORTED/SEQ_MISMATCH
+            when other writers kept appending for _WRITE_ROUNDS rounds.
     """
     if not entries:
-        return expected_last_seq, 0, []
-    try:
-        stored = await peers.append(tenant, session_id, entries, expected_last_seq)
-    except MeshError as err:
-        if err.status != Status.ABORTED:
-            raise
-        later = await peers.entries_after(tenant, session_id, expected_last_seq)
-        run_id, batch = entries[0].run_id, display_extra(entries[0]).get("batch")
+        return Written(expected_last_seq, 0, [])
+    run_id, batch = entries[0].run_id, display_extra(entries[0]).get("batch")
+    guard = expected_last_seq
+    branched: list[str] = []
+    extends = True
+    for _ in range(_WRITE_ROUNDS):
+        try:
+            stored = await peers.append(tenant, session_id, entries, guard)
+        except MeshError as err:
+            if err.status != Status.ABORTED:
+                raise
+        else:
+            return Written(
+                max(e.seq for e in stored),
+                len(stored),
+                stored if extends else None,
+                _injected_ids(stored),
+                branched,
+            )
+        later, last_seq = await peers.tail(tenant, session_id, guard)
         mine = [e for e in later if e.run_id == run_id and display_extra(e).get("batch") == batch]
         if mine:
-            return max(e.seq for e in later), len(mine), None
-        stored = await peers.append(tenant, session_id, entries, None)
-    return max(e.seq for e in stored), len(stored), stored
+            return Written(last_seq, len(mine), None, _injected_ids(mine), branched)
+        foreign = [e for e in later if e.kind in _VIEW_KINDS and not e.run_id == run_id]
+        extends = False
+        if foreign and request_leaf:
+            branched.extend(e.entry_id for e in foreign if e.entry_id not in branched)
+            moved = await peers.switch_branch(tenant, session_id, request_leaf)
+            guard = moved.seq
+        else:
+            guard = last_seq
+    raise MeshError(
+        Status.ABORTED,
+        Reason.SEQ_MISMATCH,
+        f"other writers kept appending to session {session_id!r}; the turn's batch was not written",
+    )
+
+
+async def repair_session(
+    peers: Peers, tenant: str, session_id: str, specs: Sequence[cpb.ToolSpec]
+) -> list[spb.Entry]:
+    """Close the dangling tool calls on the session's active branch (004 §2.5h).
+
+    Calls of retry-safe tools (the catalog's flag, as the snapshot copied it) are left for
+    the next request, which renders them as interrupted; every other call gets the
+    session store's synthesized "interrupted: outcome unknown" output. Idempotent: a second
+    repair finds nothing dangling and appends nothing.
+
+    Returns:
+        The appended outputs (empty when nothing dangled).
+    """
+    retry_safe = sorted({s.name for s in specs if s.retry_safe})
+    return await peers.recover(tenant, session_id, retry_safe)

@@ -61,11 +61,59 @@ class RunRecord:
     fencing_token: int = 0
     create_time_s: float = 0.0
     update_time_s: float = 0.0
+    event_seq_reserved: int = 0
+    session_seq_reserved: int = 0
+    deadline_s: float = 0.0
+    #: Small state read with the row: "overflow_retries" (int), "attempts" ({call_id: n},
+    #: re-runs a reconciliation ordered), "suspension_reason" (a SuspensionReason number),
+    #: "diagnostics" (list of Diagnostic JSON objects, oldest first, at most MAX_DIAGNOSTICS).
+    state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
         """True in a terminal status."""
         return self.status in TERMINAL
+
+    @property
+    def overflow_retries(self) -> int:
+        """Context overflows recovered so far (004 §2.5g)."""
+        return int(self.state.get("overflow_retries", 0))
+
+    @property
+    def suspension_reason(self) -> int:
+        """Why the run is suspended (a SuspensionReason number; 0 when it is not)."""
+        return int(self.state.get("suspension_reason", 0))
+
+    def attempt_of(self, call_id: str) -> int:
+        """The execution attempt a call is on (0 = the first; see ExecuteToolRequest.attempt)."""
+        return int(self.state.get("attempts", {}).get(call_id, 0))
+
+    def diagnostics(self) -> list[pb.Diagnostic]:
+        """The diagnostics recorded so far, oldest first."""
+        return [diagnostic_in(d) for d in self.state.get("diagnostics", [])]
+
+    def with_state(self, **values: Any) -> dict[str, Any]:
+        """Return a copy of `state` with values set (for a `save(changes={"state": ...})`)."""
+        return {**self.state, **values}
+
+
+#: Diagnostics kept on the run row (the newest win; events and session entries keep all).
+MAX_DIAGNOSTICS = 100
+
+
+def diagnostic_out(d: pb.Diagnostic) -> dict[str, Any]:
+    """Return the JSON object of a diagnostic as `state["diagnostics"]` keeps it."""
+    return {"code": d.code, "message": d.message, "turn": d.turn, "details_json": d.details_json}
+
+
+def diagnostic_in(d: dict[str, Any]) -> pb.Diagnostic:
+    """Return the Diagnostic of a `state["diagnostics"]` JSON object."""
+    return pb.Diagnostic(
+        code=str(d.get("code", "")),
+        message=str(d.get("message", "")),
+        turn=int(d.get("turn", 0)),
+        details_json=str(d.get("details_json", "")),
+    )
 
 
 TERMINAL = (cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED, cpb.RUN_STATUS_CANCELED)
@@ -83,7 +131,7 @@ def encode(name: str, value: Any) -> tuple[str, Any]:
         return name, value.SerializeToString() if value is not None and value.ByteSize() else None
     if name == "agent":
         return name, value.SerializeToString()
-    if name in ("always_approved", "pending_input", "labels"):
+    if name in ("always_approved", "pending_input", "labels", "state"):
         return f"{name}_json", json.dumps(value)
     return name, value
 
@@ -125,6 +173,10 @@ def decode(row: Any) -> RunRecord:
         fencing_token=m["fencing_token"],
         create_time_s=m["create_time_s"],
         update_time_s=m["update_time_s"],
+        event_seq_reserved=m["event_seq_reserved"],
+        session_seq_reserved=m["session_seq_reserved"],
+        deadline_s=m["deadline_s"],
+        state=json.loads(m["state_json"] or "{}"),
     )
 
 
@@ -133,5 +185,5 @@ COLUMNS = [
     "idempotency_key", "status", "phase", "turns", "usage", "final_output", "failure", "pending", "answers",
     "always_approved", "pending_input", "session_last_seq", "consecutive_error_turns", "tool_calls",
     "cancel_requested", "cancel_reason", "lease_owner", "lease_expires_s", "fencing_token", "create_time_s",
-    "update_time_s",
+    "update_time_s", "event_seq_reserved", "session_seq_reserved", "deadline_s", "state",
 ]  # fmt: skip

@@ -14,7 +14,7 @@ from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.events import EventHub
-from agentrt.runs.loop import Deps
+from agentrt.runs.loop import Deps, crash_at
 from agentrt.runs.manager import RunManager
 from agentrt.runs.peers import Peers
 from agentrt.runs.servicer import RunServicer
@@ -44,6 +44,7 @@ def build_server(config: RunsConfig) -> MeshServer:
         hub=EventHub(config.subscriber_buffer),
         owner=config.replica_id or new_id("replica"),
         lease_seconds=config.lease_seconds,
+        crash=crash_at(config.crash_points),
     )
     manager = RunManager(deps, config.default_model, poll_seconds=config.poll_seconds)
     servicer = RunServicer(manager)

@@ -10,8 +10,13 @@ What it owns (records.py holds the decoded shapes it returns):
 - event replay by run (seq) and by session (session_seq).
 
 Events passed to `save()` either carry their seqs (the owning executor numbers them
-live) or are numbered inside the transaction (max + 1), which is what transitions made
-outside an executor (resume, cancel of a suspended run) use.
+live) or are numbered inside the transaction, which is what transitions made outside an
+executor (resume, cancel of a suspended run) use: after the highest seq stored AND the
+highest an owner reserved (`event_seq_reserved`), so a seq a subscriber may have seen is
+never given to another event (004 §2.11).
+
+At most one unfinished run per session: a partial unique index makes the busy check part
+of the insert on every backend (`SessionBusy`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.mesh.db import Database
-from agentrt.runs.models import AgentRow, Base, RunEventRow, RunLogRow, RunRow
+from agentrt.runs import migrate
+from agentrt.runs.models import AgentRow, RunEventRow, RunLogRow, RunRow
 from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, decode, encode
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -44,8 +50,8 @@ class RunStore:
         self.db = db
 
     async def create_tables(self) -> None:
-        """Create the runs tables that do not exist yet."""
-        await self.db.create_all(Base.metadata)
+        """Bring the runs tables to the newest schema (Alembic; see agentrt.runs.migrate)."""
+        await migrate.upgrade(self.db)
 
     # -- agents ---------------------------------------------------------------------------
 
@@ -125,7 +131,8 @@ class RunStore:
             already taken, (the existing run, []).
 
         Raises:
-            SessionBusy: the session has an unfinished run (checked in the same transaction).
+            SessionBusy: the session has an unfinished run (the partial unique index
+                refuses the insert, so two racing StartRuns cannot both win).
         """
         values = dict(encode(k, getattr(record, k)) for k in COLUMNS)
         try:
@@ -148,10 +155,14 @@ class RunStore:
                 await _append_log(conn, record.run_id, [("started", {"input": record.input})])
                 stored = await _insert_events(conn, record.run_id, record.tenant, record.session_id, events)
         except IntegrityError:
-            existing = await self.find_idempotent(record.tenant, record.idempotency_key or "")
-            if existing is None:
-                raise
-            return existing, []
+            if record.idempotency_key:
+                existing = await self.find_idempotent(record.tenant, record.idempotency_key)
+                if existing is not None:
+                    return existing, []
+            other = await self.busy_run(record.tenant, record.session_id)
+            if other is not None:
+                raise SessionBusy(other) from None
+            raise
         return record, stored
 
     async def list_runs(
@@ -255,6 +266,20 @@ class RunStore:
             )
         return len(queued)
 
+    async def reserve(self, run_id: str, token: int, seq: int, session_seq: int) -> bool:
+        """Raise the run's event reservation to (seq, session_seq), fenced by token.
+
+        Returns:
+            False when the token is no longer current (the lease was lost).
+        """
+        async with self.db.write() as conn:
+            result = await conn.execute(
+                update(RunRow)
+                .where(RunRow.run_id == run_id, RunRow.fencing_token == token)
+                .values(event_seq_reserved=seq, session_seq_reserved=session_seq)
+            )
+        return bool(result.rowcount)
+
     async def read_log(self, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
         """Return the run log in order as (seq, kind, payload)."""
         query = select(RunLogRow.seq, RunLogRow.kind, RunLogRow.payload).where(RunLogRow.run_id == run_id)
@@ -326,6 +351,17 @@ class RunStore:
                 .values(lease_owner="", lease_expires_s=0.0)
             )
 
+    async def overdue_suspended(self) -> list[str]:
+        """Return ids of SUSPENDED runs whose time budget has ended (004 §2.9)."""
+        now = time.time()
+        async with self.db.read() as conn:
+            rows = await conn.execute(
+                select(RunRow.run_id).where(
+                    RunRow.status == cpb.RUN_STATUS_SUSPENDED, RunRow.deadline_s > 0, RunRow.deadline_s < now
+                )
+            )
+            return [r[0] for r in rows]
+
     async def expired_runs(self) -> list[str]:
         """Return ids of RUNNING runs whose lease has expired (takeover candidates)."""
         now = time.time()
@@ -364,15 +400,30 @@ class RunStore:
         return [_stored(r) for r in rows]
 
     async def event_heads(self, run_id: str, tenant: str, session_id: str) -> tuple[int, int]:
-        """Return (highest stored seq of the run, highest stored session_seq of its session)."""
-        async with self.db.read() as conn:
-            seq = await conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id))
-            sseq = await conn.scalar(
-                select(func.max(RunEventRow.session_seq)).where(
-                    RunEventRow.tenant == tenant, RunEventRow.session_id == session_id
-                )
-            )
-        return seq or 0, sseq or 0
+        """Return the run's and its session's highest seq issued: stored or reserved.
+
+        A new owner numbers after these, so no seq an earlier owner may have delivered is
+        given to another event.
+        """
+        return await self.db.read_sync(lambda conn: _heads(conn, run_id, tenant, session_id))
+
+    async def run_head(self, run_id: str) -> int:
+        """Return the highest seq the run's timeline may have issued (stored or reserved)."""
+
+        def body(conn: Connection) -> int:
+            stored = conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id))
+            reserved = conn.scalar(select(RunRow.event_seq_reserved).where(RunRow.run_id == run_id))
+            return max(stored or 0, reserved or 0)
+
+        return await self.db.read_sync(body)
+
+    async def session_head(self, tenant: str, session_id: str) -> int:
+        """Return the highest seq the session's timeline may have issued (stored or reserved)."""
+
+        def body(conn: Connection) -> int:
+            return _session_head(conn, tenant, session_id)
+
+        return await self.db.read_sync(body)
 
 
 class SessionBusy(Exception):
@@ -416,19 +467,31 @@ async def _insert_events(
     return stored
 
 
+def _session_head(conn: Connection, tenant: str, session_id: str) -> int:
+    stored = conn.scalar(
+        select(func.max(RunEventRow.session_seq)).where(
+            RunEventRow.tenant == tenant, RunEventRow.session_id == session_id
+        )
+    )
+    reserved = conn.scalar(
+        select(func.max(RunRow.session_seq_reserved)).where(
+            RunRow.tenant == tenant, RunRow.session_id == session_id
+        )
+    )
+    return max(stored or 0, reserved or 0)
+
+
+def _heads(conn: Connection, run_id: str, tenant: str, session_id: str) -> tuple[int, int]:
+    stored = conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id))
+    reserved = conn.scalar(select(RunRow.event_seq_reserved).where(RunRow.run_id == run_id))
+    return max(stored or 0, reserved or 0), _session_head(conn, tenant, session_id)
+
+
 def _number_events(
     conn: Connection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
 ) -> list[StoredEvent]:
-    """Number events after the highest stored seqs of the run and of its session (max + 1)."""
-    seq = conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)) or 0
-    sseq = (
-        conn.scalar(
-            select(func.max(RunEventRow.session_seq)).where(
-                RunEventRow.tenant == tenant, RunEventRow.session_id == session_id
-            )
-        )
-        or 0
-    )
+    """Number events after the highest seqs the run and its session issued (stored or reserved)."""
+    seq, sseq = _heads(conn, run_id, tenant, session_id)
     stored = []
     for i, event in enumerate(events, start=1):
         event.seq = seq + i

@@ -10,8 +10,15 @@
    fill is reported as an `EventGap`, never skipped silently.
 3. When idle for `poll_seconds` it re-reads storage, which is how events of a run
    executing on another replica arrive.
-4. A cursor ahead of everything stored (from an earlier life of the timeline) is a reset:
-   an EventGap with last_good 0, the stale cursor as `dropped`, then the timeline from 1.
+4. A cursor ahead of every seq the timeline may have issued (`head`: the stored events
+   and the owner's durable reservation; a cursor from an earlier life of the timeline)
+   is a reset, answered at once: an EventGap with last_good 0, the stale cursor as
+   `dropped`, then the timeline from 1. A cursor inside a range a dead replica reserved
+   and never wrote (it may have delivered provisional events there) is not a reset: the
+   next stored event arrives after a gap naming the range.
+5. Drops the subscription reports (GapMarker) that storage cannot refill once the run has
+   ended are reported as an `at_end` gap (next 0) and the stream ends: nothing more will
+   come to carry them.
 
 A run stream ends after `stream_end`; a session stream follows until the caller leaves.
 A gap event carries seq = last_good, so resubscribing from the last seq seen resyncs.
@@ -27,6 +34,10 @@ from agentrt.v1 import run_service_pb2 as pb
 
 #: Reads stored events of the topic with after < seq <= upto (upto None = no bound).
 Reader = Callable[[int, int | None], Awaitable[list[StoredEvent]]]
+#: The highest seq the topic may have issued (stored, or reserved by its owner).
+Head = Callable[[], Awaitable[int]]
+#: True once the topic's producer has ended for good (a run that finished).
+Ended = Callable[[], Awaitable[bool]]
 
 
 #: (seq in the topic's timeline, the event as the topic carries it)
@@ -39,16 +50,31 @@ def _items(topic: Topic, stored: list[StoredEvent]) -> list[Item]:
     return [(e.session_seq, as_session_event(e)) for e in stored]
 
 
-def _gap(last_good: int, dropped: int, next_seq: int, run_id: str = "") -> pb.RunEvent:
+def _gap(last_good: int, dropped: int, next_seq: int, run_id: str = "", at_end: bool = False) -> pb.RunEvent:
     return pb.RunEvent(
         seq=last_good,
         run_id=run_id,
-        gap=pb.EventGap(last_good=last_good, dropped=dropped, next=next_seq, at_end=False),
+        gap=pb.EventGap(last_good=last_good, dropped=dropped, next=next_seq, at_end=at_end),
     )
 
 
+async def _zero() -> int:
+    return 0
+
+
+async def _never() -> bool:
+    return False
+
+
 async def follow(
-    hub: EventHub, topic: Topic, read: Reader, after_seq: int, *, poll_seconds: float = 1.0
+    hub: EventHub,
+    topic: Topic,
+    read: Reader,
+    after_seq: int,
+    *,
+    poll_seconds: float = 1.0,
+    head: Head = _zero,
+    ended: Ended = _never,
 ) -> AsyncIterator[pb.RunEvent]:
     """Yield the topic's events after after_seq (see the module docstring).
 
@@ -58,6 +84,8 @@ async def follow(
         read: the storage reader of that topic.
         after_seq: deliver events with a greater seq (>= 0).
         poll_seconds: longest wait before re-reading storage, in seconds.
+        head: the highest seq the topic may have issued (0: what is stored is all).
+        ended: whether the topic's producer has ended for good.
 
     Yields:
         RunEvents in seq order; EventGap events where events cannot be delivered. For a run
@@ -83,12 +111,12 @@ async def follow(
         batch = await replay(cursor, None)
         if cursor > 0 and not batch:
             at_cursor = await replay(cursor - 1, cursor)
-            if not at_cursor:
+            if not at_cursor and cursor > await head():
                 # The cursor is ahead of the whole timeline: a reset, not a continuation.
                 yield _gap(0, cursor, 1, run_id)
                 cursor = 0
                 batch = await replay(cursor, None)
-            elif is_run and at_cursor[0][1].WhichOneof("payload") == "stream_end":
+            elif at_cursor and is_run and at_cursor[0][1].WhichOneof("payload") == "stream_end":
                 return  # the caller has seen the end already
         while True:
             for seq, event in batch:
@@ -105,6 +133,10 @@ async def follow(
                 batch = await replay(cursor, None)
             elif isinstance(item, GapMarker):
                 batch = await replay(cursor, item.next - 1 if item.next else None)
+                if not batch and not item.next and is_run and not hub.is_open(run_id) and await ended():
+                    # Dropped, not in storage, and nothing will ever follow to carry it.
+                    yield _gap(cursor, item.dropped, 0, run_id, at_end=True)
+                    return
             elif item[0] > cursor + 1:
                 batch = [*(await replay(cursor, item[0] - 1)), item]
             else:

@@ -19,30 +19,25 @@ A policy check that ran out of its time budget is not taken as proof either: the
 service's own check might finish, so such a call waits for approval too.
 Every exec_command request carries the agent's policy, so the tool service enforces it.
 
-`execute_calls` runs the runnable calls concurrently up to the cap (one `sequential`
-tool serializes the batch), and returns every result in call order, whatever the
-completion order. A tool failure is a result with is_error; a tool service that is down
-is an error of the run, reported for the lowest call index.
+A call answered by a reconciliation (an interrupted side effect, runs/reconcile.py) is
+answered by it, or runs once more as a new attempt (RUN_AGAIN). `merge_answers` validates
+and accumulates a resume's answers. Execution is runs/batch.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agentrt.core.decide import Call
-from agentrt.core.errors import MeshError, Reason, Status, invalid
+from agentrt.core.errors import Reason, invalid
 from agentrt.core.policy import AGENT, check_exec_call, compile_policy
-from agentrt.core.truncate import byte_len, text_prefix
+from agentrt.runs import reconcile
 from agentrt.runs.agents import EXEC_COMMAND
 from agentrt.runs.convert import call_out
-from agentrt.runs.peers import Peers
 from agentrt.runs.persistence import RUNTIME_DETAILS
-from agentrt.runs.turn import RunFailed, failure
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
-from agentrt.v1 import tool_service_pb2 as tpb
 
 INVALID_ARGS_TEXT = (
     "The arguments of this call were not a valid JSON object, so the tool did not run. "
@@ -104,11 +99,19 @@ def plan_calls(
     """
     decisions = {d.call_id: d for d in answers.decisions}
     results = {r.call_id: r for r in answers.results}
+    reconciled = {r.call_id: r for r in answers.reconciliations}
     policies = policies or {}
     out = []
     for call in calls:
         spec = specs.get(call.name)
         plan = Planned(call, spec, policy=policies.get(call.name))
+        if call.call_id in reconciled:
+            # An interrupted side effect answered by a person: RUN_AGAIN runs it once more
+            # (a new attempt; it was approved before, if it needed to be), the others
+            # answer it. The tool-call budget counted it the first time.
+            plan.result = reconcile.answered_result(call, reconciled[call.call_id], RUNTIME_DETAILS)
+            out.append(plan)
+            continue
         if spec is None:
             plan.result = runtime_result(call, f"Tool '{call.name}' not found.", cpb.TOOL_RESULT_STATUS_ERROR)
         elif call.has_invalid_arguments:
@@ -161,153 +164,6 @@ def pending_calls(planned: Sequence[Planned]) -> list[pb.PendingCall]:
     return [pb.PendingCall(call=call_out(p.call), kind=p.pending) for p in planned if p.pending]  # type: ignore[arg-type]
 
 
-#: Waits between re-sends of a call another process is still running (a takeover), seconds.
-IN_PROGRESS_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
-IN_PROGRESS_ATTEMPTS = 120
-
-
-#: Output of one call passed on as tool_progressed events, in bytes of UTF-8, the closing
-#: marker included (cut on a character boundary); the result keeps the (capped) whole
-#: either way, so a flood does not flood the run's event log.
-MAX_PROGRESS_BYTES = 64 * 1024
-_PROGRESS_MARK = "\n[... further output is in the result only ...]\n"
-
-ProgressSink = Callable[[str, str, str], None]
-
-
-async def _execute(
-    peers: Peers,
-    tenant: str,
-    request: tpb.ExecuteToolRequest,
-    on_progress: Callable[[tpb.ToolProgress], None] | None = None,
-) -> cpb.ToolResult:
-    """ExecuteTool, re-sent while the tool service says the call still runs elsewhere.
-
-    With on_progress, StreamExecuteTool is used and each output chunk is passed on. After a
-    takeover the dead replica's call may still be running in the tool service; the journal
-    answers ABORTED/EXECUTION_IN_PROGRESS until it ends, then the recorded result.
-    """
-    for attempt in range(IN_PROGRESS_ATTEMPTS + 1):
-        try:
-            if on_progress is None:
-                return (await peers.execute(tenant, request)).result
-            return (await peers.stream_execute(tenant, request, on_progress)).result
-        except MeshError as err:
-            if (
-                attempt == IN_PROGRESS_ATTEMPTS
-                or err.status != Status.ABORTED
-                or err.reason != Reason.EXECUTION_IN_PROGRESS
-            ):
-                raise
-            await asyncio.sleep(IN_PROGRESS_BACKOFF_S[min(attempt, len(IN_PROGRESS_BACKOFF_S) - 1)])
-    raise AssertionError("unreachable")
-
-
-def _progress_relay(call_id: str, sink: ProgressSink) -> Callable[[tpb.ToolProgress], None]:
-    """Pass a call's chunks to sink until MAX_PROGRESS_BYTES (marker included), then nothing."""
-    left = MAX_PROGRESS_BYTES - byte_len(_PROGRESS_MARK)
-
-    def relay(progress: tpb.ToolProgress) -> None:
-        nonlocal left
-        if left < 0:
-            return
-        text = text_prefix(progress.text, left)
-        left -= byte_len(text)
-        if text != progress.text:
-            text += _PROGRESS_MARK
-            left = -1
-        if text:
-            sink(call_id, progress.stream, text)
-
-    return relay
-
-
-async def execute_calls(
-    planned: Sequence[Planned],
-    *,
-    peers: Peers,
-    tenant: str,
-    run_id: str,
-    workspace: str,
-    concurrency: int,
-    on_result: Callable[[cpb.ToolResult], None],
-    on_progress: ProgressSink | None = None,
-) -> list[cpb.ToolResult]:
-    """Run the runnable calls; return all results in call order (004 §2.2 step 5).
-
-    Args:
-        planned: the plan; answered calls are returned as they are.
-        peers: the tool service.
-        tenant: the run's tenant.
-        run_id: the run (with the call id, the tool service's idempotency key).
-        workspace: absolute directory the calls run in; "" = the tool service's default.
-        concurrency: calls executing at once (>= 1).
-        on_result: called with each result as it completes (for live events).
-        on_progress: called with (call_id, stream, text) for output chunks of calls that
-            change things (read-only calls finish quickly and stream nothing), at most
-            MAX_PROGRESS_BYTES per call (004 §2.7g).
-
-    Raises:
-        MeshError: the tool service failed for a reason other than the call itself
-            (lowest call index wins).
-    """
-    if any(p.runs and p.spec is not None and p.spec.sequential for p in planned):
-        concurrency = 1
-    gate = asyncio.Semaphore(max(1, concurrency))
-
-    async def run_one(p: Planned) -> cpb.ToolResult:
-        request = tpb.ExecuteToolRequest(run_id=run_id, call=call_out(p.call), workspace=workspace)
-        if p.spec is not None and p.spec.HasField("timeout"):
-            request.timeout.CopyFrom(p.spec.timeout)
-        if p.policy is not None:
-            request.command_policy.CopyFrom(p.policy)
-        async with gate:
-            try:
-                relay = None
-                if on_progress is not None and p.spec is not None and not p.spec.read_only:
-                    relay = _progress_relay(p.call.call_id, on_progress)
-                result = await _execute(peers, tenant, request, relay)
-            except MeshError as err:
-                if err.metadata.get("field") == "workspace":
-                    raise RunFailed(
-                        failure(
-                            "invalid_workspace",
-                            f"The run's workspace cannot be used: {err.message}",
-                            debug=str(err),
-                            reason=str(err.reason),
-                        )
-                    ) from err
-                if err.status not in (Status.INVALID_ARGUMENT, Status.FAILED_PRECONDITION, Status.NOT_FOUND):
-                    raise
-                result = runtime_result(
-                    p.call, f"The tool could not run: {err.message}", cpb.TOOL_RESULT_STATUS_ERROR
-                )
-        result.call_id, result.name = p.call.call_id, p.call.name
-        on_result(result)
-        return result
-
-    tasks = {i: asyncio.ensure_future(run_one(p)) for i, p in enumerate(planned) if p.runs}
-    try:
-        if tasks:
-            await asyncio.wait(tasks.values())
-    finally:
-        for task in tasks.values():
-            task.cancel()
-    for i in sorted(tasks):
-        error = None if tasks[i].cancelled() else tasks[i].exception()
-        if error is not None:
-            raise error
-    out = []
-    for i, p in enumerate(planned):
-        if i in tasks:
-            out.append(tasks[i].result())
-        else:
-            assert p.result is not None
-            on_result(p.result)
-            out.append(p.result)
-    return out
-
-
 def merge_answers(
     pending: Sequence[pb.PendingCall],
     previous: pb.ResumeRunRequest,
@@ -346,4 +202,13 @@ def merge_answers(
         kept_r = [x for x in merged.results if x.call_id != r.call_id]
         del merged.results[:]
         merged.results.extend([*kept_r, r])
+    for i, rec in enumerate(req.reconciliations):
+        if kinds.get(rec.call_id, (0,))[0] != pb.PENDING_CALL_KIND_RECONCILIATION or rec.call_id in seen:
+            raise invalid(Reason.INVALID_VALUE, f"call {rec.call_id!r} is not waiting for a reconciliation",
+                          field=f"reconciliations[{i}].call_id")  # fmt: skip
+        reconcile.validate(rec, i)
+        seen.add(rec.call_id)
+        kept_c = [x for x in merged.reconciliations if x.call_id != rec.call_id]
+        del merged.reconciliations[:]
+        merged.reconciliations.extend([*kept_c, rec])
     return merged, always

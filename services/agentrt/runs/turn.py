@@ -5,7 +5,9 @@
   reads the snapshot, never a live agent).
 - `stream_model`: one StreamGenerate call; text deltas go to a callback as they arrive;
   the final response is returned. A stream with no final response is an error: nothing
-  partial is ever accepted (gateway contract).
+  partial is ever accepted (gateway contract). A context overflow, whether the gateway
+  refused the request (CONTEXT_OVERFLOW) or the provider stopped at the window
+  (model_context_window_exceeded), is raised as `ContextOverflow` (004 §2.5g).
 - `failure_of` and the run-level failures: structured failures with a stable kind, a
   retryable flag and a user-safe message (002 "Failures are structured").
 """
@@ -19,9 +21,10 @@ from collections.abc import Callable
 import jsonschema
 
 from agentrt.core import render
+from agentrt.core.decide import is_overflow
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.runs.agents import limits_of, offered_specs
-from agentrt.runs.convert import history_of, messages_out
+from agentrt.runs.convert import history_of, messages_out, response_in
 from agentrt.runs.peers import Peers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
@@ -57,26 +60,51 @@ def build_request(snap: pb.AgentSpec, run_id: str, tenant: str, entries: list[sp
     )
 
 
+class ContextOverflow(Exception):
+    """The request did not fit the model's context window (004 §2.5g).
+
+    Attributes:
+        message: the provider's words.
+        usage: what the provider charged for it (a success-shaped overflow), else empty.
+    """
+
+    def __init__(self, message: str, usage: cpb.Usage | None = None) -> None:
+        """Carry the provider's message and the usage of a success-shaped overflow."""
+        super().__init__(message)
+        self.message = message
+        self.usage = usage or cpb.Usage()
+
+
 async def stream_model(
     peers: Peers, tenant: str, request: gpb.ModelRequest, on_delta: Callable[[str], None]
-) -> cpb.ModelResponse:
-    """Make the turn's model call; return its final response.
+) -> gpb.GenerateResponse:
+    """Make the turn's model call; return its final answer (response, retries, queue wait).
 
     Raises:
-        MeshError: the gateway's error, or UNAVAILABLE/PROVIDER_UNAVAILABLE when the stream
-            ended without a final response.
+        ContextOverflow: the gateway's CONTEXT_OVERFLOW, or a response the context window
+            stopped (never taken as a truncation).
+        MeshError: the gateway's other errors, or UNAVAILABLE/PROVIDER_UNAVAILABLE when the
+            stream ended without a final response.
     """
-    final: cpb.ModelResponse | None = None
-    async for message in peers.generate(tenant, request):
-        kind = message.WhichOneof("event")
-        if kind == "text_delta" and message.text_delta:
-            on_delta(message.text_delta)
-        elif kind == "final":
-            final = message.final.response
+    final: gpb.GenerateResponse | None = None
+    try:
+        async for message in peers.generate(tenant, request):
+            kind = message.WhichOneof("event")
+            if kind == "text_delta" and message.text_delta:
+                on_delta(message.text_delta)
+            elif kind == "final":
+                final = message.final
+    except MeshError as err:
+        if err.reason == Reason.CONTEXT_OVERFLOW:
+            raise ContextOverflow(err.message) from err
+        raise
     if final is None:
         raise MeshError(
             Status.UNAVAILABLE, Reason.PROVIDER_UNAVAILABLE, "the model stream ended without a response"
         )
+    if is_overflow(response_in(final.response)):
+        stop = final.response.provider_stop_reason or "model_context_window_exceeded"
+        raise ContextOverflow(f"the model stopped at its context window ({stop})", final.response.usage)
     return final
 
 
@@ -171,6 +199,17 @@ def add_usage(total: cpb.Usage, usage: cpb.Usage) -> cpb.Usage:
     out.reasoning_tokens += usage.reasoning_tokens
     out.requests += usage.requests or 1
     return out
+
+
+def overflow_failure(exc: ContextOverflow, retries: int) -> cpb.FailureInfo:
+    """Return the failure of an overflow the run could not recover from (004 §2.5g)."""
+    note = f" after {retries} recovered overflow(s)" if retries else ""
+    return failure(
+        "context_overflow",
+        f"The conversation no longer fits the model's context{note}: {exc.message}",
+        debug=exc.message,
+        reason=str(Reason.CONTEXT_OVERFLOW),
+    )
 
 
 def check_budget(turn: int, max_turns: int, budget_s: float, created_s: float) -> None:

@@ -1,4 +1,4 @@
-"""Running one tool call, exactly once per (tenant, run_id, call_id) (DESIGN "A run, end to end" 3).
+"""Running one tool call, exactly once per (tenant, run_id, call_id, attempt) (DESIGN "A run, end to end" 3).
 
 The journal protocol:
 - A FINISHED record answers every repeat of the call (replayed=True); it never runs twice.
@@ -7,14 +7,19 @@ The journal protocol:
   running one twice is harmless, and the hot path saves a transaction. So does an
   exec_command refused by its own arguments (NUL characters included) or a command
   policy: it is decided before anything is journaled, and nothing runs.
-- A repeat that finds the call in flight in this process waits for that run's result.
+- A call outlives its caller: it runs as a task of the executor, and the request only
+  listens. When the caller goes away (its process dies, its connection drops, it cancels
+  the RPC) the command runs to its end and is journaled; a repeat of the same key
+  attaches to it (its output chunks too) and gets the real result.
 - A STARTED record whose owner is gone (a dead process on this host, or no heartbeat for
-  three periods) is closed as INTERRUPTED: the outcome is unknown, and the run loop applies
-  seed 000's interruption rule. One still heartbeating elsewhere answers ABORTED/
-  EXECUTION_IN_PROGRESS with a retry delay.
-- The caller's ending is not the tool's (004 §2.7m): a caller deadline or cancellation
-  kills the command, records INTERRUPTED (details say which), and returns as
-  DEADLINE_EXCEEDED / CANCELLED, never as TIMED_OUT.
+  three periods) is closed as INTERRUPTED (SERVICE_STOPPED): the outcome is unknown, and
+  the run loop applies seed 000's interruption rule. One still heartbeating elsewhere
+  answers ABORTED/EXECUTION_IN_PROGRESS with a retry delay.
+- Only the caller's deadline or an explicit cancel (CancelExecution: here, or on another
+  process through `cancel_requested`, seen at its heartbeat) kills the command. Either is
+  journaled INTERRUPTED (CALLER_DEADLINE / CALLER_CANCELLED), never TIMED_OUT (004 §2.7m).
+  A cancel that comes before the call journals it NOT_EXECUTED, so it never starts. A
+  service shutdown lets calls end within its grace, then kills them (SERVICE_STOPPED).
 Tool failures the model can fix (bad arguments, paths outside the workspace, non-zero
 exits) are results with is_error; MeshErrors are for the caller's mistakes and for
 infrastructure (an unavailable sandbox), and leave no record.
@@ -55,6 +60,33 @@ log = logging.getLogger("agentrt.tools")
 
 Emit = Callable[[str, str], None]
 MAX_OUTPUT_CEILING = 4 * 1024 * 1024
+#: Highest execution attempt a caller may ask for (ExecuteToolRequest.attempt).
+MAX_ATTEMPT = 1000
+#: How long a shutdown waits for killed calls to be journaled, in seconds.
+_KILL_GRACE_SECONDS = 5.0
+
+
+class _NotRun(Exception):
+    """The attempt a request joined never ran (refused, or lost the race to another process)."""
+
+
+def _not_run() -> _NotRun:
+    return _NotRun()
+
+
+def _check_attempt(attempt: int) -> None:
+    if not 0 <= attempt <= MAX_ATTEMPT:
+        raise invalid(Reason.INVALID_VALUE, f"attempt must be 0..{MAX_ATTEMPT}", field="attempt")
+
+
+def _checked_key(tenant: str, run_id: str, call_id: str, attempt: int) -> CallKey:
+    for name, value in (("run_id", run_id), ("call_id", call_id)):
+        if not value:
+            raise missing(name)
+        if not valid_id(value):
+            raise invalid(Reason.INVALID_ID, f"malformed {name} {quote(value)}", field=name)
+    _check_attempt(attempt)
+    return CallKey(tenant, run_id, call_id, attempt)
 
 
 @dataclass(frozen=True)
@@ -70,6 +102,7 @@ class ExecuteInput:
         max_output_bytes: output cap, bytes; 0 = the service default.
         command_policies: exec_command's policies, each of which a command must pass
             (the service's own, then the request's; 004 §2.7j).
+        attempt: which execution of the call (0 = the first; a re-run is its own record).
     """
 
     run_id: str
@@ -79,6 +112,7 @@ class ExecuteInput:
     timeout_seconds: float = 0.0
     max_output_bytes: int = 0
     command_policies: tuple[CommandPolicy, ...] = ()
+    attempt: int = 0
 
 
 def _process_identity() -> str:
@@ -129,6 +163,38 @@ def fingerprint(call: CallInput) -> str:
     return hashlib.sha256(data.encode()).hexdigest()
 
 
+class _Flight:
+    """One journaled call running in this process: its task, its result, who listens.
+
+    The task belongs to the executor, not to a request: a request that goes away (its
+    caller died, its connection dropped) stops listening and the call runs on to its end.
+    """
+
+    def __init__(self, fp: str) -> None:
+        self.fingerprint = fp
+        self.done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        # A failure nobody awaits any more is not news: mark it retrieved.
+        self.done.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self.task: asyncio.Task[None] | None = None
+        self.emitters: list[Emit] = []
+        #: Why the call was cancelled on purpose ("" = it was not).
+        self.cancel_reason = ""
+
+    def emit(self, stream: str, text: str) -> None:
+        for sink in list(self.emitters):
+            sink(stream, text)
+
+    async def result(self, emit: Emit | None) -> Outcome:
+        """Wait for the call's outcome, passing its output chunks to emit meanwhile."""
+        if emit is not None:
+            self.emitters.append(emit)
+        try:
+            return await asyncio.shield(self.done)
+        finally:
+            if emit is not None and emit in self.emitters:
+                self.emitters.remove(emit)
+
+
 class ToolExecutor:
     """Executes calls through the journal (see the module docstring)."""
 
@@ -141,12 +207,24 @@ class ToolExecutor:
         self.runner = runner
         self.sandboxes = sandboxes
         self.owner = _process_identity()
-        self._inflight: dict[CallKey, tuple[str, asyncio.Future[Outcome | None]]] = {}
+        self._inflight: dict[CallKey, _Flight] = {}
         self.shells = Shells(config, runner)  # exec_command's named shells (004 §2.7k)
         sandboxes.on_release.append(self.shells.close_group)
 
-    async def close(self) -> None:
-        """Close the named shells for good (service shutdown); in-flight session commands end in an error."""
+    async def close(self, grace_seconds: float = 5.0) -> None:
+        """Service shutdown: let calls in flight end within the grace, then kill and journal them.
+
+        A call killed here is journaled INTERRUPTED (SERVICE_STOPPED), so a repeat answers
+        from the record. Then the named shells close for good.
+        """
+        flights = [f for f in self._inflight.values() if f.task is not None]
+        if flights:
+            await asyncio.wait([f.done for f in flights], timeout=grace_seconds)
+            for flight in flights:
+                if flight.task is not None and not flight.task.done():
+                    flight.cancel_reason = "the tool service stopped while it ran"
+                    flight.task.cancel()
+            await asyncio.wait([f.done for f in flights], timeout=_KILL_GRACE_SECONDS)
         await self.shells.close()
 
     # -- validation ---------------------------------------------------------------------
@@ -167,6 +245,7 @@ class ToolExecutor:
             raise invalid(
                 Reason.INVALID_ID, f"malformed call_id {quote(inp.call.call_id)}", field="call.call_id"
             )
+        _check_attempt(inp.attempt)
         if not inp.call.name:
             raise missing("call.name")
         tool = BY_NAME.get(inp.call.name)
@@ -195,7 +274,8 @@ class ToolExecutor:
             tenant: the caller's tenant.
             inp: the request.
             deadline: the caller's deadline on the event loop clock, None for none.
-            emit: receives ("stdout"|"stderr", text) progress chunks (004 §2.7g).
+            emit: receives ("stdout"|"stderr", text) progress chunks (004 §2.7g), also
+                when the request attaches to the call running for an earlier request.
 
         Returns:
             (outcome, replayed): replayed is True when the answer did not come from running
@@ -207,16 +287,16 @@ class ToolExecutor:
                 SANDBOX_UNAVAILABLE, WORKSPACE_NOT_WRITABLE (exec_command in a root-owned
                 directory the service did not create); ABORTED/EXECUTION_IN_PROGRESS; DEADLINE_EXCEEDED/
                 CALLER_DEADLINE when the caller's deadline ended the command.
-            asyncio.CancelledError: the caller went away (the call is recorded INTERRUPTED).
+            asyncio.CancelledError: the request went away; the call itself runs on.
         """
         tool = self.validate(inp)
-        key = CallKey(tenant, inp.run_id, inp.call.call_id)
+        key = CallKey(tenant, inp.run_id, inp.call.call_id, inp.attempt)
         fp = fingerprint(inp.call)
         if key in self._inflight:
-            return await self._join(key, fp), True
+            return await self._join(key, fp, emit), True
         record = await self.store.get(key)
         if record is not None:
-            return await self._answer_from(record, fp), True
+            return await self._answer_from(record, fp, emit), True
         ctx = await self.sandboxes.context_for(tenant, inp.run_id, inp.sandbox_id, inp.workspace)
         ctx = replace(ctx, tenant=tenant)  # named shells are keyed by it
         early: Outcome | None = None
@@ -237,20 +317,20 @@ class ToolExecutor:
             record = await self.store.get(key)
             return (record.outcome if record and record.outcome else outcome), True
         if key in self._inflight:  # another request got here while we looked
-            return await self._join(key, fp), True
+            return await self._join(key, fp, emit), True
         # Reserve before the STARTED insert commits, so a repeat arriving meanwhile joins
         # this run instead of reading a record that looks orphaned.
-        done: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = (fp, done)
+        flight = _Flight(fp)
+        self._inflight[key] = flight
         try:
             won = await self.store.start(key, tool.name, fp, self.owner)
-        except BaseException:
+        except BaseException as exc:
             self._inflight.pop(key, None)
-            done.set_result(None)
-            raise
+            flight.done.set_exception(_not_run())
+            raise exc
         if not won:
             self._inflight.pop(key, None)
-            done.set_result(None)
+            flight.done.set_exception(_not_run())
             record = await self.store.get(key)
             if record is None:
                 raise MeshError(
@@ -259,81 +339,88 @@ class ToolExecutor:
                     "the call's record changed; retry",
                     retry_after_seconds=0.1,
                 )
-            return await self._answer_from(record, fp), True
-        return await self._run_journaled(key, done, tool, inp, ctx, deadline, emit), False
+            return await self._answer_from(record, fp, emit), True
+        flight.task = asyncio.create_task(self._run_journaled(key, flight, tool, inp, ctx, deadline))
+        return await flight.result(emit), False
 
     async def _run_journaled(
         self,
         key: CallKey,
-        done: asyncio.Future[Outcome | None],
+        flight: _Flight,
         tool: ToolDef,
         inp: ExecuteInput,
         ctx: ExecContext,
         deadline: float | None,
-        emit: Emit | None,
-    ) -> Outcome:
-        beat = asyncio.create_task(self._heartbeat(key)) if tool is EXEC_COMMAND else None
+    ) -> None:
+        """Run the call to its end and journal it; owned by the executor, not a request."""
+        beat = asyncio.create_task(self._heartbeat(key, flight)) if tool is EXEC_COMMAND else None
         try:
             try:
-                outcome = await self._run(tool, inp, ctx, deadline, emit)
+                outcome = await self._run(tool, inp, ctx, deadline, flight.emit)
             except CallerDeadline as exc:
                 ended = interrupted("the caller's deadline passed while it ran", "CALLER_DEADLINE")
                 ended.details["partial_output"] = exc.output
-                await self._close(key, ended, done)
-                raise MeshError(
-                    Status.DEADLINE_EXCEEDED,
-                    Reason.CALLER_DEADLINE,
-                    "the caller's deadline passed; the command was killed",
-                ) from None
+                await self._close(key, ended)
+                flight.done.set_exception(
+                    MeshError(
+                        Status.DEADLINE_EXCEEDED,
+                        Reason.CALLER_DEADLINE,
+                        "the caller's deadline passed; the command was killed",
+                    )
+                )
+                return
             except asyncio.CancelledError:
-                # gRPC cancels the handler when the caller's deadline passes, which may
-                # beat the sandbox's own check by a hair: a deadline that has come is the
-                # deadline, whoever noticed first.
-                if deadline is not None and asyncio.get_running_loop().time() >= deadline - 0.05:
-                    ended = interrupted("the caller's deadline passed while it ran", "CALLER_DEADLINE")
+                # Only a cancel on purpose gets here (CancelExecution, a shutdown): a
+                # request that went away does not cancel this task.
+                if flight.cancel_reason.startswith("the tool service stopped"):
+                    ended = interrupted(flight.cancel_reason, "SERVICE_STOPPED")
                 else:
-                    ended = interrupted("the caller cancelled the call while it ran", "CALLER_CANCELLED")
+                    ended = interrupted(flight.cancel_reason or "it was cancelled", "CALLER_CANCELLED")
                 with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(self._close(key, ended, done))
-                raise
-            except MeshError:
+                    await asyncio.shield(self._close(key, ended))
+                flight.done.set_result(ended)
+                return
+            except MeshError as err:
                 # Infrastructure refused before anything ran: leave no record.
                 await self.store.abandon(key, self.owner)
-                done.set_result(None)
-                raise
-            except Exception:
-                await self._close(key, interrupted("the tool service failed while it ran", "INTERNAL"), done)
-                raise
-            await self._close(key, outcome, done)
-            return outcome
+                flight.done.set_exception(err)
+                return
+            except Exception as exc:  # noqa: BLE001 - journaled, then the requests get it
+                log.exception("call %s/%s failed in the tool service", key.run_id, key.call_id)
+                await self._close(key, interrupted("the tool service failed while it ran", "INTERNAL"))
+                flight.done.set_exception(exc)
+                return
+            await self._close(key, outcome)
+            flight.done.set_result(outcome)
         finally:
             if beat is not None:
                 beat.cancel()
             self._inflight.pop(key, None)
+            if not flight.done.done():
+                flight.done.set_exception(_not_run())
 
-    async def _close(self, key: CallKey, outcome: Outcome, done: asyncio.Future[Outcome | None]) -> None:
+    async def _close(self, key: CallKey, outcome: Outcome) -> None:
         if not await self.store.finish(key, self.owner, outcome):
             log.warning(
                 "call %s/%s finished after its record was closed by another process", key.run_id, key.call_id
             )
-        if not done.done():
-            done.set_result(outcome)
 
-    async def _join(self, key: CallKey, fp: str) -> Outcome:
-        known_fp, done = self._inflight[key]
-        if known_fp != fp:
+    async def _join(self, key: CallKey, fp: str, emit: Emit | None) -> Outcome:
+        flight = self._inflight[key]
+        if flight.fingerprint != fp:
             raise invalid(
                 Reason.CALL_ID_REUSED,
                 "call_id was already used for a different call in this run",
                 field="call.call_id",
             )
-        outcome = await asyncio.shield(done)
-        if outcome is not None:
-            return outcome
+        try:
+            return await flight.result(emit)
+        except _NotRun:
+            pass
         # The attempt we joined did not run (refused, or lost the race to another process).
         record = await self.store.get(key)
         if record is not None:
-            return await self._answer_from(record, fp)
+            return await self._answer_from(record, fp, emit)
         raise MeshError(
             Status.UNAVAILABLE,
             Reason.SANDBOX_UNAVAILABLE,
@@ -341,8 +428,9 @@ class ToolExecutor:
             retry_after_seconds=1.0,
         )
 
-    async def _answer_from(self, record: ExecRecord, fp: str) -> Outcome:
-        if record.fingerprint != fp:
+    async def _answer_from(self, record: ExecRecord, fp: str, emit: Emit | None = None) -> Outcome:
+        # A tombstone (a cancel that came before the call) has no fingerprint: any call matches.
+        if record.fingerprint and record.fingerprint != fp:
             raise invalid(
                 Reason.CALL_ID_REUSED,
                 "call_id was already used for a different call in this run",
@@ -353,7 +441,7 @@ class ToolExecutor:
         stale = 3 * self.config.heartbeat_seconds
         age = (utcnow() - record.heartbeat_at).total_seconds()
         if record.key in self._inflight:
-            return await self._join(record.key, fp)
+            return await self._join(record.key, fp, emit)
         if record.owner == self.owner or _owner_dead(record.owner) or age > stale:
             ended = interrupted("the tool service stopped while it ran", "SERVICE_STOPPED")
             window = -1.0 if age <= stale else stale  # a dead owner needs no waiting
@@ -369,31 +457,75 @@ class ToolExecutor:
             retry_after_seconds=self.config.heartbeat_seconds,
         )
 
-    async def _heartbeat(self, key: CallKey) -> None:
+    async def _heartbeat(self, key: CallKey, flight: _Flight) -> None:
         while True:
             await asyncio.sleep(self.config.heartbeat_seconds)
             try:
-                await self.store.heartbeat(key, self.owner)
+                asked = await self.store.heartbeat(key, self.owner)
             except Exception:  # noqa: BLE001 - a missed beat only ages the record
                 log.warning("heartbeat of %s/%s failed", key.run_id, key.call_id, exc_info=True)
+                continue
+            if asked and flight.task is not None and not flight.cancel_reason:
+                flight.cancel_reason = "it was cancelled by request"
+                flight.task.cancel()
 
-    async def get_execution(self, tenant: str, run_id: str, call_id: str) -> tuple[str, Outcome | None]:
+    async def get_execution(
+        self, tenant: str, run_id: str, call_id: str, attempt: int = 0
+    ) -> tuple[str, Outcome | None]:
         """Return (state, outcome) of a call's record: "absent", "started" or "finished".
 
         A STARTED record is reported as it stands; ExecuteTool is what resolves an orphan.
 
         Raises:
-            MeshError: INVALID_ARGUMENT/MISSING_FIELD or INVALID_ID.
+            MeshError: INVALID_ARGUMENT/MISSING_FIELD, INVALID_ID or INVALID_VALUE (attempt).
         """
-        for name, value in (("run_id", run_id), ("call_id", call_id)):
-            if not value:
-                raise missing(name)
-            if not valid_id(value):
-                raise invalid(Reason.INVALID_ID, f"malformed {name} {quote(value)}", field=name)
-        record = await self.store.get(CallKey(tenant, run_id, call_id))
+        key = _checked_key(tenant, run_id, call_id, attempt)
+        record = await self.store.get(key)
         if record is None:
             return "absent", None
         return (FINISHED, record.outcome) if record.state == FINISHED else (STARTED, None)
+
+    async def cancel_execution(
+        self, tenant: str, run_id: str, call_id: str, attempt: int = 0, reason: str = ""
+    ) -> tuple[str, Outcome | None]:
+        """Kill a call that runs, or make sure it never starts (CancelExecution).
+
+        Returns:
+            (state, outcome): ("finished", outcome) when the record is closed here: the
+            call's own result when it had ended, INTERRUPTED (CALLER_CANCELLED) when it was
+            killed, NOT_EXECUTED when it had not started (recorded, so a late ExecuteTool
+            answers from it); ("started", None) when it runs in another process, which
+            kills it at its next heartbeat.
+
+        Raises:
+            MeshError: INVALID_ARGUMENT/MISSING_FIELD, INVALID_ID or INVALID_VALUE.
+        """
+        key = _checked_key(tenant, run_id, call_id, attempt)
+        why = reason[:256] or "it was cancelled"
+        flight = self._inflight.get(key)
+        if flight is not None and flight.task is not None:
+            flight.cancel_reason = flight.cancel_reason or why
+            flight.task.cancel()
+            with contextlib.suppress(Exception):
+                await flight.result(None)
+        record = await self.store.get(key)
+        if record is None:
+            tombstone = refused(f"The call was not executed: {why} before it started.", "CANCELLED")
+            tombstone.status = ResultStatus.NOT_EXECUTED
+            if await self.store.record(key, "", "", self.owner, tombstone):
+                return FINISHED, tombstone
+            record = await self.store.get(key)
+        if record is None:
+            return "absent", None
+        if record.state == FINISHED:
+            return FINISHED, record.outcome
+        age = (utcnow() - record.heartbeat_at).total_seconds()
+        if _owner_dead(record.owner) or age > 3 * self.config.heartbeat_seconds:
+            ended = interrupted(why, "CALLER_CANCELLED")
+            if await self.store.claim_orphan(key, record.owner, -1.0, ended):
+                return FINISHED, ended
+        await self.store.request_cancel(key)
+        return STARTED, None
 
     # -- running ------------------------------------------------------------------------
 

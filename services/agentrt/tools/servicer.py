@@ -138,6 +138,7 @@ def _input(request: pb.ExecuteToolRequest, service_policy: CommandPolicy) -> Exe
         ),
         max_output_bytes=request.max_output_bytes,
         command_policies=tuple(policies),
+        attempt=request.attempt,
     )
 
 
@@ -195,12 +196,15 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
     async def ExecuteTool(
         self, request: pb.ExecuteToolRequest, context: grpc.aio.ServicerContext
     ) -> pb.ExecuteToolResponse:
-        """Run one call, or answer it from the journal (replayed).
+        """Run one call, or answer it from the journal (replayed), or attach to it while it runs.
+
+        A caller that goes away leaves the call running to its end (journaled); only the
+        caller's deadline or CancelExecution kills it.
 
         Raises:
             INVALID_ARGUMENT: MISSING_FIELD (run_id, call.call_id, call.name), INVALID_ID,
-                UNKNOWN_TOOL, INVALID_VALUE (workspace, timeout, a command_policy pattern that
-                does not compile), CALL_ID_REUSED.
+                UNKNOWN_TOOL, INVALID_VALUE (workspace, timeout, attempt outside 0..1000, a
+                command_policy pattern that does not compile), CALL_ID_REUSED.
             NOT_FOUND: SANDBOX_NOT_FOUND.
             FAILED_PRECONDITION: SANDBOX_UNAVAILABLE (isolation probe failed), SANDBOX_STOPPED,
                 WORKSPACE_NOT_WRITABLE (exec_command in a root-owned directory the service did
@@ -256,10 +260,30 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         """Read a call's journal record (ABSENT / STARTED / FINISHED with its result).
 
         Raises:
-            INVALID_ARGUMENT: MISSING_FIELD or INVALID_ID for run_id / call_id.
+            INVALID_ARGUMENT: MISSING_FIELD or INVALID_ID for run_id / call_id; INVALID_VALUE
+                for an attempt outside 0..1000.
         """
-        state, outcome = await self._exec.get_execution(current_tenant(), request.run_id, request.call_id)
+        state, outcome = await self._exec.get_execution(
+            current_tenant(), request.run_id, request.call_id, request.attempt
+        )
         resp = pb.GetExecutionResponse(state=_EXEC_STATE[state])
+        if outcome is not None:
+            resp.result.CopyFrom(tool_result(request.call_id, "", outcome))
+        return resp
+
+    async def CancelExecution(
+        self, request: pb.CancelExecutionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CancelExecutionResponse:
+        """Kill a running call (journaled INTERRUPTED), or journal one not started as NOT_EXECUTED.
+
+        Raises:
+            INVALID_ARGUMENT: MISSING_FIELD or INVALID_ID for run_id / call_id; INVALID_VALUE
+                for an attempt outside 0..1000.
+        """
+        state, outcome = await self._exec.cancel_execution(
+            current_tenant(), request.run_id, request.call_id, request.attempt, request.reason
+        )
+        resp = pb.CancelExecutionResponse(state=_EXEC_STATE[state])
         if outcome is not None:
             resp.result.CopyFrom(tool_result(request.call_id, "", outcome))
         return resp

@@ -4,6 +4,10 @@ Every method is one transaction. Conditional updates carry their condition in th
 clause (compare-and-set), so two processes racing on one call never both win: `start`
 inserts (a second insert loses on the primary key), `finish` and `claim_orphan` only
 update a row still "started" by the expected owner.
+
+A call's key is (tenant, run_id, call_id, attempt). Attempt 0 is stored under the call id
+itself; a re-run ordered by a reconciliation (attempt n >= 1) under "<call_id>#<n>", so
+every attempt is its own record and the column keeps one meaning for old rows.
 """
 
 from __future__ import annotations
@@ -36,11 +40,17 @@ def _aware(value: datetime) -> datetime:
 
 @dataclass(frozen=True)
 class CallKey:
-    """The idempotency key of a call."""
+    """The idempotency key of a call: one execution attempt of it (0 = the first)."""
 
     tenant: str
     run_id: str
     call_id: str
+    attempt: int = 0
+
+    @property
+    def column(self) -> str:
+        """The stored call_id of this attempt (see the module docstring)."""
+        return self.call_id if not self.attempt else f"{self.call_id}#{self.attempt}"
 
 
 @dataclass(frozen=True)
@@ -71,7 +81,7 @@ class SandboxRecord:
 
 
 def _key_where(key: CallKey) -> tuple:
-    return (Execution.tenant == key.tenant, Execution.run_id == key.run_id, Execution.call_id == key.call_id)
+    return (Execution.tenant == key.tenant, Execution.run_id == key.run_id, Execution.call_id == key.column)
 
 
 class ToolStore:
@@ -113,7 +123,7 @@ class ToolStore:
                     insert(Execution).values(
                         tenant=key.tenant,
                         run_id=key.run_id,
-                        call_id=key.call_id,
+                        call_id=key.column,
                         tool=tool,
                         fingerprint=fingerprint,
                         state=STARTED,
@@ -132,7 +142,7 @@ class ToolStore:
         statement = insert(Execution).values(
             tenant=key.tenant,
             run_id=key.run_id,
-            call_id=key.call_id,
+            call_id=key.column,
             tool=tool,
             fingerprint=fingerprint,
             state=FINISHED,
@@ -152,14 +162,34 @@ class ToolStore:
             return False
         return True
 
-    async def heartbeat(self, key: CallKey, owner: str) -> None:
-        """Refresh a started call's heartbeat."""
+    async def heartbeat(self, key: CallKey, owner: str) -> bool:
+        """Refresh a started call's heartbeat.
+
+        Returns:
+            True when a cancel of the call was requested (by another process).
+        """
         async with self.db.write() as conn:
             await conn.execute(
                 update(Execution)
                 .where(*_key_where(key), Execution.state == STARTED, Execution.owner == owner)
                 .values(heartbeat_at=utcnow())
             )
+            asked = await conn.scalar(select(Execution.cancel_requested).where(*_key_where(key)))
+        return bool(asked)
+
+    async def request_cancel(self, key: CallKey) -> bool:
+        """Ask the process running a started call to kill it (it checks at its heartbeat).
+
+        Returns:
+            False when the record is not started (finished meanwhile, or absent).
+        """
+        async with self.db.write() as conn:
+            result = await conn.execute(
+                update(Execution)
+                .where(*_key_where(key), Execution.state == STARTED)
+                .values(cancel_requested=True)
+            )
+        return bool(result.rowcount)
 
     async def finish(self, key: CallKey, owner: str, outcome: Outcome) -> bool:
         """Record the result of a call this owner started.

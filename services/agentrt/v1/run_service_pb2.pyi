@@ -53,11 +53,18 @@ class ErrorHandlerAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_HANDLER_ACTION_FAIL: _ClassVar[ErrorHandlerAction]
     ERROR_HANDLER_ACTION_FALLBACK: _ClassVar[ErrorHandlerAction]
 
+class SuspensionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUSPENSION_REASON_UNSPECIFIED: _ClassVar[SuspensionReason]
+    SUSPENSION_REASON_PENDING_CALLS: _ClassVar[SuspensionReason]
+    SUSPENSION_REASON_RECONCILIATION: _ClassVar[SuspensionReason]
+
 class PendingCallKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PENDING_CALL_KIND_UNSPECIFIED: _ClassVar[PendingCallKind]
     PENDING_CALL_KIND_APPROVAL: _ClassVar[PendingCallKind]
     PENDING_CALL_KIND_EXTERNAL_RESULT: _ClassVar[PendingCallKind]
+    PENDING_CALL_KIND_RECONCILIATION: _ClassVar[PendingCallKind]
 
 class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -67,6 +74,13 @@ class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_KIND_NO_TOOL_CALL: _ClassVar[DecisionKind]
     DECISION_KIND_TRUNCATED: _ClassVar[DecisionKind]
     DECISION_KIND_REFUSAL: _ClassVar[DecisionKind]
+
+class ReconciliationAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECONCILIATION_ACTION_UNSPECIFIED: _ClassVar[ReconciliationAction]
+    RECONCILIATION_ACTION_RUN_AGAIN: _ClassVar[ReconciliationAction]
+    RECONCILIATION_ACTION_SUPPLY_RESULT: _ClassVar[ReconciliationAction]
+    RECONCILIATION_ACTION_FAIL: _ClassVar[ReconciliationAction]
 
 class InjectionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -96,15 +110,23 @@ OUTPUT_STRATEGY_TOOL: OutputStrategy
 ERROR_HANDLER_ACTION_UNSPECIFIED: ErrorHandlerAction
 ERROR_HANDLER_ACTION_FAIL: ErrorHandlerAction
 ERROR_HANDLER_ACTION_FALLBACK: ErrorHandlerAction
+SUSPENSION_REASON_UNSPECIFIED: SuspensionReason
+SUSPENSION_REASON_PENDING_CALLS: SuspensionReason
+SUSPENSION_REASON_RECONCILIATION: SuspensionReason
 PENDING_CALL_KIND_UNSPECIFIED: PendingCallKind
 PENDING_CALL_KIND_APPROVAL: PendingCallKind
 PENDING_CALL_KIND_EXTERNAL_RESULT: PendingCallKind
+PENDING_CALL_KIND_RECONCILIATION: PendingCallKind
 DECISION_KIND_UNSPECIFIED: DecisionKind
 DECISION_KIND_TOOL_CALLS: DecisionKind
 DECISION_KIND_FINAL: DecisionKind
 DECISION_KIND_NO_TOOL_CALL: DecisionKind
 DECISION_KIND_TRUNCATED: DecisionKind
 DECISION_KIND_REFUSAL: DecisionKind
+RECONCILIATION_ACTION_UNSPECIFIED: ReconciliationAction
+RECONCILIATION_ACTION_RUN_AGAIN: ReconciliationAction
+RECONCILIATION_ACTION_SUPPLY_RESULT: ReconciliationAction
+RECONCILIATION_ACTION_FAIL: ReconciliationAction
 INJECTION_KIND_UNSPECIFIED: InjectionKind
 INJECTION_KIND_STEER: InjectionKind
 INJECTION_KIND_NEXT_TURN: InjectionKind
@@ -276,7 +298,7 @@ class RunSandbox(_message.Message):
     def __init__(self, backend: _Optional[_Union[_tool_service_pb2.SandboxBackend, str]] = ..., image: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., user: _Optional[str] = ..., network: _Optional[str] = ..., limits: _Optional[_Union[_tool_service_pb2.SandboxLimits, _Mapping]] = ...) -> None: ...
 
 class AgentSpec(_message.Message):
-    __slots__ = ("name", "version", "instructions", "model", "settings", "tools", "handoffs", "output_json_schema", "limits", "tool_call_mode", "recent_results", "result_max_bytes", "handoff_targets", "guardrails", "output_strategy", "final_turn_without_tools", "error_handlers", "sandbox")
+    __slots__ = ("name", "version", "instructions", "model", "settings", "tools", "handoffs", "output_json_schema", "limits", "tool_call_mode", "recent_results", "result_max_bytes", "handoff_targets", "guardrails", "output_strategy", "final_turn_without_tools", "error_handlers", "sandbox", "compaction", "max_overflow_retries")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -295,6 +317,8 @@ class AgentSpec(_message.Message):
     FINAL_TURN_WITHOUT_TOOLS_FIELD_NUMBER: _ClassVar[int]
     ERROR_HANDLERS_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_FIELD_NUMBER: _ClassVar[int]
+    MAX_OVERFLOW_RETRIES_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: int
     instructions: str
@@ -313,7 +337,27 @@ class AgentSpec(_message.Message):
     final_turn_without_tools: bool
     error_handlers: ErrorHandlers
     sandbox: RunSandbox
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., settings: _Optional[_Union[_common_pb2.ModelSettings, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[AgentTool, _Mapping]]] = ..., handoffs: _Optional[_Iterable[str]] = ..., output_json_schema: _Optional[str] = ..., limits: _Optional[_Union[AgentLimits, _Mapping]] = ..., tool_call_mode: _Optional[_Union[ToolCallMode, str]] = ..., recent_results: _Optional[int] = ..., result_max_bytes: _Optional[int] = ..., handoff_targets: _Optional[_Iterable[_Union[Handoff, _Mapping]]] = ..., guardrails: _Optional[_Iterable[_Union[Guardrail, _Mapping]]] = ..., output_strategy: _Optional[_Union[OutputStrategy, str]] = ..., final_turn_without_tools: _Optional[bool] = ..., error_handlers: _Optional[_Union[ErrorHandlers, _Mapping]] = ..., sandbox: _Optional[_Union[RunSandbox, _Mapping]] = ...) -> None: ...
+    compaction: CompactionPolicy
+    max_overflow_retries: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., settings: _Optional[_Union[_common_pb2.ModelSettings, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[AgentTool, _Mapping]]] = ..., handoffs: _Optional[_Iterable[str]] = ..., output_json_schema: _Optional[str] = ..., limits: _Optional[_Union[AgentLimits, _Mapping]] = ..., tool_call_mode: _Optional[_Union[ToolCallMode, str]] = ..., recent_results: _Optional[int] = ..., result_max_bytes: _Optional[int] = ..., handoff_targets: _Optional[_Iterable[_Union[Handoff, _Mapping]]] = ..., guardrails: _Optional[_Iterable[_Union[Guardrail, _Mapping]]] = ..., output_strategy: _Optional[_Union[OutputStrategy, str]] = ..., final_turn_without_tools: _Optional[bool] = ..., error_handlers: _Optional[_Union[ErrorHandlers, _Mapping]] = ..., sandbox: _Optional[_Union[RunSandbox, _Mapping]] = ..., compaction: _Optional[_Union[CompactionPolicy, _Mapping]] = ..., max_overflow_retries: _Optional[int] = ...) -> None: ...
+
+class CompactionPolicy(_message.Message):
+    __slots__ = ("context_window_tokens", "trigger_input_tokens", "trigger_turns", "keep_turns", "summary_model", "summary_max_output_tokens", "count_tokens")
+    CONTEXT_WINDOW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_TURNS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_TURNS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_MODEL_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    context_window_tokens: int
+    trigger_input_tokens: int
+    trigger_turns: int
+    keep_turns: int
+    summary_model: _common_pb2.ModelRef
+    summary_max_output_tokens: int
+    count_tokens: bool
+    def __init__(self, context_window_tokens: _Optional[int] = ..., trigger_input_tokens: _Optional[int] = ..., trigger_turns: _Optional[int] = ..., keep_turns: _Optional[int] = ..., summary_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., summary_max_output_tokens: _Optional[int] = ..., count_tokens: _Optional[bool] = ...) -> None: ...
 
 class RegisterAgentRequest(_message.Message):
     __slots__ = ("agent",)
@@ -379,7 +423,7 @@ class StartRunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "session_id", "agent_name", "agent_version", "status", "phase", "turns", "usage", "final_output", "failure", "pending_calls", "labels", "create_time", "update_time", "workspace", "parent_run_id", "parent_call_id", "nested_usage", "current_agent_name", "current_agent_version", "disclosed_tools", "stop_requested", "child_run_ids", "sandbox_id")
+    __slots__ = ("run_id", "session_id", "agent_name", "agent_version", "status", "phase", "turns", "usage", "final_output", "failure", "pending_calls", "labels", "create_time", "update_time", "workspace", "parent_run_id", "parent_call_id", "nested_usage", "current_agent_name", "current_agent_version", "disclosed_tools", "stop_requested", "child_run_ids", "sandbox_id", "suspension_reason", "pending_input", "diagnostics", "overflow_retries")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -411,6 +455,10 @@ class Run(_message.Message):
     STOP_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     CHILD_RUN_IDS_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SUSPENSION_REASON_FIELD_NUMBER: _ClassVar[int]
+    PENDING_INPUT_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSTICS_FIELD_NUMBER: _ClassVar[int]
+    OVERFLOW_RETRIES_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     session_id: str
     agent_name: str
@@ -435,19 +483,35 @@ class Run(_message.Message):
     stop_requested: bool
     child_run_ids: _containers.RepeatedScalarFieldContainer[str]
     sandbox_id: str
-    def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., agent_version: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.RunStatus, str]] = ..., phase: _Optional[_Union[_common_pb2.RunPhase, str]] = ..., turns: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., final_output: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.FailureInfo, _Mapping]] = ..., pending_calls: _Optional[_Iterable[_Union[PendingCall, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., workspace: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., parent_call_id: _Optional[str] = ..., nested_usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., current_agent_name: _Optional[str] = ..., current_agent_version: _Optional[int] = ..., disclosed_tools: _Optional[_Iterable[str]] = ..., stop_requested: _Optional[bool] = ..., child_run_ids: _Optional[_Iterable[str]] = ..., sandbox_id: _Optional[str] = ...) -> None: ...
+    suspension_reason: SuspensionReason
+    pending_input: _containers.RepeatedCompositeFieldContainer[InjectedInput]
+    diagnostics: _containers.RepeatedCompositeFieldContainer[Diagnostic]
+    overflow_retries: int
+    def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., agent_version: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.RunStatus, str]] = ..., phase: _Optional[_Union[_common_pb2.RunPhase, str]] = ..., turns: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., final_output: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.FailureInfo, _Mapping]] = ..., pending_calls: _Optional[_Iterable[_Union[PendingCall, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., workspace: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., parent_call_id: _Optional[str] = ..., nested_usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., current_agent_name: _Optional[str] = ..., current_agent_version: _Optional[int] = ..., disclosed_tools: _Optional[_Iterable[str]] = ..., stop_requested: _Optional[bool] = ..., child_run_ids: _Optional[_Iterable[str]] = ..., sandbox_id: _Optional[str] = ..., suspension_reason: _Optional[_Union[SuspensionReason, str]] = ..., pending_input: _Optional[_Iterable[_Union[InjectedInput, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ..., overflow_retries: _Optional[int] = ...) -> None: ...
+
+class InjectedInput(_message.Message):
+    __slots__ = ("id", "kind", "text")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    kind: InjectionKind
+    text: str
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[InjectionKind, str]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class PendingCall(_message.Message):
-    __slots__ = ("call", "kind", "run_id", "parent_call_id")
+    __slots__ = ("call", "kind", "run_id", "parent_call_id", "reason")
     CALL_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     call: _common_pb2.ToolCall
     kind: PendingCallKind
     run_id: str
     parent_call_id: str
-    def __init__(self, call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., kind: _Optional[_Union[PendingCallKind, str]] = ..., run_id: _Optional[str] = ..., parent_call_id: _Optional[str] = ...) -> None: ...
+    reason: str
+    def __init__(self, call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., kind: _Optional[_Union[PendingCallKind, str]] = ..., run_id: _Optional[str] = ..., parent_call_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("run_id",)
@@ -496,11 +560,12 @@ class StreamRunEventsResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[RunEvent, _Mapping]] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("seq", "run_id", "time", "turn", "run_started", "phase_changed", "turn_started", "model_delta", "model_responded", "tool_called", "tool_progressed", "tool_returned", "run_suspended", "items_persisted", "diagnostic", "run_completed", "gap", "stream_end", "run_resumed", "handoff_requested", "child_run_linked", "guardrail_result", "stop_requested", "tools_disclosed")
+    __slots__ = ("seq", "run_id", "time", "turn", "provisional", "run_started", "phase_changed", "turn_started", "model_delta", "model_responded", "tool_called", "tool_progressed", "tool_returned", "run_suspended", "items_persisted", "diagnostic", "run_completed", "gap", "stream_end", "run_resumed", "handoff_requested", "child_run_linked", "guardrail_result", "stop_requested", "tools_disclosed")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TURN_FIELD_NUMBER: _ClassVar[int]
+    PROVISIONAL_FIELD_NUMBER: _ClassVar[int]
     RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
     PHASE_CHANGED_FIELD_NUMBER: _ClassVar[int]
     TURN_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -525,6 +590,7 @@ class RunEvent(_message.Message):
     run_id: str
     time: _timestamp_pb2.Timestamp
     turn: int
+    provisional: bool
     run_started: RunStarted
     phase_changed: PhaseChanged
     turn_started: TurnStarted
@@ -545,7 +611,7 @@ class RunEvent(_message.Message):
     guardrail_result: GuardrailResult
     stop_requested: StopRequested
     tools_disclosed: ToolsDisclosed
-    def __init__(self, seq: _Optional[int] = ..., run_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turn: _Optional[int] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., phase_changed: _Optional[_Union[PhaseChanged, _Mapping]] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., model_delta: _Optional[_Union[ModelDelta, _Mapping]] = ..., model_responded: _Optional[_Union[ModelResponded, _Mapping]] = ..., tool_called: _Optional[_Union[ToolCalled, _Mapping]] = ..., tool_progressed: _Optional[_Union[ToolProgressed, _Mapping]] = ..., tool_returned: _Optional[_Union[ToolReturned, _Mapping]] = ..., run_suspended: _Optional[_Union[RunSuspended, _Mapping]] = ..., items_persisted: _Optional[_Union[ItemsPersisted, _Mapping]] = ..., diagnostic: _Optional[_Union[Diagnostic, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., gap: _Optional[_Union[EventGap, _Mapping]] = ..., stream_end: _Optional[_Union[StreamEnd, _Mapping]] = ..., run_resumed: _Optional[_Union[RunResumed, _Mapping]] = ..., handoff_requested: _Optional[_Union[HandoffRequested, _Mapping]] = ..., child_run_linked: _Optional[_Union[ChildRunLinked, _Mapping]] = ..., guardrail_result: _Optional[_Union[GuardrailResult, _Mapping]] = ..., stop_requested: _Optional[_Union[StopRequested, _Mapping]] = ..., tools_disclosed: _Optional[_Union[ToolsDisclosed, _Mapping]] = ...) -> None: ...
+    def __init__(self, seq: _Optional[int] = ..., run_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turn: _Optional[int] = ..., provisional: _Optional[bool] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., phase_changed: _Optional[_Union[PhaseChanged, _Mapping]] = ..., turn_started: _Optional[_Union[TurnStarted, _Mapping]] = ..., model_delta: _Optional[_Union[ModelDelta, _Mapping]] = ..., model_responded: _Optional[_Union[ModelResponded, _Mapping]] = ..., tool_called: _Optional[_Union[ToolCalled, _Mapping]] = ..., tool_progressed: _Optional[_Union[ToolProgressed, _Mapping]] = ..., tool_returned: _Optional[_Union[ToolReturned, _Mapping]] = ..., run_suspended: _Optional[_Union[RunSuspended, _Mapping]] = ..., items_persisted: _Optional[_Union[ItemsPersisted, _Mapping]] = ..., diagnostic: _Optional[_Union[Diagnostic, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., gap: _Optional[_Union[EventGap, _Mapping]] = ..., stream_end: _Optional[_Union[StreamEnd, _Mapping]] = ..., run_resumed: _Optional[_Union[RunResumed, _Mapping]] = ..., handoff_requested: _Optional[_Union[HandoffRequested, _Mapping]] = ..., child_run_linked: _Optional[_Union[ChildRunLinked, _Mapping]] = ..., guardrail_result: _Optional[_Union[GuardrailResult, _Mapping]] = ..., stop_requested: _Optional[_Union[StopRequested, _Mapping]] = ..., tools_disclosed: _Optional[_Union[ToolsDisclosed, _Mapping]] = ...) -> None: ...
 
 class RunStarted(_message.Message):
     __slots__ = ("agent_name", "session_id", "input", "model")
@@ -656,10 +722,12 @@ class ToolReturned(_message.Message):
     def __init__(self, result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ...) -> None: ...
 
 class RunSuspended(_message.Message):
-    __slots__ = ("pending_calls",)
+    __slots__ = ("pending_calls", "reason")
     PENDING_CALLS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     pending_calls: _containers.RepeatedCompositeFieldContainer[PendingCall]
-    def __init__(self, pending_calls: _Optional[_Iterable[_Union[PendingCall, _Mapping]]] = ...) -> None: ...
+    reason: SuspensionReason
+    def __init__(self, pending_calls: _Optional[_Iterable[_Union[PendingCall, _Mapping]]] = ..., reason: _Optional[_Union[SuspensionReason, str]] = ...) -> None: ...
 
 class RunResumed(_message.Message):
     __slots__ = ("decisions",)
@@ -676,15 +744,19 @@ class ItemsPersisted(_message.Message):
     def __init__(self, last_seq: _Optional[int] = ..., entries: _Optional[int] = ...) -> None: ...
 
 class Diagnostic(_message.Message):
-    __slots__ = ("code", "message")
+    __slots__ = ("code", "message", "turn", "details_json")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_JSON_FIELD_NUMBER: _ClassVar[int]
     code: str
     message: str
-    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    turn: int
+    details_json: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., turn: _Optional[int] = ..., details_json: _Optional[str] = ...) -> None: ...
 
 class RunCompleted(_message.Message):
-    __slots__ = ("status", "phase", "final_output", "failure", "usage", "turns", "labels")
+    __slots__ = ("status", "phase", "final_output", "failure", "usage", "turns", "labels", "unconsumed_input")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -699,6 +771,7 @@ class RunCompleted(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    UNCONSUMED_INPUT_FIELD_NUMBER: _ClassVar[int]
     status: _common_pb2.RunStatus
     phase: _common_pb2.RunPhase
     final_output: str
@@ -706,7 +779,8 @@ class RunCompleted(_message.Message):
     usage: _common_pb2.Usage
     turns: int
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, status: _Optional[_Union[_common_pb2.RunStatus, str]] = ..., phase: _Optional[_Union[_common_pb2.RunPhase, str]] = ..., final_output: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.FailureInfo, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., turns: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    unconsumed_input: _containers.RepeatedCompositeFieldContainer[InjectedInput]
+    def __init__(self, status: _Optional[_Union[_common_pb2.RunStatus, str]] = ..., phase: _Optional[_Union[_common_pb2.RunPhase, str]] = ..., final_output: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.FailureInfo, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., turns: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., unconsumed_input: _Optional[_Iterable[_Union[InjectedInput, _Mapping]]] = ...) -> None: ...
 
 class EventGap(_message.Message):
     __slots__ = ("last_good", "dropped", "next", "at_end")
@@ -739,14 +813,28 @@ class ApprovalDecision(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., approved: _Optional[bool] = ..., message: _Optional[str] = ..., always: _Optional[bool] = ...) -> None: ...
 
 class ResumeRunRequest(_message.Message):
-    __slots__ = ("run_id", "decisions", "results")
+    __slots__ = ("run_id", "decisions", "results", "reconciliations")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RECONCILIATIONS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     decisions: _containers.RepeatedCompositeFieldContainer[ApprovalDecision]
     results: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolResult]
-    def __init__(self, run_id: _Optional[str] = ..., decisions: _Optional[_Iterable[_Union[ApprovalDecision, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.ToolResult, _Mapping]]] = ...) -> None: ...
+    reconciliations: _containers.RepeatedCompositeFieldContainer[Reconciliation]
+    def __init__(self, run_id: _Optional[str] = ..., decisions: _Optional[_Iterable[_Union[ApprovalDecision, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.ToolResult, _Mapping]]] = ..., reconciliations: _Optional[_Iterable[_Union[Reconciliation, _Mapping]]] = ...) -> None: ...
+
+class Reconciliation(_message.Message):
+    __slots__ = ("call_id", "action", "result", "message")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    action: ReconciliationAction
+    result: _common_pb2.ToolResult
+    message: str
+    def __init__(self, call_id: _Optional[str] = ..., action: _Optional[_Union[ReconciliationAction, str]] = ..., result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ResumeRunResponse(_message.Message):
     __slots__ = ("run",)

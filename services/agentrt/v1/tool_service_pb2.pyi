@@ -65,7 +65,7 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ...) -> None: ...
 
 class ExecuteToolRequest(_message.Message):
-    __slots__ = ("run_id", "call", "sandbox_id", "workspace", "timeout", "max_output_bytes", "command_policy")
+    __slots__ = ("run_id", "call", "sandbox_id", "workspace", "timeout", "max_output_bytes", "command_policy", "attempt")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +73,7 @@ class ExecuteToolRequest(_message.Message):
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     COMMAND_POLICY_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     call: _common_pb2.ToolCall
     sandbox_id: str
@@ -80,7 +81,8 @@ class ExecuteToolRequest(_message.Message):
     timeout: _duration_pb2.Duration
     max_output_bytes: int
     command_policy: _common_pb2.CommandPolicy
-    def __init__(self, run_id: _Optional[str] = ..., call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., workspace: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_output_bytes: _Optional[int] = ..., command_policy: _Optional[_Union[_common_pb2.CommandPolicy, _Mapping]] = ...) -> None: ...
+    attempt: int
+    def __init__(self, run_id: _Optional[str] = ..., call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., workspace: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_output_bytes: _Optional[int] = ..., command_policy: _Optional[_Union[_common_pb2.CommandPolicy, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ExecuteToolResponse(_message.Message):
     __slots__ = ("result", "replayed")
@@ -113,14 +115,36 @@ class ToolProgress(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class GetExecutionRequest(_message.Message):
-    __slots__ = ("run_id", "call_id")
+    __slots__ = ("run_id", "call_id", "attempt")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     call_id: str
-    def __init__(self, run_id: _Optional[str] = ..., call_id: _Optional[str] = ...) -> None: ...
+    attempt: int
+    def __init__(self, run_id: _Optional[str] = ..., call_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class GetExecutionResponse(_message.Message):
+    __slots__ = ("state", "result")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    state: ExecutionState
+    result: _common_pb2.ToolResult
+    def __init__(self, state: _Optional[_Union[ExecutionState, str]] = ..., result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ...) -> None: ...
+
+class CancelExecutionRequest(_message.Message):
+    __slots__ = ("run_id", "call_id", "attempt", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    call_id: str
+    attempt: int
+    reason: str
+    def __init__(self, run_id: _Optional[str] = ..., call_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelExecutionResponse(_message.Message):
     __slots__ = ("state", "result")
     STATE_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]

@@ -55,6 +55,11 @@ class ToolServiceStub:
                 request_serializer=agentrt_dot_v1_dot_tool__service__pb2.GetExecutionRequest.SerializeToString,
                 response_deserializer=agentrt_dot_v1_dot_tool__service__pb2.GetExecutionResponse.FromString,
                 _registered_method=True)
+        self.CancelExecution = channel.unary_unary(
+                '/agentrt.v1.ToolService/CancelExecution',
+                request_serializer=agentrt_dot_v1_dot_tool__service__pb2.CancelExecutionRequest.SerializeToString,
+                response_deserializer=agentrt_dot_v1_dot_tool__service__pb2.CancelExecutionResponse.FromString,
+                _registered_method=True)
         self.CreateSandbox = channel.unary_unary(
                 '/agentrt.v1.ToolService/CreateSandbox',
                 request_serializer=agentrt_dot_v1_dot_tool__service__pb2.CreateSandboxRequest.SerializeToString,
@@ -114,6 +119,18 @@ class ToolServiceServicer:
 
     def GetExecution(self, request, context):
         """GetExecution reads the journal record of a call (crash recovery).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelExecution(self, request, context):
+        """CancelExecution kills a call that is running (in this process or another replica of
+        the service) and journals it INTERRUPTED; a call that has not started is journaled
+        NOT_EXECUTED so a late ExecuteTool never starts it. The one way besides the caller's
+        own deadline to stop a command: a caller that goes away (its process dies, its
+        connection drops, it cancels the RPC) leaves the call running to its end, journaled,
+        and a repeat of (run_id, call_id, attempt) attaches to it (DESIGN "A run, end to end" 3).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -183,6 +200,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.GetExecution,
                     request_deserializer=agentrt_dot_v1_dot_tool__service__pb2.GetExecutionRequest.FromString,
                     response_serializer=agentrt_dot_v1_dot_tool__service__pb2.GetExecutionResponse.SerializeToString,
+            ),
+            'CancelExecution': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelExecution,
+                    request_deserializer=agentrt_dot_v1_dot_tool__service__pb2.CancelExecutionRequest.FromString,
+                    response_serializer=agentrt_dot_v1_dot_tool__service__pb2.CancelExecutionResponse.SerializeToString,
             ),
             'CreateSandbox': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSandbox,
@@ -324,6 +346,33 @@ class ToolService:
             '/agentrt.v1.ToolService/GetExecution',
             agentrt_dot_v1_dot_tool__service__pb2.GetExecutionRequest.SerializeToString,
             agentrt_dot_v1_dot_tool__service__pb2.GetExecutionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelExecution(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.v1.ToolService/CancelExecution',
+            agentrt_dot_v1_dot_tool__service__pb2.CancelExecutionRequest.SerializeToString,
+            agentrt_dot_v1_dot_tool__service__pb2.CancelExecutionResponse.FromString,
             options,
             channel_credentials,
             insecure,

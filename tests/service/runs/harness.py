@@ -43,9 +43,9 @@ _PG_DATABASES: list[str] = []
 
 
 async def drop_pg_databases() -> None:
-    """Drop the databases runs_db_url created (no-op without PG_ENV)."""
-    server = os.environ.get(PG_ENV, "")
-    if not server or not _PG_DATABASES:
+    """Drop the databases fresh_pg_database created."""
+    server = os.environ.get(PG_ENV, "") or pg_server()
+    if not _PG_DATABASES:
         return
     import asyncpg
 
@@ -57,15 +57,13 @@ async def drop_pg_databases() -> None:
         await conn.close()
 
 
-async def runs_db_url(tmp: str) -> str:
-    server = os.environ.get(PG_ENV, "")
-    if not server:
-        return sqlite_url(tmp, "runs")
+async def fresh_pg_database(server: str, prefix: str) -> str:
+    """Create an empty database on server (postgresql+asyncpg://user@host:port); return its URL."""
     import uuid
 
     import asyncpg
 
-    name = f"runs_test_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(server.replace("postgresql+asyncpg", "postgresql") + "/postgres")
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
@@ -73,6 +71,29 @@ async def runs_db_url(tmp: str) -> str:
         await conn.close()
     _PG_DATABASES.append(name)
     return f"{server}/{name}"
+
+
+def pg_server() -> str:
+    """The PostgreSQL server the tests use (tests/stores.py), as a URL without a database."""
+    from tests.stores import PG_HOST
+
+    return f"postgresql+asyncpg://postgres@{PG_HOST}"
+
+
+async def runs_db_url(tmp: str, pg: bool = False) -> str:
+    server = pg_server() if pg else os.environ.get(PG_ENV, "")
+    if not server:
+        return sqlite_url(tmp, "runs")
+    return await fresh_pg_database(server, "runs_test")
+
+
+async def require_pg() -> None:
+    """Skip (or fail under CI) when the test PostgreSQL does not answer."""
+    from tests.needs import unavailable
+    from tests.stores import pg_reachable
+
+    if not await pg_reachable():
+        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
 
 
 @dataclass
@@ -86,6 +107,8 @@ class Mesh:
     addresses: dict[str, str]
     tmp: str
     work: str = ""
+    tools_server: object = None
+    tools_config: object = None
 
     async def events(
         self, run_id: str, after_seq: int = 0, limit: int | None = None, until: str = ""
@@ -130,25 +153,27 @@ def agent(provider: str = "openai", **kw: object) -> pb.AgentSpec:
     return pb.AgentSpec(model=cpb.ModelRef(provider=provider, model=model), **kw)  # type: ignore[arg-type]
 
 
-async def start_mesh(start_server, tmp_path, emu: ProviderEmulator, **runs_kw: object) -> Mesh:
+async def start_mesh(
+    start_server, tmp_path, emu: ProviderEmulator, *, pg: bool = False, **runs_kw: object
+) -> Mesh:
+    """Start sessions, tools, gateway and runs; with pg, runs and sessions on fresh PostgreSQL databases."""
     tmp = str(tmp_path / "state")
     os.makedirs(tmp, exist_ok=True)
+    if pg:
+        await require_pg()
+    sessions_db = await fresh_pg_database(pg_server(), "sessions_test") if pg else sqlite_url(tmp, "sessions")
     sessions = await start_server(
-        build_sessions(
-            SessionsConfig(server=ServerConfig(port=0, db_url=sqlite_url(tmp, "sessions"), state_dir=tmp))
-        )
+        build_sessions(SessionsConfig(server=ServerConfig(port=0, db_url=sessions_db, state_dir=tmp)))
     )
     workspace_root = str(tmp_path / "workspaces")
     os.makedirs(tmp_path / "work", exist_ok=True)
-    tools = await start_server(
-        build_tools(
-            ToolsConfig(
-                server=ServerConfig(port=0, db_url=sqlite_url(tmp, "tools"), state_dir=tmp),
-                workspace_root=workspace_root,
-                heartbeat_seconds=0.5,
-            )
-        )
+    tools_config = ToolsConfig(
+        server=ServerConfig(port=0, db_url=sqlite_url(tmp, "tools"), state_dir=tmp),
+        workspace_root=workspace_root,
+        heartbeat_seconds=0.5,
     )
+    tools_server = build_tools(tools_config)
+    tools = await start_server(tools_server)
     remote = {"api_key": "test-key", "enabled": True}
     gateway = await start_server(
         build_gateway(
@@ -168,7 +193,7 @@ async def start_mesh(start_server, tmp_path, emu: ProviderEmulator, **runs_kw: o
     )
     addresses = {"gateway": gateway, "tools": tools, "sessions": sessions}
     runs_config = RunsConfig(
-        server=ServerConfig(port=0, db_url=await runs_db_url(tmp), state_dir=tmp),
+        server=ServerConfig(port=0, db_url=await runs_db_url(tmp, pg), state_dir=tmp),
         gateway_address=gateway,
         tools_address=tools,
         sessions_address=sessions,
@@ -190,4 +215,6 @@ async def start_mesh(start_server, tmp_path, emu: ProviderEmulator, **runs_kw: o
         addresses=addresses,
         tmp=tmp,
         work=str(tmp_path / "work"),
+        tools_server=tools_server,
+        tools_config=tools_config,
     )

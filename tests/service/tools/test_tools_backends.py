@@ -3,8 +3,8 @@
 Every test creates a sandbox of its backend through the real ToolService and checks from the
 host side, with a random marker per test: no network reaches a host listener, nothing is
 written outside the workspace, no host secret or environment is visible, no process outlives
-its command (a setsid'd grandchild included), and the three endings answer differently
-(004 §2.7m). The docker half needs a running engine and the image of
+its command (a setsid'd grandchild included), and the endings (timeout, caller deadline, explicit
+cancel) answer differently (004 §2.7m). The docker half needs a running engine and the image of
 scripts/docker-sandbox-image.sh: without them these tests skip locally and FAIL under CI.
 """
 
@@ -184,10 +184,13 @@ async def test_cancellation_is_its_own_answer(box):
     marker = marker_of()
     call = box.env.stub.ExecuteTool(box.request(f"{grandchild(marker)} sleep 300", call_id="c_cancel"))
     await until(lambda: pids_with(marker), "the command to start")
+    # a caller that goes away leaves the command running; an explicit cancel ends it
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
     assert await call.code() == grpc.StatusCode.CANCELLED
+    assert pids_with(marker)
+    await box.env.stub.CancelExecution(pb.CancelExecutionRequest(run_id="run_1", call_id="c_cancel"))
 
     async def recorded():
         got = await box.env.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_cancel"))

@@ -1,5 +1,6 @@
-"""exec_command through the real service: results, output cap, streaming, and the three endings
-(sandbox timeout, caller deadline, caller cancellation) that must answer differently (004 §2.7m)."""
+"""exec_command through the real service: results, output cap, streaming, and the endings
+(sandbox timeout, caller deadline, explicit cancel) that must answer differently (004 §2.7m);
+a caller that goes away is no ending at all: the call runs on."""
 
 from __future__ import annotations
 
@@ -138,29 +139,87 @@ async def test_caller_deadline_is_not_a_timeout(tools):
     await until(lambda: not pids_with(marker), "the command to be killed")
 
 
-async def test_caller_cancellation_is_not_a_timeout(tools):
+async def test_a_caller_that_goes_away_leaves_the_call_running(tools):
+    """A call outlives its caller: the command ends on its own, journaled (DESIGN step 3)."""
+    req = tools.request(
+        "exec_command", {"cmd": "sleep 0.5; echo ran >> once.txt; echo finished"}, call_id="c_gone"
+    )
+    call = tools.stub.ExecuteTool(req)
+
+    async def started():
+        got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_gone"))
+        return got.state == pb.EXECUTION_STATE_STARTED
+
+    await until(started, "the call to start")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    # the repeat attaches to the execution in progress and gets its real result
+    again = await tools.stub.ExecuteTool(req)
+    assert again.replayed
+    assert again.result.status == common_pb2.TOOL_RESULT_STATUS_OK
+    assert again.result.content == "finished\n"
+    assert (tools.workspace / "once.txt").read_text() == "ran\n"
+
+
+async def test_cancel_execution_kills_the_call_and_journals_it(tools):
     marker = _marker()
     req = tools.request(
         "exec_command", {"cmd": f"exec -a {marker} sleep 300"}, call_id="c_cancel", timeout=60
     )
     call = tools.stub.ExecuteTool(req)
     await until(lambda: pids_with(marker), "the command to start")
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    assert await call.code() == grpc.StatusCode.CANCELLED
-
-    async def recorded():
-        got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_cancel"))
-        return got if got.state == pb.EXECUTION_STATE_FINISHED else None
-
-    got = await until(recorded, "the journal to record the ending")
-    assert got.result.status == INTERRUPTED
-    assert json.loads(got.result.details_json)["reason"] == "CALLER_CANCELLED"
+    cancelled = await tools.stub.CancelExecution(
+        pb.CancelExecutionRequest(run_id="run_1", call_id="c_cancel", reason="the run was cancelled")
+    )
+    assert cancelled.state == pb.EXECUTION_STATE_FINISHED
+    assert cancelled.result.status == INTERRUPTED
+    assert json.loads(cancelled.result.details_json)["reason"] == "CALLER_CANCELLED"
+    # the caller still listening gets the journaled ending as its result
+    answered = await call
+    assert answered.result.status == INTERRUPTED
     await until(lambda: not pids_with(marker), "the command to be killed")
     # a repeat answers from the record, never runs again
     again = await tools.stub.ExecuteTool(req)
     assert again.replayed and again.result.status == INTERRUPTED
+
+
+async def test_cancel_before_the_call_means_it_never_starts(tools):
+    req = tools.request("exec_command", {"cmd": "echo ran >> late.txt"}, call_id="c_late")
+    cancelled = await tools.stub.CancelExecution(pb.CancelExecutionRequest(run_id="run_1", call_id="c_late"))
+    assert cancelled.state == pb.EXECUTION_STATE_FINISHED
+    assert cancelled.result.status == common_pb2.TOOL_RESULT_STATUS_NOT_EXECUTED
+    late = await tools.stub.ExecuteTool(req)
+    assert late.replayed and late.result.status == common_pb2.TOOL_RESULT_STATUS_NOT_EXECUTED
+    assert not (tools.workspace / "late.txt").exists()
+
+
+async def test_a_new_attempt_runs_the_call_once_more(tools):
+    """A reconciliation's "run it again" is attempt 1: its own record, one more execution."""
+    args = {"cmd": "echo ran >> twice.txt; wc -l < twice.txt"}
+    first = await tools.run("exec_command", args, call_id="c_again")
+    again = await tools.stub.ExecuteTool(
+        pb.ExecuteToolRequest(
+            run_id="run_1", call=first_call(tools, args, "c_again"), workspace=str(tools.workspace), attempt=1
+        )
+    )
+    assert not again.replayed and again.result.content.strip() == "2"
+    repeat = await tools.stub.ExecuteTool(
+        pb.ExecuteToolRequest(
+            run_id="run_1", call=first_call(tools, args, "c_again"), workspace=str(tools.workspace), attempt=1
+        )
+    )
+    assert repeat.replayed and repeat.result.content.strip() == "2"
+    assert first.result.content.strip() == "1"
+    got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_again", attempt=1))
+    assert got.state == pb.EXECUTION_STATE_FINISHED and got.result.content.strip() == "2"
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_again", attempt=-1))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def first_call(tools, args: dict, call_id: str):
+    return tools.request("exec_command", args, call_id=call_id).call
 
 
 async def test_model_timeout_ms_is_capped_by_the_request_timeout(tools):

@@ -16,7 +16,7 @@ import pytest
 from tools_helpers import PG_URL, ToolsEnv, make_config, pg_reachable
 
 from agentrt.client.channels import open_channel
-from agentrt.mesh.db import Database
+from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.status import reason_of
 from agentrt.tools.args import CallInput
 from agentrt.tools.executor import fingerprint
@@ -150,3 +150,43 @@ async def test_call_in_flight_elsewhere_is_aborted_with_retry(jt):
     assert info.value.code() == grpc.StatusCode.ABORTED
     assert reason_of(info.value) == "EXECUTION_IN_PROGRESS"
     assert not (tools.workspace / "count.txt").exists()
+
+
+async def test_cancel_reaches_a_call_running_in_another_replica(jt, start_server):
+    """CancelExecution on replica b kills a call replica a runs, at a's next heartbeat."""
+    tools = jt
+    db_url = tools.config.server.db_url or sqlite_url(str(tools.tmp), "shared_tools")
+    tenant = tools.tenant if tools.tenant != "default" else ""
+    stubs, channels = [], []
+    for name in ("a", "b"):
+        config = make_config(tools.tmp / name, db_url=db_url, heartbeat_seconds=0.2)
+        channels.append(open_channel(await start_server(build_server(config)), tenant=tenant))
+        stubs.append(pb_grpc.ToolServiceStub(channels[-1]))
+    stub_a, stub_b = stubs
+    try:
+        request = tools.request("exec_command", {"cmd": "sleep 300"}, call_id="c_far", timeout=120)
+        request.workspace = str(tools.tmp / "far_ws")
+        call = stub_a.ExecuteTool(request)
+
+        async def started() -> bool:
+            got = await stub_b.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c_far"))
+            return got.state == pb.EXECUTION_STATE_STARTED
+
+        await _until(started)
+        far = await stub_b.CancelExecution(pb.CancelExecutionRequest(run_id="run_1", call_id="c_far"))
+        assert far.state == pb.EXECUTION_STATE_STARTED  # it runs in replica a
+        answered = await asyncio.wait_for(call, 30)
+        assert answered.result.status == common_pb2.TOOL_RESULT_STATUS_INTERRUPTED
+        assert json.loads(answered.result.details_json)["reason"] == "CALLER_CANCELLED"
+    finally:
+        for channel in channels:
+            await channel.close()
+
+
+async def _until(predicate, bound_s: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + bound_s
+    while not await predicate():
+        if loop.time() > end:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.02)

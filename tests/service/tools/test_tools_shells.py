@@ -223,9 +223,12 @@ async def test_caller_deadline_and_cancel_close_the_shell(tools):
         tools.request("exec_command", {"cmd": f"bash -c 'exec -a {marker} sleep 300'", "session_id": "main"})
     )
     await until(lambda: pids_with(marker), "the command to start")
+    # the caller going away is not an ending; an explicit cancel is (CancelExecution)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
+    assert pids_with(marker)
+    await tools.stub.CancelExecution(pb.CancelExecutionRequest(run_id="run_1", call_id="call_1"))
     await until(lambda: not pids_with(marker), "the command to be killed")
     assert (await sh(tools, "echo [$KEEP]")).content == "[]\n"
 

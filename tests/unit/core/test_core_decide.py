@@ -18,6 +18,7 @@ from agentrt.core.decide import (
     Response,
     classify_arguments,
     decide,
+    is_overflow,
     mint_call_id,
     not_executed_note,
 )
@@ -77,11 +78,21 @@ def test_tool_use_stop_without_calls_is_no_tool_call():
 
 
 def test_truncated_never_carries_calls():
-    for stop in (STOP_MAX_TOKENS, STOP_CONTEXT_WINDOW_EXCEEDED):
-        d = decide(Response(text="partial", calls=[call(args='{"path": "/ho')], stop_reason=stop))
-        assert d.kind == DecisionKind.TRUNCATED
-        assert d.calls == () and d.not_executed == ()
-        assert d.dropped_calls == 1
+    d = decide(Response(text="partial", calls=[call(args='{"path": "/ho')], stop_reason=STOP_MAX_TOKENS))
+    assert d.kind == DecisionKind.TRUNCATED
+    assert d.calls == () and d.not_executed == ()
+    assert d.dropped_calls == 1
+
+
+def test_a_context_window_stop_is_an_overflow_never_a_truncation():
+    """004 §2.5g: model_context_window_exceeded is an overflow; its calls never run."""
+    cut = [call(args='{"path": "/ho')]
+    stopped = Response(text="partial", calls=cut, stop_reason=STOP_CONTEXT_WINDOW_EXCEEDED)
+    assert is_overflow(stopped)
+    assert not is_overflow(Response(text="partial", stop_reason=STOP_MAX_TOKENS))
+    d = decide(stopped)
+    assert d.kind != DecisionKind.TRUNCATED
+    assert d.calls == () and d.dropped_calls == 1
 
 
 def test_refusal_wins_over_text_and_calls():

@@ -8,15 +8,18 @@ import pytest
 
 from agentrt.core.decide import Call, DecisionKind, ProposedCall, Response, decide, mint_call_id
 from agentrt.core.render import (
+    CONTINUATION_OPENING,
     INTERRUPTED_TEXT,
     NO_TOOL_CALL_TEXT,
     NUDGE_NO_TOOL_CALL,
     NUDGE_TRUNCATED,
     ROLE_ASSISTANT,
+    ROLE_SYSTEM,
     ROLE_USER,
     Observation,
     PreservedBlock,
     Step,
+    Summary,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -63,11 +66,26 @@ def test_opening_then_two_messages_per_step():
     assert msgs[3].blocks == [TextBlock("done")]
 
 
-def test_opening_is_required():
+def test_nothing_to_render_is_an_error():
     with pytest.raises(ValueError):
         messages([])
     with pytest.raises(ValueError):
-        messages([tool_step(1, "x")])
+        messages([Summary("only a summary")])
+
+
+def test_a_view_opening_with_a_model_step_gets_an_opening():
+    """A checkpoint may leave the view opening with a step; the request still opens with a user turn."""
+    msgs = messages([tool_step(1, "x")])
+    assert msgs[0].role == ROLE_USER and msgs[0].blocks == [TextBlock(CONTINUATION_OPENING)]
+    assert [m.role for m in msgs] == [ROLE_USER, ROLE_ASSISTANT, ROLE_USER]
+
+
+def test_summaries_render_up_front_as_system_messages():
+    msgs = messages([tool_step(1, "x"), Summary("first summary"), UserTurn("next"), Summary("second")])
+    assert [m.role for m in msgs[:2]] == [ROLE_SYSTEM, ROLE_SYSTEM]
+    assert msgs[0].blocks == [TextBlock("first summary")] and msgs[1].blocks == [TextBlock("second")]
+    assert msgs[2].role == ROLE_USER and msgs[2].blocks == [TextBlock(CONTINUATION_OPENING)]
+    assert msgs[-1].role == ROLE_USER and TextBlock("next") in msgs[-1].blocks
 
 
 def test_error_flag_on_failed_results():
@@ -121,15 +139,22 @@ def test_results_are_capped_with_truncate():
     assert byte_len(content) <= 21 and content.endswith(MARK)
 
 
-def test_interrupted_and_missing_results_ask_again():
+def test_interrupted_results_say_what_is_known_and_missing_ones_promise_nothing():
+    """An interrupted result's own text is shown; a call with no result gets the neutral sentence."""
     cid = mint_call_id(RUN, 1, 0)
     step = Step(
         DecisionKind.TOOL_CALLS,
-        calls=(Call(0, cid, "read_file", "{}"), Call(1, "c2", "list_files")),
-        observations={cid: Observation("partial", interrupted=True)},
+        calls=(Call(0, cid, "read_file", "{}"), Call(1, "c2", "list_files"), Call(2, "c3", "exec_command")),
+        observations={
+            cid: Observation("the outcome is unknown", is_error=True, interrupted=True),
+            "c3": Observation("", interrupted=True),
+        },
     )
     msgs = messages([UserTurn("go"), step])
-    assert [b.content for b in msgs[2].blocks] == [INTERRUPTED_TEXT, INTERRUPTED_TEXT]
+    shown = [b.content for b in msgs[2].blocks]
+    assert shown == ["the outcome is unknown", INTERRUPTED_TEXT, INTERRUPTED_TEXT]
+    assert all(b.is_error for b in msgs[2].blocks)
+    assert "own record" not in INTERRUPTED_TEXT  # a repeated call is a new call
     assert msgs[1].blocks[1].input_json == "{}"  # no arguments render as {}
 
 

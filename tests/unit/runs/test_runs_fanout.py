@@ -58,26 +58,72 @@ async def collect(agen, n: int) -> list[pb.RunEvent]:
 async def test_replay_then_live_then_end():
     hub = EventHub(capacity=8)
     storage = FakeStorage([stored(1), stored(2)])
-    channel = hub.open("r", "t", "s", seq=2, session_seq=2)
+    channel = hub.open("r", "t", "s", seq=2, session_seq=2, reserved=100)
     agen = follow(hub, run_topic("r"), storage.read, 0, poll_seconds=5)
     first = await agen.__anext__()
     assert first.seq == 1
-    channel.publish(1, turn_started=pb.TurnStarted(turn=1))  # seq 3, live
-    channel.publish(1, stream_end=pb.StreamEnd())  # seq 4
+    channel.publish(1, turn_started=pb.TurnStarted(turn=1))  # seq 3, provisional: live
+    end = channel.publish(1, stream_end=pb.StreamEnd())  # seq 4, durable: held until written
+    assert (await agen.__anext__()).seq == 2
+    third = await agen.__anext__()
+    assert third.seq == 3 and third.provisional
+    written = channel.take()
+    storage.events.extend(written)
+    channel.flushed(written, reserved=4)
     rest = [e async for e in agen]
-    assert [e.seq for e in rest] == [2, 3, 4]
+    assert [e.seq for e in rest] == [4] and not rest[0].provisional and end.seq == 4
+
+
+async def test_durable_events_wait_for_their_write_and_nothing_overtakes_them():
+    """An event describing state is delivered only once the save that records it committed."""
+    hub = EventHub(capacity=8)
+    channel = hub.open("r", "t", "s", seq=0, session_seq=0, reserved=100)
+    sub = hub.subscribe(run_topic("r"))
+    channel.publish(1, turn_started=pb.TurnStarted(turn=1))  # 1, provisional: live
+    channel.publish(1, model_responded=pb.ModelResponded())  # 2, durable: held
+    channel.publish(1, tool_progressed=pb.ToolProgressed(text="x"))  # 3, provisional, behind 2
+    assert (await sub.next(0))[0] == 1
+    assert await sub.next(0) is None  # 2 is not written yet, and 3 may not overtake it
+    written = channel.take()
+    assert [e.seq for e in written] == [1, 2, 3]
+    channel.flushed(written, reserved=600)
+    assert [(await sub.next(0))[0] for _ in range(2)] == [2, 3]
+    assert channel.delivered_unflushed() == []
+
+
+async def test_provisional_events_past_the_reservation_wait_for_a_durable_extension():
+    """A seq a subscriber may see is always below the durable mark another owner continues after."""
+    hub = EventHub(capacity=8)
+    granted: list[tuple[int, int]] = []
+
+    async def extend(seq: int, session_seq: int) -> bool:
+        granted.append((seq, session_seq))
+        return True
+
+    channel = hub.open("r", "t", "s", seq=5, session_seq=9, reserved=6, extend=extend)
+    sub = hub.subscribe(run_topic("r"))
+    channel.publish(1, model_delta=pb.ModelDelta(text="a"))  # 6: inside the reservation
+    channel.publish(1, model_delta=pb.ModelDelta(text="b"))  # 7: past it, held
+    assert (await sub.next(0))[0] == 6
+    assert await sub.next(0) is None
+    got = await sub.next(5)  # delivered once the extension is written
+    assert got[0] == 7 and granted and granted[0][0] >= 7 and granted[0][1] == granted[0][0] + 4
+    assert channel.reserved >= 7
 
 
 async def test_dropped_events_are_filled_from_storage():
     hub = EventHub(capacity=1)
     storage = FakeStorage([])
-    channel = hub.open("r", "t", "s", seq=0, session_seq=0)
+    channel = hub.open("r", "t", "s", seq=0, session_seq=0, reserved=100)
     channel.publish(1, turn_started=pb.TurnStarted(turn=1))
     agen = follow(hub, run_topic("r"), storage.read, 0, poll_seconds=5)
     assert (await agen.__anext__()).seq == 1  # the follower is subscribed from here on
     for _ in range(3):
         channel.publish(1, turn_started=pb.TurnStarted(turn=1))  # 2 is buffered; 3 and 4 overflow
-    channel.publish(1, stream_end=pb.StreamEnd())  # 5 overflows too
+    channel.publish(1, stream_end=pb.StreamEnd())  # 5 is held until written, then overflows
+    written = channel.take()
+    storage.events.extend(written)
+    channel.flushed(written, reserved=5)
     rest = [e async for e in agen]
     assert [e.seq for e in rest] == [2, 3, 4, 5]
     assert all(e.WhichOneof("payload") != "gap" for e in rest)
@@ -113,3 +159,44 @@ async def test_session_topic_uses_session_seqs():
     events = await collect(agen, 2)
     assert [e.seq for e in events] == [1, 2]
     await agen.aclose()
+
+
+async def test_a_cursor_inside_a_range_a_dead_owner_reserved_is_not_a_reset():
+    """004 §2.11: a seq seen from a replica that died is never reused; the next event comes after a gap."""
+    hub = EventHub()
+    storage = FakeStorage([stored(1), stored(2)])  # the dead owner delivered up to 7, reserved 20
+
+    async def head() -> int:
+        return 20
+
+    agen = follow(hub, run_topic("r"), storage.read, 7, poll_seconds=0.01, head=head)
+    storage.events.append(stored(21))  # the new owner numbers after the reservation
+    storage.events.append(stored(22, kind="stream_end"))
+    events = [e async for e in agen]
+    assert [e.WhichOneof("payload") for e in events] == ["gap", "turn_started", "stream_end"]
+    assert (events[0].gap.last_good, events[0].gap.dropped, events[0].gap.next) == (7, 13, 21)
+    # a cursor ahead of everything the timeline may have issued is still a reset, at once
+    reset = follow(hub, run_topic("r"), storage.read, 99, poll_seconds=5, head=head)
+    first = await reset.__anext__()
+    assert (first.gap.last_good, first.gap.dropped, first.gap.next) == (0, 99, 1)
+    await reset.aclose()
+
+
+async def test_drops_nothing_can_refill_after_the_end_are_an_at_end_gap():
+    hub = EventHub(capacity=1)
+    storage = FakeStorage([])
+    channel = hub.open("r", "t", "s", seq=0, session_seq=0, reserved=100)
+    channel.publish(1, turn_started=pb.TurnStarted(turn=1))
+
+    async def ended() -> bool:
+        return True
+
+    agen = follow(hub, run_topic("r"), storage.read, 0, poll_seconds=5, ended=ended)
+    assert (await agen.__anext__()).seq == 1
+    for _ in range(3):
+        channel.publish(1, turn_started=pb.TurnStarted(turn=1))  # 2 buffered, 3 and 4 dropped
+    hub.close(channel)  # the producer died here: 2..4 were never written
+    assert (await agen.__anext__()).seq == 2
+    last = await agen.__anext__()
+    assert last.gap.at_end and last.gap.next == 0 and last.gap.last_good == 2 and last.gap.dropped == 2
+    assert [e async for e in agen] == []

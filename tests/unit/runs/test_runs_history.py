@@ -90,14 +90,14 @@ def test_entries_render_back_into_the_same_conversation():
     assert [m.SerializeToString() for m in again] == [m.SerializeToString() for m in proto]
 
 
-def test_interrupted_results_render_the_re_request_sentence():
+def test_interrupted_results_render_their_own_text():
     resp = response("", [("exec_command", '{"cmd": "make"}')])
     d = decide(response_in(resp), call_id=lambda i: mint_call_id(RUN, 1, i))
-    res = [cpb.ToolResult(call_id=d.calls[0].call_id, name="exec_command", content="partial",
-                          status=cpb.TOOL_RESULT_STATUS_INTERRUPTED)]  # fmt: skip
+    res = [cpb.ToolResult(call_id=d.calls[0].call_id, name="exec_command", content="outcome unknown",
+                          is_error=True, status=cpb.TOOL_RESULT_STATUS_INTERRUPTED)]  # fmt: skip
     entries = stored([input_entry(RUN, "agent", "build")] + turn_entries(RUN, 1, "agent", resp, d, res))
     msgs = render.messages(history_of(entries))
-    assert msgs[2].blocks[0].content == render.INTERRUPTED_TEXT
+    assert msgs[2].blocks[0].content == "outcome unknown" and msgs[2].blocks[0].is_error
 
 
 def test_entries_from_elsewhere_are_tolerated():

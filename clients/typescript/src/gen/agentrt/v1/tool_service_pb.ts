@@ -24,7 +24,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agentrt/v1/tool_service.proto.
  */
 export const file_agentrt_v1_tool_service: GenFile = /*@__PURE__*/
-  fileDesc("Ch1hZ2VudHJ0L3YxL3Rvb2xfc2VydmljZS5wcm90bxIKYWdlbnRydC52MSKGAQoHU2FuZGJveBISCgpzYW5kYm94X2lkGAEgASgJEisKB2JhY2tlbmQYAiABKA4yGi5hZ2VudHJ0LnYxLlNhbmRib3hCYWNrZW5kEicKBXN0YXRlGAMgASgOMhguYWdlbnRydC52MS5TYW5kYm94U3RhdGUSEQoJd29ya3NwYWNlGAQgASgJIhIKEExpc3RUb29sc1JlcXVlc3QiOAoRTGlzdFRvb2xzUmVzcG9uc2USIwoFdG9vbHMYASADKAsyFC5hZ2VudHJ0LnYxLlRvb2xTcGVjIugBChJFeGVjdXRlVG9vbFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEiIKBGNhbGwYAiABKAsyFC5hZ2VudHJ0LnYxLlRvb2xDYWxsEhIKCnNhbmRib3hfaWQYAyABKAkSEQoJd29ya3NwYWNlGAQgASgJEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoQbWF4X291dHB1dF9ieXRlcxgGIAEoAxIxCg5jb21tYW5kX3BvbGljeRgHIAEoCzIZLmFnZW50cnQudjEuQ29tbWFuZFBvbGljeSJPChNFeGVjdXRlVG9vbFJlc3BvbnNlEiYKBnJlc3VsdBgBIAEoCzIWLmFnZW50cnQudjEuVG9vbFJlc3VsdBIQCghyZXBsYXllZBgCIAEoCCJLChhTdHJlYW1FeGVjdXRlVG9vbFJlcXVlc3QSLwoHcmVxdWVzdBgBIAEoCzIeLmFnZW50cnQudjEuRXhlY3V0ZVRvb2xSZXF1ZXN0IoUBChlTdHJlYW1FeGVjdXRlVG9vbFJlc3BvbnNlEiwKCHByb2dyZXNzGAEgASgLMhguYWdlbnRydC52MS5Ub29sUHJvZ3Jlc3NIABIxCgZyZXN1bHQYAiABKAsyHy5hZ2VudHJ0LnYxLkV4ZWN1dGVUb29sUmVzcG9uc2VIAEIHCgVldmVudCIsCgxUb29sUHJvZ3Jlc3MSDgoGc3RyZWFtGAEgASgJEgwKBHRleHQYAiABKAkiNgoTR2V0RXhlY3V0aW9uUmVxdWVzdBIOCgZydW5faWQYASABKAkSDwoHY2FsbF9pZBgCIAEoCSJpChRHZXRFeGVjdXRpb25SZXNwb25zZRIpCgVzdGF0ZRgBIAEoDjIaLmFnZW50cnQudjEuRXhlY3V0aW9uU3RhdGUSJgoGcmVzdWx0GAIgASgLMhYuYWdlbnRydC52MS5Ub29sUmVzdWx0ImcKDVNhbmRib3hMaW1pdHMSEwoLY3B1X3NlY29uZHMYASABKAMSFAoMbWVtb3J5X2J5dGVzGAIgASgDEhcKD2ZpbGVfc2l6ZV9ieXRlcxgDIAEoAxISCgpvcGVuX2ZpbGVzGAQgASgDIqcCChRDcmVhdGVTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJEisKB2JhY2tlbmQYAiABKA4yGi5hZ2VudHJ0LnYxLlNhbmRib3hCYWNrZW5kEhEKCXdvcmtzcGFjZRgDIAEoCRINCgVpbWFnZRgEIAEoCRI2CgNlbnYYBSADKAsyKS5hZ2VudHJ0LnYxLkNyZWF0ZVNhbmRib3hSZXF1ZXN0LkVudkVudHJ5EgwKBHVzZXIYBiABKAkSDwoHbmV0d29yaxgHIAEoCRIpCgZsaW1pdHMYCCABKAsyGS5hZ2VudHJ0LnYxLlNhbmRib3hMaW1pdHMaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI9ChVDcmVhdGVTYW5kYm94UmVzcG9uc2USJAoHc2FuZGJveBgBIAEoCzITLmFnZW50cnQudjEuU2FuZGJveCInChFHZXRTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIjoKEkdldFNhbmRib3hSZXNwb25zZRIkCgdzYW5kYm94GAEgASgLMhMuYWdlbnRydC52MS5TYW5kYm94IigKElN0b3BTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIjsKE1N0b3BTYW5kYm94UmVzcG9uc2USJAoHc2FuZGJveBgBIAEoCzITLmFnZW50cnQudjEuU2FuZGJveCIrChVEZXN0cm95U2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCSIYChZEZXN0cm95U2FuZGJveFJlc3BvbnNlIlYKD1dvcmtzcGFjZVRhcmdldBISCgpzYW5kYm94X2lkGAEgASgJEhEKCXdvcmtzcGFjZRgCIAEoCRIOCgZydW5faWQYAyABKAkSDAoEcGF0aBgEIAEoCSJTChZVcGxvYWRXb3Jrc3BhY2VSZXF1ZXN0EisKBnRhcmdldBgBIAEoCzIbLmFnZW50cnQudjEuV29ya3NwYWNlVGFyZ2V0EgwKBGRhdGEYAiABKAwiNwoXVXBsb2FkV29ya3NwYWNlUmVzcG9uc2USDQoFZmlsZXMYASABKAMSDQoFYnl0ZXMYAiABKAMiVQoYRG93bmxvYWRXb3Jrc3BhY2VSZXF1ZXN0EisKBnRhcmdldBgBIAEoCzIbLmFnZW50cnQudjEuV29ya3NwYWNlVGFyZ2V0EgwKBGd6aXAYAiABKAgiKQoZRG93bmxvYWRXb3Jrc3BhY2VSZXNwb25zZRIMCgRkYXRhGAEgASgMKmgKDlNhbmRib3hCYWNrZW5kEh8KG1NBTkRCT1hfQkFDS0VORF9VTlNQRUNJRklFRBAAEhkKFVNBTkRCT1hfQkFDS0VORF9MT0NBTBABEhoKFlNBTkRCT1hfQkFDS0VORF9ET0NLRVIQAip9CgxTYW5kYm94U3RhdGUSHQoZU0FOREJPWF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNBTkRCT1hfU1RBVEVfQUJTRU5UEAESGQoVU0FOREJPWF9TVEFURV9TVE9QUEVEEAISGQoVU0FOREJPWF9TVEFURV9SVU5OSU5HEAMqiAEKDkV4ZWN1dGlvblN0YXRlEh8KG0VYRUNVVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEhoKFkVYRUNVVElPTl9TVEFURV9BQlNFTlQQARIbChdFWEVDVVRJT05fU1RBVEVfU1RBUlRFRBACEhwKGEVYRUNVVElPTl9TVEFURV9GSU5JU0hFRBADMuwGCgtUb29sU2VydmljZRJICglMaXN0VG9vbHMSHC5hZ2VudHJ0LnYxLkxpc3RUb29sc1JlcXVlc3QaHS5hZ2VudHJ0LnYxLkxpc3RUb29sc1Jlc3BvbnNlEk4KC0V4ZWN1dGVUb29sEh4uYWdlbnRydC52MS5FeGVjdXRlVG9vbFJlcXVlc3QaHy5hZ2VudHJ0LnYxLkV4ZWN1dGVUb29sUmVzcG9uc2USYgoRU3RyZWFtRXhlY3V0ZVRvb2wSJC5hZ2VudHJ0LnYxLlN0cmVhbUV4ZWN1dGVUb29sUmVxdWVzdBolLmFnZW50cnQudjEuU3RyZWFtRXhlY3V0ZVRvb2xSZXNwb25zZTABElEKDEdldEV4ZWN1dGlvbhIfLmFnZW50cnQudjEuR2V0RXhlY3V0aW9uUmVxdWVzdBogLmFnZW50cnQudjEuR2V0RXhlY3V0aW9uUmVzcG9uc2USVAoNQ3JlYXRlU2FuZGJveBIgLmFnZW50cnQudjEuQ3JlYXRlU2FuZGJveFJlcXVlc3QaIS5hZ2VudHJ0LnYxLkNyZWF0ZVNhbmRib3hSZXNwb25zZRJLCgpHZXRTYW5kYm94Eh0uYWdlbnRydC52MS5HZXRTYW5kYm94UmVxdWVzdBoeLmFnZW50cnQudjEuR2V0U2FuZGJveFJlc3BvbnNlEk4KC1N0b3BTYW5kYm94Eh4uYWdlbnRydC52MS5TdG9wU2FuZGJveFJlcXVlc3QaHy5hZ2VudHJ0LnYxLlN0b3BTYW5kYm94UmVzcG9uc2USVwoORGVzdHJveVNhbmRib3gSIS5hZ2VudHJ0LnYxLkRlc3Ryb3lTYW5kYm94UmVxdWVzdBoiLmFnZW50cnQudjEuRGVzdHJveVNhbmRib3hSZXNwb25zZRJcCg9VcGxvYWRXb3Jrc3BhY2USIi5hZ2VudHJ0LnYxLlVwbG9hZFdvcmtzcGFjZVJlcXVlc3QaIy5hZ2VudHJ0LnYxLlVwbG9hZFdvcmtzcGFjZVJlc3BvbnNlKAESYgoRRG93bmxvYWRXb3Jrc3BhY2USJC5hZ2VudHJ0LnYxLkRvd25sb2FkV29ya3NwYWNlUmVxdWVzdBolLmFnZW50cnQudjEuRG93bmxvYWRXb3Jrc3BhY2VSZXNwb25zZTABYgZwcm90bzM", [file_agentrt_v1_common, file_google_protobuf_duration]);
+  fileDesc("Ch1hZ2VudHJ0L3YxL3Rvb2xfc2VydmljZS5wcm90bxIKYWdlbnRydC52MSKGAQoHU2FuZGJveBISCgpzYW5kYm94X2lkGAEgASgJEisKB2JhY2tlbmQYAiABKA4yGi5hZ2VudHJ0LnYxLlNhbmRib3hCYWNrZW5kEicKBXN0YXRlGAMgASgOMhguYWdlbnRydC52MS5TYW5kYm94U3RhdGUSEQoJd29ya3NwYWNlGAQgASgJIhIKEExpc3RUb29sc1JlcXVlc3QiOAoRTGlzdFRvb2xzUmVzcG9uc2USIwoFdG9vbHMYASADKAsyFC5hZ2VudHJ0LnYxLlRvb2xTcGVjIvkBChJFeGVjdXRlVG9vbFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEiIKBGNhbGwYAiABKAsyFC5hZ2VudHJ0LnYxLlRvb2xDYWxsEhIKCnNhbmRib3hfaWQYAyABKAkSEQoJd29ya3NwYWNlGAQgASgJEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoQbWF4X291dHB1dF9ieXRlcxgGIAEoAxIxCg5jb21tYW5kX3BvbGljeRgHIAEoCzIZLmFnZW50cnQudjEuQ29tbWFuZFBvbGljeRIPCgdhdHRlbXB0GAggASgFIk8KE0V4ZWN1dGVUb29sUmVzcG9uc2USJgoGcmVzdWx0GAEgASgLMhYuYWdlbnRydC52MS5Ub29sUmVzdWx0EhAKCHJlcGxheWVkGAIgASgIIksKGFN0cmVhbUV4ZWN1dGVUb29sUmVxdWVzdBIvCgdyZXF1ZXN0GAEgASgLMh4uYWdlbnRydC52MS5FeGVjdXRlVG9vbFJlcXVlc3QihQEKGVN0cmVhbUV4ZWN1dGVUb29sUmVzcG9uc2USLAoIcHJvZ3Jlc3MYASABKAsyGC5hZ2VudHJ0LnYxLlRvb2xQcm9ncmVzc0gAEjEKBnJlc3VsdBgCIAEoCzIfLmFnZW50cnQudjEuRXhlY3V0ZVRvb2xSZXNwb25zZUgAQgcKBWV2ZW50IiwKDFRvb2xQcm9ncmVzcxIOCgZzdHJlYW0YASABKAkSDAoEdGV4dBgCIAEoCSJHChNHZXRFeGVjdXRpb25SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUiaQoUR2V0RXhlY3V0aW9uUmVzcG9uc2USKQoFc3RhdGUYASABKA4yGi5hZ2VudHJ0LnYxLkV4ZWN1dGlvblN0YXRlEiYKBnJlc3VsdBgCIAEoCzIWLmFnZW50cnQudjEuVG9vbFJlc3VsdCJaChZDYW5jZWxFeGVjdXRpb25SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSDgoGcmVhc29uGAQgASgJImwKF0NhbmNlbEV4ZWN1dGlvblJlc3BvbnNlEikKBXN0YXRlGAEgASgOMhouYWdlbnRydC52MS5FeGVjdXRpb25TdGF0ZRImCgZyZXN1bHQYAiABKAsyFi5hZ2VudHJ0LnYxLlRvb2xSZXN1bHQiZwoNU2FuZGJveExpbWl0cxITCgtjcHVfc2Vjb25kcxgBIAEoAxIUCgxtZW1vcnlfYnl0ZXMYAiABKAMSFwoPZmlsZV9zaXplX2J5dGVzGAMgASgDEhIKCm9wZW5fZmlsZXMYBCABKAMipwIKFENyZWF0ZVNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkSKwoHYmFja2VuZBgCIAEoDjIaLmFnZW50cnQudjEuU2FuZGJveEJhY2tlbmQSEQoJd29ya3NwYWNlGAMgASgJEg0KBWltYWdlGAQgASgJEjYKA2VudhgFIAMoCzIpLmFnZW50cnQudjEuQ3JlYXRlU2FuZGJveFJlcXVlc3QuRW52RW50cnkSDAoEdXNlchgGIAEoCRIPCgduZXR3b3JrGAcgASgJEikKBmxpbWl0cxgIIAEoCzIZLmFnZW50cnQudjEuU2FuZGJveExpbWl0cxoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj0KFUNyZWF0ZVNhbmRib3hSZXNwb25zZRIkCgdzYW5kYm94GAEgASgLMhMuYWdlbnRydC52MS5TYW5kYm94IicKEUdldFNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiOgoSR2V0U2FuZGJveFJlc3BvbnNlEiQKB3NhbmRib3gYASABKAsyEy5hZ2VudHJ0LnYxLlNhbmRib3giKAoSU3RvcFNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiOwoTU3RvcFNhbmRib3hSZXNwb25zZRIkCgdzYW5kYm94GAEgASgLMhMuYWdlbnRydC52MS5TYW5kYm94IisKFURlc3Ryb3lTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIhgKFkRlc3Ryb3lTYW5kYm94UmVzcG9uc2UiVgoPV29ya3NwYWNlVGFyZ2V0EhIKCnNhbmRib3hfaWQYASABKAkSEQoJd29ya3NwYWNlGAIgASgJEg4KBnJ1bl9pZBgDIAEoCRIMCgRwYXRoGAQgASgJIlMKFlVwbG9hZFdvcmtzcGFjZVJlcXVlc3QSKwoGdGFyZ2V0GAEgASgLMhsuYWdlbnRydC52MS5Xb3Jrc3BhY2VUYXJnZXQSDAoEZGF0YRgCIAEoDCI3ChdVcGxvYWRXb3Jrc3BhY2VSZXNwb25zZRINCgVmaWxlcxgBIAEoAxINCgVieXRlcxgCIAEoAyJVChhEb3dubG9hZFdvcmtzcGFjZVJlcXVlc3QSKwoGdGFyZ2V0GAEgASgLMhsuYWdlbnRydC52MS5Xb3Jrc3BhY2VUYXJnZXQSDAoEZ3ppcBgCIAEoCCIpChlEb3dubG9hZFdvcmtzcGFjZVJlc3BvbnNlEgwKBGRhdGEYASABKAwqaAoOU2FuZGJveEJhY2tlbmQSHwobU0FOREJPWF9CQUNLRU5EX1VOU1BFQ0lGSUVEEAASGQoVU0FOREJPWF9CQUNLRU5EX0xPQ0FMEAESGgoWU0FOREJPWF9CQUNLRU5EX0RPQ0tFUhACKn0KDFNhbmRib3hTdGF0ZRIdChlTQU5EQk9YX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUU0FOREJPWF9TVEFURV9BQlNFTlQQARIZChVTQU5EQk9YX1NUQVRFX1NUT1BQRUQQAhIZChVTQU5EQk9YX1NUQVRFX1JVTk5JTkcQAyqIAQoORXhlY3V0aW9uU3RhdGUSHwobRVhFQ1VUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASGgoWRVhFQ1VUSU9OX1NUQVRFX0FCU0VOVBABEhsKF0VYRUNVVElPTl9TVEFURV9TVEFSVEVEEAISHAoYRVhFQ1VUSU9OX1NUQVRFX0ZJTklTSEVEEAMyyAcKC1Rvb2xTZXJ2aWNlEkgKCUxpc3RUb29scxIcLmFnZW50cnQudjEuTGlzdFRvb2xzUmVxdWVzdBodLmFnZW50cnQudjEuTGlzdFRvb2xzUmVzcG9uc2USTgoLRXhlY3V0ZVRvb2wSHi5hZ2VudHJ0LnYxLkV4ZWN1dGVUb29sUmVxdWVzdBofLmFnZW50cnQudjEuRXhlY3V0ZVRvb2xSZXNwb25zZRJiChFTdHJlYW1FeGVjdXRlVG9vbBIkLmFnZW50cnQudjEuU3RyZWFtRXhlY3V0ZVRvb2xSZXF1ZXN0GiUuYWdlbnRydC52MS5TdHJlYW1FeGVjdXRlVG9vbFJlc3BvbnNlMAESUQoMR2V0RXhlY3V0aW9uEh8uYWdlbnRydC52MS5HZXRFeGVjdXRpb25SZXF1ZXN0GiAuYWdlbnRydC52MS5HZXRFeGVjdXRpb25SZXNwb25zZRJaCg9DYW5jZWxFeGVjdXRpb24SIi5hZ2VudHJ0LnYxLkNhbmNlbEV4ZWN1dGlvblJlcXVlc3QaIy5hZ2VudHJ0LnYxLkNhbmNlbEV4ZWN1dGlvblJlc3BvbnNlElQKDUNyZWF0ZVNhbmRib3gSIC5hZ2VudHJ0LnYxLkNyZWF0ZVNhbmRib3hSZXF1ZXN0GiEuYWdlbnRydC52MS5DcmVhdGVTYW5kYm94UmVzcG9uc2USSwoKR2V0U2FuZGJveBIdLmFnZW50cnQudjEuR2V0U2FuZGJveFJlcXVlc3QaHi5hZ2VudHJ0LnYxLkdldFNhbmRib3hSZXNwb25zZRJOCgtTdG9wU2FuZGJveBIeLmFnZW50cnQudjEuU3RvcFNhbmRib3hSZXF1ZXN0Gh8uYWdlbnRydC52MS5TdG9wU2FuZGJveFJlc3BvbnNlElcKDkRlc3Ryb3lTYW5kYm94EiEuYWdlbnRydC52MS5EZXN0cm95U2FuZGJveFJlcXVlc3QaIi5hZ2VudHJ0LnYxLkRlc3Ryb3lTYW5kYm94UmVzcG9uc2USXAoPVXBsb2FkV29ya3NwYWNlEiIuYWdlbnRydC52MS5VcGxvYWRXb3Jrc3BhY2VSZXF1ZXN0GiMuYWdlbnRydC52MS5VcGxvYWRXb3Jrc3BhY2VSZXNwb25zZSgBEmIKEURvd25sb2FkV29ya3NwYWNlEiQuYWdlbnRydC52MS5Eb3dubG9hZFdvcmtzcGFjZVJlcXVlc3QaJS5hZ2VudHJ0LnYxLkRvd25sb2FkV29ya3NwYWNlUmVzcG9uc2UwAWIGcHJvdG8z", [file_agentrt_v1_common, file_google_protobuf_duration]);
 
 /**
  * Sandbox describes one sandbox.
@@ -161,6 +161,16 @@ export type ExecuteToolRequest = Message<"agentrt.v1.ExecuteToolRequest"> & {
    * @generated from field: agentrt.v1.CommandPolicy command_policy = 7;
    */
   commandPolicy?: CommandPolicy | undefined;
+
+  /**
+   * Which execution of the call this is: 0 for the first; an explicit re-run (a
+   * reconciliation answered "run it again") sends 1, 2, ... Each attempt is its own
+   * journal record, so a repeat of an attempt answers from its record while a new attempt
+   * runs the call once more. 0..1000.
+   *
+   * @generated from field: int32 attempt = 8;
+   */
+  attempt: number;
 };
 
 /**
@@ -303,6 +313,13 @@ export type GetExecutionRequest = Message<"agentrt.v1.GetExecutionRequest"> & {
    * @generated from field: string call_id = 2;
    */
   callId: string;
+
+  /**
+   * The attempt (see ExecuteToolRequest.attempt); 0 = the first.
+   *
+   * @generated from field: int32 attempt = 3;
+   */
+  attempt: number;
 };
 
 /**
@@ -339,6 +356,79 @@ export type GetExecutionResponse = Message<"agentrt.v1.GetExecutionResponse"> & 
  */
 export const GetExecutionResponseSchema: GenMessage<GetExecutionResponse> = /*@__PURE__*/
   messageDesc(file_agentrt_v1_tool_service, 9);
+
+/**
+ * CancelExecutionRequest is the request of CancelExecution.
+ *
+ * @generated from message agentrt.v1.CancelExecutionRequest
+ */
+export type CancelExecutionRequest = Message<"agentrt.v1.CancelExecutionRequest"> & {
+  /**
+   * The run.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * The call.
+   *
+   * @generated from field: string call_id = 2;
+   */
+  callId: string;
+
+  /**
+   * The attempt (see ExecuteToolRequest.attempt); 0 = the first.
+   *
+   * @generated from field: int32 attempt = 3;
+   */
+  attempt: number;
+
+  /**
+   * Why, recorded in the result's details (at most 256 characters).
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message agentrt.v1.CancelExecutionRequest.
+ * Use `create(CancelExecutionRequestSchema)` to create a new message.
+ */
+export const CancelExecutionRequestSchema: GenMessage<CancelExecutionRequest> = /*@__PURE__*/
+  messageDesc(file_agentrt_v1_tool_service, 10);
+
+/**
+ * CancelExecutionResponse is the response of CancelExecution.
+ *
+ * @generated from message agentrt.v1.CancelExecutionResponse
+ */
+export type CancelExecutionResponse = Message<"agentrt.v1.CancelExecutionResponse"> & {
+  /**
+   * The record's state after the cancel: FINISHED when the call ended here (killed,
+   * already finished, or never started); STARTED when it runs in another replica, which
+   * kills it at its next heartbeat.
+   *
+   * @generated from field: agentrt.v1.ExecutionState state = 1;
+   */
+  state: ExecutionState;
+
+  /**
+   * The recorded result when FINISHED: the call's own when it had finished before the
+   * cancel, else INTERRUPTED (killed while it ran) or NOT_EXECUTED (never started).
+   *
+   * @generated from field: agentrt.v1.ToolResult result = 2;
+   */
+  result?: ToolResult | undefined;
+};
+
+/**
+ * Describes the message agentrt.v1.CancelExecutionResponse.
+ * Use `create(CancelExecutionResponseSchema)` to create a new message.
+ */
+export const CancelExecutionResponseSchema: GenMessage<CancelExecutionResponse> = /*@__PURE__*/
+  messageDesc(file_agentrt_v1_tool_service, 11);
 
 /**
  * SandboxLimits bounds what commands in a sandbox may use.
@@ -380,7 +470,7 @@ export type SandboxLimits = Message<"agentrt.v1.SandboxLimits"> & {
  * Use `create(SandboxLimitsSchema)` to create a new message.
  */
 export const SandboxLimitsSchema: GenMessage<SandboxLimits> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 10);
+  messageDesc(file_agentrt_v1_tool_service, 12);
 
 /**
  * CreateSandboxRequest is the request of CreateSandbox.
@@ -452,7 +542,7 @@ export type CreateSandboxRequest = Message<"agentrt.v1.CreateSandboxRequest"> & 
  * Use `create(CreateSandboxRequestSchema)` to create a new message.
  */
 export const CreateSandboxRequestSchema: GenMessage<CreateSandboxRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 11);
+  messageDesc(file_agentrt_v1_tool_service, 13);
 
 /**
  * CreateSandboxResponse is the response of CreateSandbox.
@@ -473,7 +563,7 @@ export type CreateSandboxResponse = Message<"agentrt.v1.CreateSandboxResponse"> 
  * Use `create(CreateSandboxResponseSchema)` to create a new message.
  */
 export const CreateSandboxResponseSchema: GenMessage<CreateSandboxResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 12);
+  messageDesc(file_agentrt_v1_tool_service, 14);
 
 /**
  * GetSandboxRequest is the request of GetSandbox.
@@ -494,7 +584,7 @@ export type GetSandboxRequest = Message<"agentrt.v1.GetSandboxRequest"> & {
  * Use `create(GetSandboxRequestSchema)` to create a new message.
  */
 export const GetSandboxRequestSchema: GenMessage<GetSandboxRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 13);
+  messageDesc(file_agentrt_v1_tool_service, 15);
 
 /**
  * GetSandboxResponse is the response of GetSandbox.
@@ -515,7 +605,7 @@ export type GetSandboxResponse = Message<"agentrt.v1.GetSandboxResponse"> & {
  * Use `create(GetSandboxResponseSchema)` to create a new message.
  */
 export const GetSandboxResponseSchema: GenMessage<GetSandboxResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 14);
+  messageDesc(file_agentrt_v1_tool_service, 16);
 
 /**
  * StopSandboxRequest is the request of StopSandbox.
@@ -536,7 +626,7 @@ export type StopSandboxRequest = Message<"agentrt.v1.StopSandboxRequest"> & {
  * Use `create(StopSandboxRequestSchema)` to create a new message.
  */
 export const StopSandboxRequestSchema: GenMessage<StopSandboxRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 15);
+  messageDesc(file_agentrt_v1_tool_service, 17);
 
 /**
  * StopSandboxResponse is the response of StopSandbox.
@@ -557,7 +647,7 @@ export type StopSandboxResponse = Message<"agentrt.v1.StopSandboxResponse"> & {
  * Use `create(StopSandboxResponseSchema)` to create a new message.
  */
 export const StopSandboxResponseSchema: GenMessage<StopSandboxResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 16);
+  messageDesc(file_agentrt_v1_tool_service, 18);
 
 /**
  * DestroySandboxRequest is the request of DestroySandbox.
@@ -578,7 +668,7 @@ export type DestroySandboxRequest = Message<"agentrt.v1.DestroySandboxRequest"> 
  * Use `create(DestroySandboxRequestSchema)` to create a new message.
  */
 export const DestroySandboxRequestSchema: GenMessage<DestroySandboxRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 17);
+  messageDesc(file_agentrt_v1_tool_service, 19);
 
 /**
  * DestroySandboxResponse is the response of DestroySandbox.
@@ -593,7 +683,7 @@ export type DestroySandboxResponse = Message<"agentrt.v1.DestroySandboxResponse"
  * Use `create(DestroySandboxResponseSchema)` to create a new message.
  */
 export const DestroySandboxResponseSchema: GenMessage<DestroySandboxResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 18);
+  messageDesc(file_agentrt_v1_tool_service, 20);
 
 /**
  * WorkspaceTarget names a workspace (and a directory in it) for archive transfers: a
@@ -639,7 +729,7 @@ export type WorkspaceTarget = Message<"agentrt.v1.WorkspaceTarget"> & {
  * Use `create(WorkspaceTargetSchema)` to create a new message.
  */
 export const WorkspaceTargetSchema: GenMessage<WorkspaceTarget> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 19);
+  messageDesc(file_agentrt_v1_tool_service, 21);
 
 /**
  * UploadWorkspaceRequest is one message of UploadWorkspace's stream.
@@ -667,7 +757,7 @@ export type UploadWorkspaceRequest = Message<"agentrt.v1.UploadWorkspaceRequest"
  * Use `create(UploadWorkspaceRequestSchema)` to create a new message.
  */
 export const UploadWorkspaceRequestSchema: GenMessage<UploadWorkspaceRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 20);
+  messageDesc(file_agentrt_v1_tool_service, 22);
 
 /**
  * UploadWorkspaceResponse is the response of UploadWorkspace.
@@ -695,7 +785,7 @@ export type UploadWorkspaceResponse = Message<"agentrt.v1.UploadWorkspaceRespons
  * Use `create(UploadWorkspaceResponseSchema)` to create a new message.
  */
 export const UploadWorkspaceResponseSchema: GenMessage<UploadWorkspaceResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 21);
+  messageDesc(file_agentrt_v1_tool_service, 23);
 
 /**
  * DownloadWorkspaceRequest is the request of DownloadWorkspace.
@@ -723,7 +813,7 @@ export type DownloadWorkspaceRequest = Message<"agentrt.v1.DownloadWorkspaceRequ
  * Use `create(DownloadWorkspaceRequestSchema)` to create a new message.
  */
 export const DownloadWorkspaceRequestSchema: GenMessage<DownloadWorkspaceRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 22);
+  messageDesc(file_agentrt_v1_tool_service, 24);
 
 /**
  * DownloadWorkspaceResponse is one chunk of the archive (at most 1 MiB).
@@ -744,7 +834,7 @@ export type DownloadWorkspaceResponse = Message<"agentrt.v1.DownloadWorkspaceRes
  * Use `create(DownloadWorkspaceResponseSchema)` to create a new message.
  */
 export const DownloadWorkspaceResponseSchema: GenMessage<DownloadWorkspaceResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 23);
+  messageDesc(file_agentrt_v1_tool_service, 25);
 
 /**
  * SandboxBackend selects how commands are isolated.
@@ -907,6 +997,21 @@ export const ToolService: GenService<{
     methodKind: "unary";
     input: typeof GetExecutionRequestSchema;
     output: typeof GetExecutionResponseSchema;
+  },
+  /**
+   * CancelExecution kills a call that is running (in this process or another replica of
+   * the service) and journals it INTERRUPTED; a call that has not started is journaled
+   * NOT_EXECUTED so a late ExecuteTool never starts it. The one way besides the caller's
+   * own deadline to stop a command: a caller that goes away (its process dies, its
+   * connection drops, it cancels the RPC) leaves the call running to its end, journaled,
+   * and a repeat of (run_id, call_id, attempt) attaches to it (DESIGN "A run, end to end" 3).
+   *
+   * @generated from rpc agentrt.v1.ToolService.CancelExecution
+   */
+  cancelExecution: {
+    methodKind: "unary";
+    input: typeof CancelExecutionRequestSchema;
+    output: typeof CancelExecutionResponseSchema;
   },
   /**
    * CreateSandbox creates (or adopts) a sandbox for a run or a session.

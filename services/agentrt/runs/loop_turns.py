@@ -1,0 +1,287 @@
+"""The phases of one turn: input, the model half, the tool phase, the save point (004 §2.1–§2.3a).
+
+- `_model_turn`: render the context, stream the model (model_delta events are
+  provisional), decide, log the response before anything acts on it (tool turns write it
+  with the tool phase's first save, before any tool runs; its event is held until then);
+  an overflow goes to `_recover_overflow`.
+- `_tool_phase`: plan the calls; a call that waits pauses the whole turn; otherwise run
+  them (runs/batch.py) while honouring a cancel, a shutdown and the time budget; a side
+  effect the tool service's death interrupted suspends the run for a reconciliation.
+- `_save_turn`: the session batch where its request was built (docs/decisions/0003),
+  with the injected input it consumes and the turn's diagnostics, then the save point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Any
+
+from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
+from agentrt.runs import reconcile
+from agentrt.runs import turn as turnmod
+from agentrt.runs.agents import Limits, command_policies, offered_specs
+from agentrt.runs.batch import Abandoned, BatchResult, BatchStop, execute_calls
+from agentrt.runs.convert import call_out, kind_out, response_in
+from agentrt.runs.loop_core import Interrupted, b64
+from agentrt.runs.loop_housekeeping import Housekeeping
+from agentrt.runs.persistence import (
+    attach_diagnostics,
+    injected_entry,
+    input_entry,
+    repair_session,
+    turn_entries,
+    write_batch,
+)
+from agentrt.runs.tools_phase import pending_calls, plan_calls
+from agentrt.runs.turn import ContextOverflow, RunFailed
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+
+#: Why a killed tool batch ended, as its results say.
+CANCELLED, OUT_OF_TIME = "run cancelled", "the run's time budget ran out"
+#: Injection kinds consumed at a save point that continues, and at a final output (004 §2.11b).
+AT_SAVE_POINT = ("steer", "next_turn")
+AT_FINAL = ("steer", "follow_up")
+
+
+class TurnSteps(Housekeeping):
+    """The phases of a turn (see the module docstring)."""
+
+    def _recorded_response(self, recorded: dict[str, dict[str, Any]]) -> cpb.ModelResponse | None:
+        payload = recorded.get("model_responded")
+        if payload is None:
+            return None
+        return cpb.ModelResponse.FromString(base64.b64decode(payload["response"]))
+
+    def _decide(self, turn: int, response: cpb.ModelResponse) -> Decision:
+        single = self.r.agent.tool_call_mode == pb.TOOL_CALL_MODE_SINGLE
+        return decide(
+            response_in(response), single_call=single, call_id=lambda i: mint_call_id(self.r.run_id, turn, i)
+        )
+
+    async def _repair(self) -> None:
+        """Close the dangling calls other writers left on the session (004 §2.5h)."""
+        r = self.r
+        fixed = await self._interruptible(
+            repair_session(self.deps.peers, r.tenant, r.session_id, offered_specs(r.agent))
+        )
+        if fixed:
+            r.session_last_seq = max(r.session_last_seq, max(e.seq for e in fixed))
+            self._diagnose(
+                "session_repaired", f"{len(fixed)} interrupted tool call(s) of the session were closed."
+            )
+
+    async def _persist_input(self) -> None:
+        r = self.r
+        entry = input_entry(r.run_id, r.agent.name, r.input)
+        written = await write_batch(self.deps.peers, r.tenant, r.session_id, [entry], r.session_last_seq)
+        self._wrote(written.stored)
+        self._publish(items_persisted=pb.ItemsPersisted(last_seq=written.last_seq, entries=written.count))
+        await self._save(
+            "input_persisted", {"session_seq": written.last_seq}, session_last_seq=written.last_seq
+        )
+
+    async def _model_turn(self, turn: int, limits: Limits) -> tuple[cpb.ModelResponse, Decision]:
+        r = self.r
+        self._publish(turn_started=pb.TurnStarted(turn=turn))
+        self.r.phase = cpb.RUN_PHASE_PLANNING  # announced on every turn, not only on a change
+        self._publish(phase_changed=pb.PhaseChanged(phase=cpb.RUN_PHASE_PLANNING))
+        while True:
+            context = await self._interruptible(self._read_context())
+            self._request_at = (self._context.last_seq, self._context.leaf)
+            request = turnmod.build_request(r.agent, r.run_id, r.tenant, context)
+            try:
+                final = await self._interruptible(
+                    turnmod.stream_model(
+                        self.deps.peers,
+                        r.tenant,
+                        request,
+                        lambda text: self._publish(model_delta=pb.ModelDelta(text=text)),
+                    )
+                )
+            except ContextOverflow as exc:
+                if await self._recover_overflow(turn, limits, exc, context):
+                    continue  # the same turn again, on the compacted context; no turn spent
+                raise RunFailed(turnmod.overflow_failure(exc, r.overflow_retries)) from exc
+            break
+        response = final.response
+        if final.retries:
+            wait_ms = int(final.queue_wait.ToNanoseconds() / 1e6)
+            self._diagnose(
+                "model_retry",
+                f"The model call succeeded after {final.retries} retr{'y' if final.retries == 1 else 'ies'}.",
+                retries=final.retries,
+                queue_wait_ms=wait_ms,
+            )
+        decision = self._decide(turn, response)
+        self._publish(
+            model_responded=pb.ModelResponded(
+                response=response,
+                decision=kind_out(decision.kind),  # type: ignore[arg-type]
+                reason=decision.reason,
+            )
+        )
+        seq, leaf = self._request_at
+        payload = {
+            "turn": turn,
+            "response": b64(response),
+            "decision": str(decision.kind),
+            "context_seq": seq,
+            "context_leaf": leaf,
+        }
+        usage = turnmod.add_usage(r.usage, response.usage)
+        self._last_usage, self._bytes_since = response.usage, 0
+        if decision.kind == DecisionKind.TOOL_CALLS and decision.calls:
+            # Written with the tool phase's first save, before any tool runs; the event
+            # is held until then, so no subscriber sees a response that is not recorded.
+            self._defer("model_responded", payload, usage=usage)
+        else:
+            # A final answer or refusal goes to the session next: the response must be on
+            # record first, or a takeover could ask again and log a different one.
+            await self._save("model_responded", payload, usage=usage)
+            self.deps.crash("after_model_responded")
+        return response, decision
+
+    async def _tool_phase(
+        self, turn: int, decision: Decision, limits: Limits, *, announced: bool = False
+    ) -> BatchResult | None:
+        """Run the turn's calls, or suspend the run when one waits for an answer.
+
+        `announced` is True when the log holds this turn's tools_started: its tool_called
+        events were stored in that same transaction, so a takeover re-sending the calls
+        publishes only their tool_returned, and a viewer sees each call started once.
+
+        Returns:
+            The batch (every call's result, in call order), or None when the run suspended.
+        """
+        r = self.r
+        specs = {s.name: s for s in offered_specs(r.agent)}
+        budget = limits.max_tool_calls - r.tool_calls if limits.max_tool_calls else None
+        policies = command_policies(r.agent)
+        planned = plan_calls(decision.calls, specs, set(r.always_approved), r.answers, budget, policies)
+        waiting = pending_calls(planned)
+        if waiting:
+            await self._suspend(turn, waiting, pb.SUSPENSION_REASON_PENDING_CALLS)
+            return None
+        self._phase(cpb.RUN_PHASE_EXECUTING_TOOLS)
+        if not announced:
+            for p in planned:
+                self._publish(tool_called=pb.ToolCalled(call=call_out(p.call)))
+        await self._save(
+            "tools_started", {"turn": turn, "calls": [p.call.call_id for p in planned if p.runs]}
+        )
+        self.deps.crash("after_model_responded")
+        batch = await self._watch(
+            execute_calls(
+                planned,
+                peers=self.deps.peers,
+                tenant=r.tenant,
+                run_id=r.run_id,
+                workspace=r.workspace,
+                concurrency=limits.concurrency,
+                on_result=lambda res: self._publish(tool_returned=pb.ToolReturned(result=res)),
+                on_progress=lambda call_id, stream, text: self._publish(
+                    tool_progressed=pb.ToolProgressed(call_id=call_id, stream=stream, text=text)
+                ),
+                stop=(stop := BatchStop()),
+                attempts={p.call.call_id: r.attempt_of(p.call.call_id) for p in planned},
+            ),
+            stop,
+        )
+        calls = [p.call for p in planned]
+        if not batch.killed:
+            pending = reconcile.waiting(calls, batch.results, specs, r.answers)
+            if pending:
+                await self._suspend(turn, pending, pb.SUSPENSION_REASON_RECONCILIATION)
+                return None
+        for i, (call, result) in enumerate(zip(calls, batch.results, strict=True)):
+            if reconcile.interrupted_by_service(result) and reconcile.safe_to_rerun(specs.get(call.name)):
+                batch.results[i] = reconcile.rerun_safe_result(result)
+            if result.status == cpb.TOOL_RESULT_STATUS_TIMED_OUT:
+                self._diagnose(
+                    "tool_timeout", f"{call.name} timed out; the model was told.", call_id=call.call_id
+                )
+        self._defer(
+            "tools_finished",
+            {"turn": turn, "results": [b64(x) for x in batch.results]},
+            tool_calls=r.tool_calls + sum(1 for p in planned if p.runs),
+        )
+        return batch
+
+    async def _watch(self, work: Any, stop: BatchStop) -> BatchResult:
+        """Await a tool batch while honouring a stop and the time budget (004 §2.9, §2.11b)."""
+        batch = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        left = self.r.deadline_s - time.time() if self.r.deadline_s else None
+        try:
+            await asyncio.wait({batch, stopping}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if not batch.done():
+                if not self._stopping.is_set():
+                    stop.kill(OUT_OF_TIME)
+                elif self.stop_reason == "cancel":
+                    stop.kill(CANCELLED)
+                else:
+                    stop.abandon()  # shutdown or lease lost: the calls run on, journaled
+            return await batch
+        except Abandoned:
+            raise Interrupted() from None
+        finally:
+            stopping.cancel()
+            if not batch.done():
+                batch.cancel()
+
+    async def _save_turn(
+        self,
+        turn: int,
+        response: cpb.ModelResponse,
+        decision: Decision,
+        results: list[cpb.ToolResult],
+        consume: tuple[str, ...],
+    ) -> bool:
+        """Write the turn's batch and reach the save point (004 §2.3a).
+
+        Returns True when injected input that extends a finishing run was consumed.
+        """
+        r = self.r
+        queued = [i for i in await self.deps.store.pending_input(r.run_id) if i.get("kind") in consume]
+        entries = turn_entries(r.run_id, turn, r.agent.name, response, decision, results)
+        entries += [injected_entry(r.run_id, turn, r.agent.name, i["text"], i["id"]) for i in queued]
+        attach_diagnostics(entries, self._unbatched)
+        seq, leaf = self._request_at
+        written = await write_batch(
+            self.deps.peers, r.tenant, r.session_id, entries, seq, request_leaf=leaf or None
+        )
+        self.deps.crash("after_session_write")
+        self._unbatched = []
+        self._wrote(written.stored)
+        if written.branched:
+            self._diagnose(
+                "session_branched",
+                f"{len(written.branched)} entr{'y' if len(written.branched) == 1 else 'ies'} another writer "
+                "appended during the turn stay on a sibling branch; the turn was written where its request "
+                "was built (docs/decisions/0003).",
+                foreign_entry_ids=written.branched,
+            )
+        self._publish(items_persisted=pb.ItemsPersisted(last_seq=written.last_seq, entries=written.count))
+        errors = r.consecutive_error_turns
+        if results:
+            failed = [x.is_error and x.status != cpb.TOOL_RESULT_STATUS_DENIED for x in results]
+            errors = errors + 1 if all(failed) else 0
+        self._bytes_since += sum(len(x.content.encode()) for x in results)
+        consumed = written.injected  # what the session holds, not what this attempt meant to write
+        await self._save(
+            "turn_persisted",
+            {"turn": turn, "session_seq": written.last_seq, "entries": written.count, "injected": consumed},
+            turns=turn,
+            session_last_seq=written.last_seq,
+            consecutive_error_turns=errors,
+            answers=pb.ResumeRunRequest(),
+            pending=[],
+            _drop_inputs=consumed,
+        )
+        return (
+            any(i.get("kind") in ("steer", "follow_up") and i["id"] in consumed for i in queued)
+            and decision.kind == DecisionKind.FINAL
+        )

@@ -1,0 +1,1 @@
+"""Alembic revisions of the run loop, oldest first by `down_revision`."""

@@ -1,0 +1,272 @@
+"""Crashes, proven by kill -9 of real processes on PostgreSQL (issue 9 acceptance).
+
+The chaos matrix: the runs process is killed with SIGKILL right after `model_responded` is
+seen, while a side-effecting command runs (it appends a line to a file), right after
+`tool_returned`, during an approval pause, and at a crash point no event shows (after the
+session write of a turn, before its save point); once with a restart of the one replica and
+once with a second replica taking over. In every cell: the emulator received each model
+request exactly once, each line is in the file exactly once, the session has no duplicate
+and no call without its result, the run completes, and the client following the run across
+the crash (reconnecting from its last seq) never sees a seq come back as another event.
+
+Then: a client connected while runs dies mid model stream, during tools and after a save
+point gets every event once or an explicit gap; and the tools service killed mid-command
+makes the run suspend for a reconciliation, after which "run it again" runs the command
+exactly once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import grpc
+import pytest
+from chaos_helpers import (
+    ChaosMesh,
+    Follower,
+    Replica,
+    check_session,
+    drop_databases,
+    new_port,
+    session_entries,
+    start_chaos_mesh,
+)
+from e2e_helpers import STATE_TIMEOUT
+
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import run_service_pb2_grpc as pb_grpc
+from agentrt.v1 import tool_service_pb2 as tpb
+from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
+from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
+from tests.needs import unavailable
+from tests.stores import pg_reachable
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+POINTS = ("model_responded", "tool_running", "tool_returned", "approval", "after_session_write")
+
+
+class Cells:
+    """The emulator's responder: per cell (named in the run's input), a tool turn then an answer."""
+
+    def __init__(self) -> None:
+        self.slow: set[str] = set()
+
+    def __call__(self, path: str, body):
+        text = json.dumps(body)
+        cell = next((c for c in text.split("cell:")[1:2]), "").split("\\")[0].split('"')[0]
+        if not cell:
+            return None
+        if "function_call_output" in text:
+            return Reply(text=f"finished {cell}")
+        cmd = f"echo start-{cell} >> starts.txt; sleep 1.5; echo line-{cell} >> lines.txt; echo ok-{cell}"
+        reply = Reply(
+            text=f"running {cell}", tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))]
+        )
+        if cell in self.slow:
+            reply.chunk_chars, reply.event_delay = 2, 0.05
+        return reply
+
+
+def _requests_of(emu: ProviderEmulator, cell: str) -> list[str]:
+    return [json.dumps(b, sort_keys=True) for p, b in emu.requests if f"cell:{cell}" in json.dumps(b)]
+
+
+@pytest.fixture(scope="module")
+def chaos(tmp_path_factory):
+    if not asyncio.run(pg_reachable()):
+        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
+    root = tmp_path_factory.mktemp("chaos")
+    emu = ProviderEmulator()
+    emu.responder = Cells()
+    mesh = start_chaos_mesh(root, emu)
+    try:
+        yield mesh
+    finally:
+        mesh.close()
+        emu.close()
+        asyncio.run(drop_databases(mesh.databases))
+
+
+async def _start(address: str, cell: str, workspace: Path, approval: bool) -> pb.StartRunResponse:
+    agent = pb.AgentSpec(
+        model=cpb.ModelRef(provider="openai", model="gpt-test"),
+        tools=[pb.AgentTool(name="exec_command", needs_approval=True if approval else None)],
+        limits=pb.AgentLimits(max_turns=4),
+    )
+    async with grpc.aio.insecure_channel(address) as channel:
+        return await pb_grpc.RunServiceStub(channel).StartRun(
+            pb.StartRunRequest(agent=agent, input=f"do cell:{cell}", workspace=str(workspace))
+        )
+
+
+async def _until(predicate, what: str) -> None:
+    async def poll() -> None:
+        while not await predicate():
+            await asyncio.sleep(0.05)
+
+    try:
+        await asyncio.wait_for(poll(), STATE_TIMEOUT)
+    except TimeoutError as exc:
+        raise AssertionError(f"timed out waiting for {what}") from exc
+
+
+async def _get_run(addresses: list[str], run_id: str) -> pb.Run:
+    for address in addresses:
+        try:
+            async with grpc.aio.insecure_channel(address) as channel:
+                return (await pb_grpc.RunServiceStub(channel).GetRun(pb.GetRunRequest(run_id=run_id))).run
+        except grpc.aio.AioRpcError:
+            continue
+    raise AssertionError("no runs replica answered")
+
+
+@pytest.mark.parametrize("mode", ["restart", "second"])
+@pytest.mark.parametrize("point", POINTS)
+async def test_chaos_matrix(chaos: ChaosMesh, tmp_path, point: str, mode: str):
+    cell = f"{point}-{mode}".replace("_", "")
+    a = chaos.replicas["a"]
+    if point == "after_session_write":  # a replica that kills itself at that point
+        chaos.kill(a)
+        a = chaos.restart(a, {"AGENTRT_RUNS_CRASH_POINTS": "after_session_write"})
+    b = chaos.replicas.get("b")
+    if mode == "second" and (b is None or b.proc is None or b.proc.poll() is not None):
+        b = chaos.spawn("runs", "b", new_port(), {"AGENTRT_RUNS_REPLICA_ID": "b"})
+    workspace = tmp_path / "ws"
+    started = await _start(a.address, cell, workspace, approval=point == "approval")
+    follower = Follower(started.run_id)
+    tools = tpb_grpc.ToolServiceStub(grpc.aio.insecure_channel(chaos.tools))
+
+    if point == "tool_running":
+        await follower.follow(a.address, until="tool_called")
+        call_id = follower.order[-1].tool_called.call.call_id
+
+        async def running() -> bool:
+            got = await tools.GetExecution(tpb.GetExecutionRequest(run_id=started.run_id, call_id=call_id))
+            return got.state == tpb.EXECUTION_STATE_STARTED and (workspace / "starts.txt").exists()
+
+        await _until(running, "the command to run")
+        chaos.kill(a)
+    elif point == "after_session_write":  # nothing shows it: the replica dies on its own
+        await follower.follow(a.address)
+        assert a.proc is not None and a.proc.wait(STATE_TIMEOUT) == -9
+    else:
+        until = {"approval": "run_suspended"}.get(point, point)
+        await follower.follow(a.address, until=until)
+        chaos.kill(a)
+
+    survivor = chaos.restart(a) if mode == "restart" else b
+    assert survivor is not None
+    if point == "approval":
+        run = await _get_run([survivor.address], started.run_id)
+        assert run.status == cpb.RUN_STATUS_SUSPENDED
+        async with grpc.aio.insecure_channel(survivor.address) as channel:
+            await pb_grpc.RunServiceStub(channel).ResumeRun(
+                pb.ResumeRunRequest(
+                    run_id=started.run_id,
+                    decisions=[pb.ApprovalDecision(call_id=run.pending_calls[0].call.call_id, approved=True)],
+                )
+            )
+    await follower.to_the_end([survivor.address])
+    # the next cell starts on a live, plain replica a
+    chaos.replicas["a"] = survivor if mode == "restart" else chaos.restart(a)
+
+    run = await _get_run([survivor.address], started.run_id)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, (point, mode, run.failure)
+    assert run.final_output == f"finished {cell}"
+    asked = _requests_of(chaos.emu, cell)
+    assert len(asked) == 2 and len(set(asked)) == 2, f"model requests of {cell}: {len(asked)}"
+    assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+    entries = await session_entries(chaos.sessions, started.session_id)
+    check_session(entries)
+    results = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+    assert [r.status for r in results] == [cpb.TOOL_RESULT_STATUS_OK] and results[0].content == f"ok-{cell}\n"
+    assert follower.order[-1].WhichOneof("payload") == "stream_end"
+
+
+@pytest.mark.parametrize("point", ["model_delta", "tool_running", "items_persisted"])
+async def test_a_subscriber_across_a_kill_sees_every_event_once_or_a_gap(
+    chaos: ChaosMesh, tmp_path, point: str
+):
+    cell = f"sub{point}".replace("_", "")
+    chaos.emu.responder.slow.add(cell)
+    a = chaos.replicas["a"]
+    workspace = tmp_path / "ws"
+    started = await _start(a.address, cell, workspace, approval=False)
+    follower = Follower(started.run_id)
+    if point == "tool_running":
+        await follower.follow(a.address, until="tool_called")
+        await _until(lambda: asyncio.sleep(0, (workspace / "starts.txt").exists()), "the command to run")
+    else:
+        await follower.follow(a.address, until=point)
+    chaos.kill(a)
+    survivor = chaos.restart(a)
+    chaos.replicas["a"] = survivor
+    await follower.to_the_end([survivor.address])
+    run = await _get_run([survivor.address], started.run_id)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    seqs = [e.seq for e in follower.order]
+    assert seqs == sorted(set(seqs))  # every event once, in order; no seq twice (Follower checks content)
+    for gap in follower.gaps:
+        assert gap.next > gap.last_good and gap.dropped > 0
+    assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+
+
+async def test_tools_killed_mid_command_suspends_for_reconciliation_then_runs_once_more(
+    chaos: ChaosMesh, tmp_path
+):
+    a = chaos.replicas["a"]
+    cmd = "echo ran >> lines.txt; test -e marker || { touch marker; sleep 60; }; echo finished"
+    cell = "toolskill"
+
+    def responder(path: str, body):
+        text = json.dumps(body)
+        if f"cell:{cell}" not in text:
+            return base(path, body)
+        if "function_call_output" in text:
+            return Reply(text="reconciled")
+        return Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))])
+
+    base = chaos.emu.responder
+    chaos.emu.responder = responder
+    try:
+        workspace = tmp_path / "ws"
+        started = await _start(a.address, cell, workspace, approval=False)
+        await _until(lambda: asyncio.sleep(0, (workspace / "marker").exists()), "the command to run")
+        tools_pid = chaos.mesh.pids["tools"]
+        chaos.kill(Replica("tools", chaos.tools, None, tools_pid))
+        chaos.spawn("tools", "tools-2", int(chaos.tools.rsplit(":", 1)[1]))
+        await _until(
+            lambda: _status(a.address, started.run_id, cpb.RUN_STATUS_SUSPENDED),
+            "the run to wait for a reconciliation",
+        )
+        run = await _get_run([a.address], started.run_id)
+        assert run.suspension_reason == pb.SUSPENSION_REASON_RECONCILIATION
+        pending = run.pending_calls[0]
+        assert pending.kind == pb.PENDING_CALL_KIND_RECONCILIATION
+        async with grpc.aio.insecure_channel(a.address) as channel:
+            await pb_grpc.RunServiceStub(channel).ResumeRun(
+                pb.ResumeRunRequest(
+                    run_id=started.run_id,
+                    reconciliations=[
+                        pb.Reconciliation(
+                            call_id=pending.call.call_id, action=pb.RECONCILIATION_ACTION_RUN_AGAIN
+                        )
+                    ],
+                )
+            )
+        await _until(
+            lambda: _status(a.address, started.run_id, cpb.RUN_STATUS_COMPLETED), "the run to complete"
+        )
+        assert (workspace / "lines.txt").read_text() == "ran\nran\n"  # exactly once more
+        assert len(_requests_of(chaos.emu, cell)) == 2
+        check_session(await session_entries(chaos.sessions, started.session_id))
+    finally:
+        chaos.emu.responder = base
+
+
+async def _status(address: str, run_id: str, status: int) -> bool:
+    return (await _get_run([address], run_id)).status == status

@@ -1,0 +1,152 @@
+"""Run control survives crashes; diagnostics and the time budget (issue 9; 004 §2.11b, §2.11d, §2.9).
+
+- Input injected while a turn is in flight is never lost on takeover: what the dead
+  replica wrote to the session counts as consumed, nothing else does.
+- Pending input is readable on GetRun, and reported (not dropped) when a run ends.
+- What a run survived reaches its events, its Run and the turn's last session entry.
+- The time budget holds while tools run and while the run is suspended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import grpc
+
+from agentrt.mesh.config import ServerConfig
+from agentrt.runs.config import RunsConfig
+from agentrt.runs.server import build_server as build_runs
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import run_service_pb2_grpc as pb_grpc
+from tests.emulators.providers import ErrorReply, Reply, ToolCallReply
+from tests.service.runs.harness import WAIT_S, agent, start_mesh
+from tests.service.runs.test_runs_takeover import until
+
+
+def _user_texts(entries) -> list[str]:
+    return [
+        e.item.message.content[0].text.text
+        for e in entries
+        if e.item.HasField("message") and e.item.message.role == cpb.ROLE_USER
+    ]
+
+
+async def test_input_injected_before_a_lost_save_point_is_delivered_once(start_server, tmp_path, emulator):
+    mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
+    emulator.script(
+        [
+            Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "sleep 0.5; echo ok"}))]),
+            Reply(text="done"),
+            Reply(text="done after the second note"),
+        ]
+    )
+    died = asyncio.Event()
+    manager = mesh.runs_server.manager
+
+    def die_after_the_session_write(point: str) -> None:
+        if point == "after_session_write" and not died.is_set():
+            died.set()
+            manager._loop_task.cancel()  # the replica is gone: no lease renewal, no save
+            raise asyncio.CancelledError()
+
+    manager.deps.crash = die_after_the_session_write
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=agent(), input="go", workspace=os.path.join(mesh.work, "inject"))
+    )
+    await mesh.events(started.run_id, until="tool_called")
+    steer = pb.INJECTION_KIND_STEER
+    await mesh.runs.InjectInput(pb.InjectInputRequest(run_id=started.run_id, text="first note", kind=steer))
+    await asyncio.wait_for(died.wait(), WAIT_S)
+    # arrives after the session holds the turn with "first note", before anything recorded it
+    await mesh.runs.InjectInput(pb.InjectInputRequest(run_id=started.run_id, text="second note", kind=steer))
+    pending = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run.pending_input
+    assert [p.text for p in pending] == ["first note", "second note"]  # readable while queued
+    assert all(p.kind == steer and p.id for p in pending)
+
+    replica_b = build_runs(
+        RunsConfig(
+            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
+            gateway_address=mesh.addresses["gateway"],
+            tools_address=mesh.addresses["tools"],
+            sessions_address=mesh.addresses["sessions"],
+            tasks_address="",
+            lease_seconds=0.6,
+            replica_id="replica-b",
+        )
+    )
+    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+
+    async def completed() -> bool:
+        run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+        return run.status == cpb.RUN_STATUS_COMPLETED
+
+    await until(completed, "replica b to finish the run")
+    run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert list(run.pending_input) == []
+    texts = _user_texts(await mesh.entries(started.session_id))
+    assert texts.count("first note") == 1 and texts.count("second note") == 1
+    assert run.final_output == "done after the second note"
+
+
+async def test_pending_input_is_reported_when_a_run_ends(mesh):
+    mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "echo hi"}')])])
+    spec = agent(tools=[pb.AgentTool(name="exec_command", needs_approval=True)])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="go"))
+    await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED)
+    await mesh.runs.InjectInput(
+        pb.InjectInputRequest(run_id=started.run_id, text="too late", kind=pb.INJECTION_KIND_NEXT_TURN)
+    )
+    run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert [p.text for p in run.pending_input] == ["too late"]
+    await mesh.runs.CancelRun(pb.CancelRunRequest(run_id=started.run_id))
+    events = await mesh.events(started.run_id)
+    done = next(e.run_completed for e in events if e.WhichOneof("payload") == "run_completed")
+    assert [p.text for p in done.unconsumed_input] == ["too late"]
+    run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert [p.text for p in run.pending_input] == ["too late"]  # still readable: never dropped
+
+
+async def test_a_provider_retry_is_a_diagnostic_on_events_run_and_session(mesh):
+    mesh.emu.script([ErrorReply(status=500), Reply(text="answer after a retry")])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
+    retry = [d for d in run.diagnostics if d.code == "model_retry"]
+    assert len(retry) == 1 and retry[0].turn == 1 and json.loads(retry[0].details_json)["retries"] == 1
+    events = await mesh.events(started.run_id)
+    assert [e.diagnostic.code for e in events if e.WhichOneof("payload") == "diagnostic"] == ["model_retry"]
+    entries = await mesh.entries(started.session_id)
+    extra = json.loads(entries[-1].display.extra_json)
+    assert [d["code"] for d in extra["diagnostics"]] == ["model_retry"]
+
+
+async def test_the_time_budget_holds_while_tools_run(mesh):
+    mesh.emu.script(
+        [Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 60"}')]), Reply(text="never")]
+    )
+    spec = agent(limits=pb.AgentLimits(time_budget={"seconds": 1}))
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=spec, input="go", workspace=os.path.join(mesh.work, "budget"))
+    )
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_FAILED, cpb.RUN_STATUS_COMPLETED)
+    assert run.status == cpb.RUN_STATUS_FAILED and run.failure.kind == "timeout"
+    results = [
+        e.item.tool_result for e in await mesh.entries(started.session_id) if e.item.HasField("tool_result")
+    ]
+    assert len(results) == 1 and results[0].content.startswith("Cancelled while running")
+
+
+async def test_the_time_budget_holds_while_suspended(start_server, tmp_path, emulator):
+    mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.3)
+    emulator.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "echo hi"}')])])
+    spec = agent(
+        tools=[pb.AgentTool(name="exec_command", needs_approval=True)],
+        limits=pb.AgentLimits(time_budget={"nanos": 500_000_000}),
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="go"))
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_FAILED)
+    assert run.failure.kind == "timeout" and run.failure.retryable
+    events = await mesh.events(started.run_id)
+    assert events[-1].WhichOneof("payload") == "stream_end"
