@@ -32,11 +32,12 @@ import uuid
 from agentrt.core.errors import MeshError
 from agentrt.gateway.limiter import AdaptiveTokenLimiter, LimiterKey, LimiterSettings, build_limiter
 from agentrt.gateway.limiter.memory import MemoryStore
+from tests.stores import PG_URL, REDIS_URL
 
 STORES = {
     "memory": "",
-    "postgres": "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
-    "redis": "redis://127.0.0.1:6379/0",
+    "postgres": PG_URL,
+    "redis": REDIS_URL,
 }
 KEY = LimiterKey("bench", "openai", "gpt-bench")
 WINDOW = 2.0

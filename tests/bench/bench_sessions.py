@@ -31,8 +31,9 @@ from agentrt.sessions.server import build_server
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
+from tests.stores import PG_DSN, PG_URL
 
-PG = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+PG = PG_URL
 
 
 def _entry(i: int) -> pb.Entry:
@@ -104,7 +105,7 @@ async def _bench(url: str) -> dict:
 
 async def _pg_up() -> bool:
     try:
-        conn = await asyncio.wait_for(asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test"), 5)
+        conn = await asyncio.wait_for(asyncpg.connect(PG_DSN), 5)
     except (OSError, asyncpg.PostgresError, TimeoutError):
         return False
     await conn.close()
