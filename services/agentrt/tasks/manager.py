@@ -22,7 +22,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid, missing, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
-from agentrt.tasks.attempts import Attempts
 from agentrt.tasks.domain import (
     Task,
     TaskStatus,
@@ -31,10 +30,11 @@ from agentrt.tasks.domain import (
     not_retryable,
     retry_input,
 )
-from agentrt.tasks.launch import Deps, Launcher, detached, launch_failure
-from agentrt.tasks.stop import Stopper, StopResult
-from agentrt.tasks.store import Replay
-from agentrt.tasks.tree import Trees
+from agentrt.tasks.lifecycle.attempts import Attempts
+from agentrt.tasks.lifecycle.launch import Deps, Launcher, detached, launch_failure
+from agentrt.tasks.lifecycle.stop import Stopper, StopResult
+from agentrt.tasks.lifecycle.tree import Trees
+from agentrt.tasks.storage.store import Replay
 from agentrt.v1 import task_service_pb2 as pb
 
 _KIND_RE = re.compile(r"^[A-Za-z0-9_.:-]{0,64}$")

@@ -19,18 +19,18 @@ from dataclasses import dataclass
 from agentrt.client.channels import MeshClient
 from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
-from agentrt.tasks.attempts import Attempts
 from agentrt.tasks.config import TasksConfig
-from agentrt.tasks.delivery import Deliverer
-from agentrt.tasks.hub import Hub
-from agentrt.tasks.launch import Deps
+from agentrt.tasks.delivery.notify import Deliverer
+from agentrt.tasks.lifecycle.attempts import Attempts
+from agentrt.tasks.lifecycle.hub import Hub
+from agentrt.tasks.lifecycle.launch import Deps
+from agentrt.tasks.lifecycle.tree import Trees
 from agentrt.tasks.manager import TaskManager
-from agentrt.tasks.migrate import upgrade
 from agentrt.tasks.peers import Peers
 from agentrt.tasks.servicer import TaskServicer
-from agentrt.tasks.store import TaskStore
-from agentrt.tasks.store_upkeep import UpkeepStore
-from agentrt.tasks.tree import Trees
+from agentrt.tasks.storage.migrate import upgrade
+from agentrt.tasks.storage.store import TaskStore
+from agentrt.tasks.storage.upkeep import UpkeepStore
 from agentrt.v1 import task_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.TaskService"

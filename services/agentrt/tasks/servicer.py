@@ -15,8 +15,8 @@ from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import current_tenant
 from agentrt.mesh.durations import seconds_of
 from agentrt.tasks.domain import Task, TaskStatus
+from agentrt.tasks.lifecycle.stop import StopResult
 from agentrt.tasks.manager import TaskManager
-from agentrt.tasks.stop import StopResult
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import task_service_pb2 as pb
 from agentrt.v1 import task_service_pb2_grpc as pb_grpc

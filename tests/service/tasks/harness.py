@@ -26,8 +26,8 @@ from agentrt.runs.config import RunsConfig
 from agentrt.runs.server import build_server as build_runs
 from agentrt.tasks.config import TasksConfig
 from agentrt.tasks.domain import Task, TaskStatus, new_launch_id
-from agentrt.tasks.migrate import upgrade
 from agentrt.tasks.server import TaskServer, build_server
+from agentrt.tasks.storage.migrate import upgrade
 from agentrt.v1 import run_service_pb2 as rpb
 from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import task_service_pb2 as pb

@@ -7,7 +7,7 @@ import time
 from google.protobuf import duration_pb2
 
 from agentrt.core.tasknote import parse_notification
-from agentrt.tasks.delivery import notification_entry
+from agentrt.tasks.delivery.notify import notification_entry
 from agentrt.tasks.peers import ref
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import session_service_pb2 as spb

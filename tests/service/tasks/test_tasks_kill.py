@@ -27,7 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.cli.up import free_ports
 from agentrt.mesh.db import Database
-from agentrt.tasks.store import TaskStore
+from agentrt.tasks.storage.store import TaskStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as rpb
 from agentrt.v1 import task_service_pb2 as pb

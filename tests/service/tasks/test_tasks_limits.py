@@ -14,7 +14,7 @@ from agentrt.mesh.db import Database
 from agentrt.mesh.status import reason_of
 from agentrt.tasks.domain import Limits
 from agentrt.tasks.manager import TaskManager
-from agentrt.tasks.store import TaskStore
+from agentrt.tasks.storage.store import TaskStore
 from agentrt.v1 import run_service_pb2 as rpb
 from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import task_service_pb2 as pb

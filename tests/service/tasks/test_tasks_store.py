@@ -18,10 +18,10 @@ from alembic.migration import MigrationContext
 from agentrt.core.errors import MeshError
 from agentrt.mesh.db import Database
 from agentrt.tasks.domain import Failure, Outcome, Task, TaskStatus, new_launch_id
-from agentrt.tasks.migrate import upgrade
-from agentrt.tasks.models import metadata
-from agentrt.tasks.store import Replay, TaskStore
-from agentrt.tasks.store_upkeep import CLAIMED, UpkeepStore
+from agentrt.tasks.storage.migrate import upgrade
+from agentrt.tasks.storage.models import metadata
+from agentrt.tasks.storage.store import Replay, TaskStore
+from agentrt.tasks.storage.upkeep import CLAIMED, UpkeepStore
 from tests.service.tasks.harness import BACKENDS, tasks_db_url
 
 FAILED = Outcome(TaskStatus.FAILED, failure=Failure("k", "boom"))

@@ -17,7 +17,7 @@
   last asked the session store whether the parent still exists.
 
 Times are integer microseconds since the Unix epoch. Schema changes go through Alembic
-(agentrt/tasks/migrations); `metadata` here is what the migrations must produce.
+(agentrt/tasks/storage/migrations); `metadata` here is what the migrations must produce.
 """
 
 from __future__ import annotations

@@ -29,10 +29,10 @@ import time
 from agentrt.core.errors import MeshError, Status
 from agentrt.core.tasknote import TaskLine, format_notification
 from agentrt.tasks.domain import Task, TaskStatus
-from agentrt.tasks.launch import Deps
+from agentrt.tasks.lifecycle.launch import Deps
+from agentrt.tasks.lifecycle.tree import Trees
 from agentrt.tasks.peers import is_gone, ref
-from agentrt.tasks.store_upkeep import CLAIMED
-from agentrt.tasks.tree import Trees
+from agentrt.tasks.storage.upkeep import CLAIMED
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import session_service_pb2 as spb
 

@@ -16,4 +16,4 @@ async def upgrade(db: Database, revision: str = "head") -> None:
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the database refused a migration step.
     """
-    await migrate.upgrade(db, MIGRATIONS_DIR, "agentrt.tasks.migrations", revision)
+    await migrate.upgrade(db, MIGRATIONS_DIR, "agentrt.tasks.storage.migrations", revision)

@@ -31,9 +31,9 @@ import time
 
 from agentrt.core.errors import MeshError, Reason, Status, not_found
 from agentrt.core.tasknote import summarize
-from agentrt.tasks.attempts import Attempts
 from agentrt.tasks.domain import Outcome, Task, TaskStatus
-from agentrt.tasks.launch import Deps, outcome_of
+from agentrt.tasks.lifecycle.attempts import Attempts
+from agentrt.tasks.lifecycle.launch import Deps, outcome_of
 from agentrt.tasks.peers import is_finished, is_gone
 from agentrt.v1 import common_pb2 as cpb
 

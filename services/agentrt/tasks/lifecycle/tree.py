@@ -25,8 +25,8 @@ import logging
 import time
 
 from agentrt.core.errors import MeshError
-from agentrt.tasks.attempts import Attempts
-from agentrt.tasks.launch import Deps, spawn_background
+from agentrt.tasks.lifecycle.attempts import Attempts
+from agentrt.tasks.lifecycle.launch import Deps, spawn_background
 from agentrt.tasks.peers import is_gone
 
 log = logging.getLogger("agentrt.tasks")

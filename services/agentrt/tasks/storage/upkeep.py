@@ -28,7 +28,18 @@ import sqlalchemy as sa
 from agentrt.core.ids import new_id
 from agentrt.mesh.db import Database
 from agentrt.tasks.domain import LIVE, Failure, Task, TaskStatus
-from agentrt.tasks.rows import Lost, P, T, bump, failure_json, key_of, parent_key, to_task, transition, us
+from agentrt.tasks.storage.rows import (
+    Lost,
+    P,
+    T,
+    bump,
+    failure_json,
+    key_of,
+    parent_key,
+    to_task,
+    transition,
+    us,
+)
 
 _LIVE = [str(s) for s in LIVE]
 #: delivery_base_seq of a delivery a deliverer claimed before reading the parent's last seq.

@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 from agentrt.core.errors import MeshError, Status
 from agentrt.tasks.config import TasksConfig
 from agentrt.tasks.domain import Failure, Outcome, Task, TaskStatus
-from agentrt.tasks.hub import Hub
+from agentrt.tasks.lifecycle.hub import Hub
 from agentrt.tasks.peers import Peers
-from agentrt.tasks.store import TaskStore
-from agentrt.tasks.store_upkeep import UpkeepStore
+from agentrt.tasks.storage.store import TaskStore
+from agentrt.tasks.storage.upkeep import UpkeepStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as rpb
 

@@ -32,7 +32,14 @@ from collections.abc import Iterator
 from agentrt.core.errors import MeshError
 from agentrt.core.tasknote import summarize
 from agentrt.tasks.domain import Failure, Outcome, Task, TaskStatus, new_launch_id
-from agentrt.tasks.launch import LABEL_LAUNCH, Deps, Launcher, launch_failure, outcome_of, spawn_background
+from agentrt.tasks.lifecycle.launch import (
+    LABEL_LAUNCH,
+    Deps,
+    Launcher,
+    launch_failure,
+    outcome_of,
+    spawn_background,
+)
 from agentrt.tasks.peers import is_gone
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as rpb

@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.tasks.domain import Failure, Task, TaskStatus
-from agentrt.tasks.models import ParentRow, TaskRow
+from agentrt.tasks.storage.models import ParentRow, TaskRow
 
 T = cast(sa.Table, TaskRow.__table__)
 P = cast(sa.Table, ParentRow.__table__)

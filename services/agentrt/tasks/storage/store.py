@@ -42,7 +42,7 @@ from agentrt.tasks.domain import (
     retry_conflict,
     task_limit,
 )
-from agentrt.tasks.rows import (
+from agentrt.tasks.storage.rows import (
     Lost,
     T,
     bump,

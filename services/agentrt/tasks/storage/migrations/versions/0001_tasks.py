@@ -29,7 +29,7 @@ _TASK_INDEXES = {
 
 
 def upgrade() -> None:
-    """Create the two tables and their indexes (see agentrt.tasks.models)."""
+    """Create the two tables and their indexes (see agentrt.tasks.storage.models)."""
     op.create_table(
         "task_parents",
         sa.Column("tenant", sa.String(64), nullable=False),

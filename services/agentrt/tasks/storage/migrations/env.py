@@ -4,6 +4,6 @@ The version table is the service's own (`alembic_version_tasks`).
 """
 
 from agentrt.mesh.migrate import run_env
-from agentrt.tasks.models import metadata
+from agentrt.tasks.storage.models import metadata
 
 run_env(metadata, "alembic_version_tasks")

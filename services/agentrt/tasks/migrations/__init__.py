@@ -1,1 +1,0 @@
-"""Alembic migrations of the task manager's tables (run by `agentrt.tasks.migrate`)."""

@@ -1,0 +1,1 @@
+"""The task manager's storage: its tables, their compare-and-set transitions, their migrations."""
