@@ -38,7 +38,7 @@ SERVICES = ("runs", "gateway", "tools", "sessions", "tasks")
 PEERS: dict[str, tuple[str, ...]] = {
     "runs": ("gateway", "tools", "sessions", "tasks"),
     "gateway": (),
-    "tools": (),
+    "tools": ("tasks",),
     "sessions": (),
     "tasks": ("runs", "sessions"),
 }

@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid, missing, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
+from agentrt.tasks.callers import Callers
 from agentrt.tasks.domain import (
     Task,
     TaskStatus,
@@ -69,6 +70,7 @@ class TaskManager:
         self.attempts = attempts
         self.trees = trees
         self.stopper = Stopper(deps, attempts)
+        self.callers = Callers(deps.peers)
 
     @property
     def launcher(self) -> Launcher:
@@ -92,7 +94,7 @@ class TaskManager:
     # -- spawn ---------------------------------------------------------------------------------
 
     def _validate_spawn(self, req: pb.SpawnTaskRequest) -> None:
-        _id(req.parent_session_id, "parent_session_id")
+        _id(req.parent_session_id, "parent_session_id")  # filled from parent_run_id by Callers
         _id(req.parent_run_id, "parent_run_id", required=False)
         if not req.input.strip():
             raise missing("input")

@@ -75,11 +75,19 @@ class TaskServicer(pb_grpc.TaskServiceServicer):
             )
         return current_tenant()
 
+    async def _scoped(self, tenant: str, task_id: str, caller_run_id: str) -> None:
+        """Refuse a task tool's request for a task that serves another session (NOT_FOUND)."""
+        if caller_run_id:
+            task = await self.manager.task(tenant, task_id)
+            await self.manager.callers.scope(tenant, task.parent_session_id, task.task_id, caller_run_id)
+
     async def SpawnTask(
         self, request: pb.SpawnTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.SpawnTaskResponse:
         """Create a task and start its first run (see TaskManager.spawn for every error)."""
-        task, held = await self.manager.spawn(self._gate(), request)
+        tenant = self._gate()
+        request = await self.manager.callers.resolve_spawn(tenant, request)
+        task, held = await self.manager.spawn(tenant, request)
         return pb.SpawnTaskResponse(task=task_message(task), held_delivery_id=held)
 
     async def GetTask(
@@ -92,6 +100,7 @@ class TaskServicer(pb_grpc.TaskServiceServicer):
         """
         tenant = self._gate()
         wait = seconds_of(request.wait, "wait")  # malformed (mixed signs, nanos range) refused
+        await self._scoped(tenant, request.task_id, request.caller_run_id)
         task, held = await self.manager.get(tenant, request.task_id, wait, request.hold_delivery)
         return pb.GetTaskResponse(task=task_message(task), held_delivery_id=held)
 
@@ -110,15 +119,19 @@ class TaskServicer(pb_grpc.TaskServiceServicer):
         self, request: pb.RetryTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.RetryTaskResponse:
         """Reopen a failed task (see TaskManager.retry for every error)."""
-        task, launched, held = await self.manager.retry(self._gate(), request.task_id, request.hold_delivery)
+        tenant = self._gate()
+        await self._scoped(tenant, request.task_id, request.caller_run_id)
+        task, launched, held = await self.manager.retry(tenant, request.task_id, request.hold_delivery)
         return pb.RetryTaskResponse(task=task_message(task), launched=launched, held_delivery_id=held)
 
     async def StopTask(
         self, request: pb.StopTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.StopTaskResponse:
         """Stop a task and say what the stop did (see TaskManager.stop for every error)."""
+        tenant = self._gate()
+        await self._scoped(tenant, request.task_id, request.caller_run_id)
         outcome, task, held = await self.manager.stop(
-            self._gate(), request.task_id, request.reason, request.hold_delivery
+            tenant, request.task_id, request.reason, request.hold_delivery
         )
         return pb.StopTaskResponse(outcome=_OUTCOME[outcome], task=task_message(task), held_delivery_id=held)
 

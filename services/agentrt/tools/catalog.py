@@ -2,7 +2,8 @@
 
 A `ToolDef` is data: name, description, JSON Schema of the arguments, and the capability
 fields the run loop reads directly (read_only, retry_safe, needs_approval, timeout,
-sequential, deferred). Behaviour lives in `executor.py`; nothing here runs anything.
+sequential, deferred). Behaviour lives in `executor.py` (the task tools' in `tasks.py`,
+a client of TaskService); nothing here runs anything.
 exec_command advertises `session_id` only when persistent shells are enabled (§2.7k):
 `builtin(shells=False)` offers the plain schema, since a tool must not offer a field it
 would ignore (and strict mode would force the model to spell "no session" every call).
@@ -140,7 +141,94 @@ APPLY_PATCH = ToolDef(
     timeout_seconds=30.0,
 )
 
-BUILTIN: tuple[ToolDef, ...] = (EXEC_COMMAND, READ_FILE, WRITE_FILE, LIST_FILES, APPLY_PATCH)
+_TASK_ID = {"type": "string", "description": "The task's id (tsk_...), as spawn_task returned it."}
+
+#: The task tools (004 §2.13): the model's four verbs for background work, served by
+#: TaskService (`tools/tasks.py` calls it). Limits are the task service's: depth 1 (a task
+#: cannot spawn tasks), 6 live tasks per session, 3 attempts, 300-character summaries.
+SPAWN_TASK = ToolDef(
+    name="spawn_task",
+    description=(
+        "Start a background task: a sub-agent (this agent, unless another registered agent is named) "
+        "works on `input` in a session of its own while you keep going. Returns the task's id at once. "
+        "When it ends, its result arrives as a [task notification] message; task_status reads it "
+        "sooner. At most 6 tasks run at once per conversation; a task cannot spawn tasks."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "input": {"type": "string", "description": "What the task should do, as complete instructions."},
+            "label": {"type": "string", "description": "A short name for displays (at most 200 characters)."},
+            "agent": {"type": "string", "description": "A registered agent to run instead of this one."},
+        },
+        "required": ["input"],
+        "additionalProperties": False,
+    },
+    retry_safe=True,  # the call id is the spawn's idempotency key
+    timeout_seconds=60.0,
+)
+
+TASK_STATUS = ToolDef(
+    name="task_status",
+    description=(
+        "Look at a background task: its status (working, input_required, completed, failed, "
+        "canceled), attempt and, once it ended, its full result. With wait_seconds (at most 120) it "
+        "waits for a working task to end first."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "task_id": _TASK_ID,
+            "wait_seconds": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 120,
+                "description": "Wait up to this many seconds for the task to end (default 0).",
+            },
+        },
+        "required": ["task_id"],
+        "additionalProperties": False,
+    },
+    read_only=True,
+    retry_safe=True,
+    timeout_seconds=180.0,
+)
+
+TASK_RETRY = ToolDef(
+    name="task_retry",
+    description=(
+        "Run a failed background task again, in its own session (it continues where the failed "
+        "attempt stopped). A task has at most 3 attempts."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"task_id": _TASK_ID},
+        "required": ["task_id"],
+        "additionalProperties": False,
+    },
+    timeout_seconds=60.0,
+)
+
+TASK_STOP = ToolDef(
+    name="task_stop",
+    description="Stop a background task; says what the stop did (canceled, or it had already ended).",
+    parameters={
+        "type": "object",
+        "properties": {
+            "task_id": _TASK_ID,
+            "reason": {"type": "string", "description": "Why, for the record (at most 500 characters)."},
+        },
+        "required": ["task_id"],
+        "additionalProperties": False,
+    },
+    retry_safe=True,
+    timeout_seconds=90.0,
+)
+
+TASK_TOOLS: tuple[ToolDef, ...] = (SPAWN_TASK, TASK_STATUS, TASK_RETRY, TASK_STOP)
+TASK_TOOL_NAMES = frozenset(t.name for t in TASK_TOOLS)
+
+BUILTIN: tuple[ToolDef, ...] = (EXEC_COMMAND, READ_FILE, WRITE_FILE, LIST_FILES, APPLY_PATCH, *TASK_TOOLS)
 BY_NAME: dict[str, ToolDef] = {tool.name: tool for tool in BUILTIN}
 
 #: exec_command as advertised when persistent shells are enabled (004 §2.7k).

@@ -102,6 +102,8 @@ class ToolsConfig:
         policy_deny: the service's own deny patterns.
         max_archive_bytes: largest archive UploadWorkspace accepts, bytes (as sent,
             compressed or not); also the most file content it unpacks.
+        tasks_address: "host:port" of TaskService, which the task tools (spawn_task,
+            task_status, task_retry, task_stop) call; "" leaves them refusing every call.
     """
 
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -124,6 +126,7 @@ class ToolsConfig:
     policy_allow: tuple[str, ...] = ()
     policy_deny: tuple[str, ...] = ()
     max_archive_bytes: int = 256 * 1024**2
+    tasks_address: str = f"127.0.0.1:{DEFAULT_PORTS['tasks']}"
 
     def __post_init__(self) -> None:
         """Validate values that would otherwise fail deep inside a call.
@@ -158,7 +161,11 @@ class ToolsConfig:
 
     @classmethod
     def from_env(
-        cls, port: int | None = None, db_url: str | None = None, sandbox: str | None = None
+        cls,
+        port: int | None = None,
+        db_url: str | None = None,
+        sandbox: str | None = None,
+        tasks: str | None = None,
     ) -> ToolsConfig:
         """Build from flags, falling back to the environment.
 
@@ -171,6 +178,7 @@ class ToolsConfig:
         Shells: AGENTRT_TOOLS_SHELLS (1|0), AGENTRT_TOOLS_MAX_SHELLS,
         AGENTRT_TOOLS_MAX_SHELLS_PER_TENANT, AGENTRT_TOOLS_SHELL_IDLE_SECONDS.
         AGENTRT_TOOLS_MAX_PROCESSES: RLIMIT_NPROC of a command (`CommandLimits.processes`).
+        AGENTRT_TASKS_ADDR (or `tasks`, the --tasks-addr flag): TaskService, for the task tools.
 
         Raises:
             ValueError: a variable holds a value of the wrong kind.
@@ -201,6 +209,7 @@ class ToolsConfig:
             policy_allow=_patterns("TOOLS_POLICY_ALLOW"),
             policy_deny=_patterns("TOOLS_POLICY_DENY"),
             max_archive_bytes=int(env("TOOLS_MAX_ARCHIVE_BYTES", str(256 * 1024**2))),
+            tasks_address=tasks or env("TASKS_ADDR", f"127.0.0.1:{DEFAULT_PORTS['tasks']}"),
         )
 
 

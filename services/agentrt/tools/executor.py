@@ -45,7 +45,7 @@ from agentrt.core.policy import CommandPolicy, check_exec_args
 from agentrt.tools import args as A
 from agentrt.tools import files
 from agentrt.tools.args import ArgError, CallInput
-from agentrt.tools.catalog import BY_NAME, EXEC_COMMAND, ToolDef
+from agentrt.tools.catalog import BY_NAME, EXEC_COMMAND, TASK_TOOL_NAMES, ToolDef
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.patch import apply_patch
 from agentrt.tools.paths import PathRefused, resolve_dir
@@ -55,6 +55,7 @@ from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, ExecContext
 from agentrt.tools.shell.pool import Shells
 from agentrt.tools.store import FINISHED, STARTED, CallKey, ExecRecord, ToolStore, utcnow
+from agentrt.tools.tasks import TaskTools
 
 log = logging.getLogger("agentrt.tools")
 
@@ -199,10 +200,16 @@ class ToolExecutor:
     """Executes calls through the journal (see the module docstring)."""
 
     def __init__(
-        self, config: ToolsConfig, store: ToolStore, runner: LocalSandbox, sandboxes: SandboxManager
+        self,
+        config: ToolsConfig,
+        store: ToolStore,
+        runner: LocalSandbox,
+        sandboxes: SandboxManager,
+        task_tools: TaskTools | None = None,
     ) -> None:
-        """Wire the executor to its journal, its command runner and the sandbox manager."""
+        """Wire the executor to its journal, its command runner, the sandbox manager and TaskService."""
         self.config = config
+        self.task_tools = task_tools
         self.store = store
         self.runner = runner
         self.sandboxes = sandboxes
@@ -313,6 +320,7 @@ class ToolExecutor:
         if tool.read_only or early is not None:
             outcome = early or await self._run(tool, inp, ctx, deadline, emit)
             if await self.store.record(key, tool.name, fp, self.owner, outcome):
+                await self._journaled(tenant, outcome)
                 return outcome, False
             record = await self.store.get(key)
             return (record.outcome if record and record.outcome else outcome), True
@@ -353,7 +361,8 @@ class ToolExecutor:
         deadline: float | None,
     ) -> None:
         """Run the call to its end and journal it; owned by the executor, not a request."""
-        beat = asyncio.create_task(self._heartbeat(key, flight)) if tool is EXEC_COMMAND else None
+        beats = tool is EXEC_COMMAND or tool.name in TASK_TOOL_NAMES
+        beat = asyncio.create_task(self._heartbeat(key, flight)) if beats else None
         try:
             try:
                 outcome = await self._run(tool, inp, ctx, deadline, flight.emit)
@@ -391,6 +400,7 @@ class ToolExecutor:
                 flight.done.set_exception(exc)
                 return
             await self._close(key, outcome)
+            await self._journaled(key.tenant, outcome)
             flight.done.set_result(outcome)
         finally:
             if beat is not None:
@@ -398,6 +408,11 @@ class ToolExecutor:
             self._inflight.pop(key, None)
             if not flight.done.done():
                 flight.done.set_exception(_not_run())
+
+    async def _journaled(self, tenant: str, outcome: Outcome) -> None:
+        """After a call's outcome is journaled: a task result it hands the model is delivered."""
+        if self.task_tools is not None:
+            await self.task_tools.acknowledge(tenant, outcome)
 
     async def _close(self, key: CallKey, outcome: Outcome) -> None:
         if not await self.store.finish(key, self.owner, outcome):
@@ -540,6 +555,8 @@ class ToolExecutor:
             args = A.decode_object(inp.call)
             if tool is EXEC_COMMAND:
                 outcome = await self._exec_command(args, inp, ctx, cap, deadline, emit)
+            elif tool.name in TASK_TOOL_NAMES:
+                outcome = await self._task_tool(ctx.tenant, inp, args)
             elif tool.name == "read_file":
                 outcome = await asyncio.to_thread(files.read_file, ws, args, cap)
             elif tool.name == "write_file":
@@ -556,6 +573,13 @@ class ToolExecutor:
             outcome = refused(f"{tool.name}: {exc.strerror or exc}", "OS_ERROR")
         outcome.duration_seconds = time.monotonic() - started
         return outcome
+
+    async def _task_tool(self, tenant: str, inp: ExecuteInput, args: dict) -> Outcome:
+        if self.task_tools is None:
+            return refused(
+                f"{inp.call.name}: this tool service has no task service configured", "NO_TASK_SERVICE"
+            )
+        return await self.task_tools.run(tenant, inp.run_id, inp.call.call_id, inp.call.name, args)
 
     def _exec_refusal(self, args: dict, inp: ExecuteInput) -> Outcome | None:
         """Why exec_command refuses these decoded arguments (None: they may run).

@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 
+from agentrt.client.channels import MeshClient
 from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
 from agentrt.tools.config import SANDBOX_UNCONFINED, ToolsConfig
@@ -25,6 +26,7 @@ from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.servicer import ToolServicer
 from agentrt.tools.store import ToolStore
+from agentrt.tools.tasks import TaskTools
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.ToolService"
@@ -50,7 +52,10 @@ def build_server(config: ToolsConfig) -> MeshServer:
     store = ToolStore(db)
     runner = LocalSandbox(config.sandbox, config.max_progress_bytes, config.bwrap_path)
     sandboxes = SandboxManager(config, store, runner)
-    executor = ToolExecutor(config, store, runner, sandboxes)
+    task_tools = None
+    if config.tasks_address:
+        task_tools = TaskTools(MeshClient(tasks=config.tasks_address, token=config.server.auth_token))
+    executor = ToolExecutor(config, store, runner, sandboxes, task_tools)
     servicer = ToolServicer(executor, sandboxes)
     binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_ToolServiceServicer_to_server(servicer, s))
 
@@ -79,6 +84,8 @@ def build_server(config: ToolsConfig) -> MeshServer:
         await executor.close()  # named shells first: their in-flight commands end in an error
         await runner.close()
         await sandboxes.docker.close()  # kills in-flight docker commands; containers stay
+        if task_tools is not None:
+            await task_tools.close()
         await db.close()
 
     return MeshServer(config.server, [binding], ready=ready, close=close)

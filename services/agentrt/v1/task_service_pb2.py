@@ -28,17 +28,17 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentrt/v1/task_service.proto\x12\nagentrt.v1\x1a\x17\x61gentrt/v1/common.proto\x1a\x1c\x61gentrt/v1/run_service.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x94\x05\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12&\n\x06status\x18\x04 \x01(\x0e\x32\x16.agentrt.v1.TaskStatus\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\r\n\x05label\x18\x06 \x01(\t\x12\x0f\n\x07summary\x18\x07 \x01(\t\x12\x0e\n\x06result\x18\x08 \x01(\t\x12\x12\n\nsession_id\x18\t \x01(\t\x12\x19\n\x11parent_session_id\x18\n \x01(\t\x12\x15\n\rparent_run_id\x18\x0b \x01(\t\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x07\x66\x61ilure\x18\x0e \x01(\x0b\x32\x17.agentrt.v1.FailureInfo\x12\x14\n\x0cmax_attempts\x18\x0f \x01(\x05\x12\r\n\x05state\x18\x10 \x01(\t\x12\x1a\n\x12session_generation\x18\x11 \x01(\x03\x12\x19\n\x11parent_generation\x18\x12 \x01(\x03\x12\r\n\x05\x64\x65pth\x18\x13 \x01(\x05\x12\x15\n\rcontinuations\x18\x14 \x01(\x05\x12\x12\n\nagent_name\x18\x15 \x01(\t\x12\x15\n\ragent_version\x18\x16 \x01(\x05\x12\x11\n\tworkspace\x18\x17 \x01(\t\x12\x0c\n\x04step\x18\x18 \x01(\x05\x12\r\n\x05steps\x18\x19 \x01(\x05\x12\x1b\n\x13pending_delivery_id\x18\x1a \x01(\t\x12\x14\n\x0cnotified_seq\x18\x1b \x01(\x03\x12\x12\n\nchange_seq\x18\x1c \x01(\x03\"\xa2\x02\n\x10SpawnTaskRequest\x12\x19\n\x11parent_session_id\x18\x01 \x01(\t\x12\x15\n\rparent_run_id\x18\x02 \x01(\t\x12\x12\n\nagent_name\x18\x03 \x01(\t\x12\r\n\x05input\x18\x04 \x01(\t\x12\r\n\x05label\x18\x05 \x01(\t\x12\x0c\n\x04kind\x18\x06 \x01(\t\x12\x15\n\ragent_version\x18\x07 \x01(\x05\x12$\n\x05\x61gent\x18\x08 \x01(\x0b\x32\x15.agentrt.v1.AgentSpec\x12\r\n\x05state\x18\t \x01(\t\x12\r\n\x05steps\x18\n \x03(\t\x12\x11\n\tworkspace\x18\x0b \x01(\t\x12\x17\n\x0fidempotency_key\x18\x0c \x01(\t\x12\x15\n\rhold_delivery\x18\r \x01(\x08\"M\n\x11SpawnTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.agentrt.v1.Task\x12\x18\n\x10held_delivery_id\x18\x02 \x01(\t\"a\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\'\n\x04wait\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rhold_delivery\x18\x03 \x01(\x08\"K\n\x0fGetTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.agentrt.v1.Task\x12\x18\n\x10held_delivery_id\x18\x02 \x01(\t\"T\n\x10ListTasksRequest\x12\x19\n\x11parent_session_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"M\n\x11ListTasksResponse\x12\x1f\n\x05tasks\x18\x01 \x03(\x0b\x32\x10.agentrt.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\":\n\x10RetryTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x15\n\rhold_delivery\x18\x02 \x01(\x08\"_\n\x11RetryTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.agentrt.v1.Task\x12\x10\n\x08launched\x18\x02 \x01(\x08\x12\x18\n\x10held_delivery_id\x18\x03 \x01(\t\"I\n\x0fStopTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x15\n\rhold_delivery\x18\x03 \x01(\x08\"v\n\x10StopTaskResponse\x12(\n\x07outcome\x18\x01 \x01(\x0e\x32\x17.agentrt.v1.StopOutcome\x12\x1e\n\x04task\x18\x02 \x01(\x0b\x32\x10.agentrt.v1.Task\x12\x18\n\x10held_delivery_id\x18\x03 \x01(\t\"H\n\x11WatchTasksRequest\x12\x19\n\x11parent_session_id\x18\x01 \x01(\t\x12\x18\n\x10\x61\x66ter_change_seq\x18\x02 \x01(\x03\"4\n\x12WatchTasksResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.agentrt.v1.Task\"<\n\x14\x41\x63kTaskResultRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65livery_id\x18\x02 \x01(\t\"-\n\x15\x41\x63kTaskResultResponse\x12\x14\n\x0c\x61\x63knowledged\x18\x01 \x01(\x08*\xaf\x01\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATUS_WORKING\x10\x01\x12\x1e\n\x1aTASK_STATUS_INPUT_REQUIRED\x10\x02\x12\x19\n\x15TASK_STATUS_COMPLETED\x10\x03\x12\x16\n\x12TASK_STATUS_FAILED\x10\x04\x12\x18\n\x14TASK_STATUS_CANCELED\x10\x05*\xa7\x01\n\x0bStopOutcome\x12\x1c\n\x18STOP_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15STOP_OUTCOME_CANCELED\x10\x01\x12\x1b\n\x17STOP_OUTCOME_AFTER_TURN\x10\x02\x12!\n\x1dSTOP_OUTCOME_ALREADY_FINISHED\x10\x03\x12\x1f\n\x1bSTOP_OUTCOME_FINISHED_FIRST\x10\x04\x32\x9b\x04\n\x0bTaskService\x12H\n\tSpawnTask\x12\x1c.agentrt.v1.SpawnTaskRequest\x1a\x1d.agentrt.v1.SpawnTaskResponse\x12\x42\n\x07GetTask\x12\x1a.agentrt.v1.GetTaskRequest\x1a\x1b.agentrt.v1.GetTaskResponse\x12H\n\tListTasks\x12\x1c.agentrt.v1.ListTasksRequest\x1a\x1d.agentrt.v1.ListTasksResponse\x12H\n\tRetryTask\x12\x1c.agentrt.v1.RetryTaskRequest\x1a\x1d.agentrt.v1.RetryTaskResponse\x12\x45\n\x08StopTask\x12\x1b.agentrt.v1.StopTaskRequest\x1a\x1c.agentrt.v1.StopTaskResponse\x12M\n\nWatchTasks\x12\x1d.agentrt.v1.WatchTasksRequest\x1a\x1e.agentrt.v1.WatchTasksResponse0\x01\x12T\n\rAckTaskResult\x12 .agentrt.v1.AckTaskResultRequest\x1a!.agentrt.v1.AckTaskResultResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentrt/v1/task_service.proto\x12\nagentrt.v1\x1a\x17\x61gentrt/v1/common.proto\x1a\x1c\x61gentrt/v1/run_service.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x94\x05\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12&\n\x06status\x18\x04 \x01(\x0e\x32\x16.agentrt.v1.TaskStatus\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\r\n\x05label\x18\x06 \x01(\t\x12\x0f\n\x07summary\x18\x07 \x01(\t\x12\x0e\n\x06result\x18\x08 \x01(\t\x12\x12\n\nsession_id\x18\t \x01(\t\x12\x19\n\x11parent_session_id\x18\n \x01(\t\x12\x15\n\rparent_run_id\x18\x0b \x01(\t\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x07\x66\x61ilure\x18\x0e \x01(\x0b\x32\x17.agentrt.v1.FailureInfo\x12\x14\n\x0cmax_attempts\x18\x0f \x01(\x05\x12\r\n\x05state\x18\x10 \x01(\t\x12\x1a\n\x12session_generation\x18\x11 \x01(\x03\x12\x19\n\x11parent_generation\x18\x12 \x01(\x03\x12\r\n\x05\x64\x65pth\x18\x13 \x01(\x05\x12\x15\n\rcontinuations\x18\x14 \x01(\x05\x12\x12\n\nagent_name\x18\x15 \x01(\t\x12\x15\n\ragent_version\x18\x16 \x01(\x05\x12\x11\n\tworkspace\x18\x17 \x01(\t\x12\x0c\n\x04step\x18\x18 \x01(\x05\x12\r\n\x05steps\x18\x19 \x01(\x05\x12\x1b\n\x13pending_delivery_id\x18\x1a \x01(\t\x12\x14\n\x0cnotified_seq\x18\x1b \x01(\x03\x12\x12\n\nchange_seq\x18\x1c \x01(\x03\"\xa2\x02\n\x10SpawnTaskRequest\x12\x19\n\x11parent_session_id\x18\x01 \x01(\t\x12\x15\n\rparent_run_id\x18\x02 \x01(\t\x12\x12\n\nagent_name\x18\x03 \x01(\t\x12\r\n\x05input\x18\x04 \x01(\t\x12\r\n\x05label\x18\x05 \x01(\t\x12\x0c\n\x04kind\x18\x06 \x01(\t\x12\x15\n\ragent_version\x18\x07 \x01(\x05\x12$\n\x05\x61gent\x18\x08 \x01(\x0b\x32\x15.agentrt.v1.AgentSpec\x12\r\n\x05state\x18\t \x01(\t\x12\r\n\x05steps\x18\n \x03(\t\x12\x11\n\tworkspace\x18\x0b \x01(\t\x12\x17\n\x0fidempotency_key\x18\x0c \x01(\t\x12\x15\n\rhold_delivery\x18\r \x01(\x08\"M\n\x11SpawnTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.agentrt.v1.Task\x12\x18\n\x10held_delivery_id\x18\x02 \x01(\t\"x\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\'\n\x04wait\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rhold_delivery\x18\x03 \x01(\x08\x12\x15\n\rcaller_run_id\x18\x04 \x01(\t\"K\n\x0fGetTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.agentrt.v1.Task\x12\x18\n\x10held_delivery_id\x18\x02 \x01(\t\"T\n\x10ListTasksRequest\x12\x19\n\x11parent_session_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"M\n\x11ListTasksResponse\x12\x1f\n\x05tasks\x18\x01 \x03(\x0b\x32\x10.agentrt.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"Q\n\x10RetryTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x15\n\rhold_delivery\x18\x02 \x01(\x08\x12\x15\n\rcaller_run_id\x18\x03 \x01(\t\"_\n\x11RetryTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.agentrt.v1.Task\x12\x10\n\x08launched\x18\x02 \x01(\x08\x12\x18\n\x10held_delivery_id\x18\x03 \x01(\t\"`\n\x0fStopTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x15\n\rhold_delivery\x18\x03 \x01(\x08\x12\x15\n\rcaller_run_id\x18\x04 \x01(\t\"v\n\x10StopTaskResponse\x12(\n\x07outcome\x18\x01 \x01(\x0e\x32\x17.agentrt.v1.StopOutcome\x12\x1e\n\x04task\x18\x02 \x01(\x0b\x32\x10.agentrt.v1.Task\x12\x18\n\x10held_delivery_id\x18\x03 \x01(\t\"H\n\x11WatchTasksRequest\x12\x19\n\x11parent_session_id\x18\x01 \x01(\t\x12\x18\n\x10\x61\x66ter_change_seq\x18\x02 \x01(\x03\"4\n\x12WatchTasksResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.agentrt.v1.Task\"<\n\x14\x41\x63kTaskResultRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65livery_id\x18\x02 \x01(\t\"-\n\x15\x41\x63kTaskResultResponse\x12\x14\n\x0c\x61\x63knowledged\x18\x01 \x01(\x08*\xaf\x01\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATUS_WORKING\x10\x01\x12\x1e\n\x1aTASK_STATUS_INPUT_REQUIRED\x10\x02\x12\x19\n\x15TASK_STATUS_COMPLETED\x10\x03\x12\x16\n\x12TASK_STATUS_FAILED\x10\x04\x12\x18\n\x14TASK_STATUS_CANCELED\x10\x05*\xa7\x01\n\x0bStopOutcome\x12\x1c\n\x18STOP_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15STOP_OUTCOME_CANCELED\x10\x01\x12\x1b\n\x17STOP_OUTCOME_AFTER_TURN\x10\x02\x12!\n\x1dSTOP_OUTCOME_ALREADY_FINISHED\x10\x03\x12\x1f\n\x1bSTOP_OUTCOME_FINISHED_FIRST\x10\x04\x32\x9b\x04\n\x0bTaskService\x12H\n\tSpawnTask\x12\x1c.agentrt.v1.SpawnTaskRequest\x1a\x1d.agentrt.v1.SpawnTaskResponse\x12\x42\n\x07GetTask\x12\x1a.agentrt.v1.GetTaskRequest\x1a\x1b.agentrt.v1.GetTaskResponse\x12H\n\tListTasks\x12\x1c.agentrt.v1.ListTasksRequest\x1a\x1d.agentrt.v1.ListTasksResponse\x12H\n\tRetryTask\x12\x1c.agentrt.v1.RetryTaskRequest\x1a\x1d.agentrt.v1.RetryTaskResponse\x12\x45\n\x08StopTask\x12\x1b.agentrt.v1.StopTaskRequest\x1a\x1c.agentrt.v1.StopTaskResponse\x12M\n\nWatchTasks\x12\x1d.agentrt.v1.WatchTasksRequest\x1a\x1e.agentrt.v1.WatchTasksResponse0\x01\x12T\n\rAckTaskResult\x12 .agentrt.v1.AckTaskResultRequest\x1a!.agentrt.v1.AckTaskResultResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentrt.v1.task_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASKSTATUS']._serialized_start=2131
-  _globals['_TASKSTATUS']._serialized_end=2306
-  _globals['_STOPOUTCOME']._serialized_start=2309
-  _globals['_STOPOUTCOME']._serialized_end=2476
+  _globals['_TASKSTATUS']._serialized_start=2200
+  _globals['_TASKSTATUS']._serialized_end=2375
+  _globals['_STOPOUTCOME']._serialized_start=2378
+  _globals['_STOPOUTCOME']._serialized_end=2545
   _globals['_TASK']._serialized_start=166
   _globals['_TASK']._serialized_end=826
   _globals['_SPAWNTASKREQUEST']._serialized_start=829
@@ -46,29 +46,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SPAWNTASKRESPONSE']._serialized_start=1121
   _globals['_SPAWNTASKRESPONSE']._serialized_end=1198
   _globals['_GETTASKREQUEST']._serialized_start=1200
-  _globals['_GETTASKREQUEST']._serialized_end=1297
-  _globals['_GETTASKRESPONSE']._serialized_start=1299
-  _globals['_GETTASKRESPONSE']._serialized_end=1374
-  _globals['_LISTTASKSREQUEST']._serialized_start=1376
-  _globals['_LISTTASKSREQUEST']._serialized_end=1460
-  _globals['_LISTTASKSRESPONSE']._serialized_start=1462
-  _globals['_LISTTASKSRESPONSE']._serialized_end=1539
-  _globals['_RETRYTASKREQUEST']._serialized_start=1541
-  _globals['_RETRYTASKREQUEST']._serialized_end=1599
-  _globals['_RETRYTASKRESPONSE']._serialized_start=1601
-  _globals['_RETRYTASKRESPONSE']._serialized_end=1696
-  _globals['_STOPTASKREQUEST']._serialized_start=1698
-  _globals['_STOPTASKREQUEST']._serialized_end=1771
-  _globals['_STOPTASKRESPONSE']._serialized_start=1773
-  _globals['_STOPTASKRESPONSE']._serialized_end=1891
-  _globals['_WATCHTASKSREQUEST']._serialized_start=1893
-  _globals['_WATCHTASKSREQUEST']._serialized_end=1965
-  _globals['_WATCHTASKSRESPONSE']._serialized_start=1967
-  _globals['_WATCHTASKSRESPONSE']._serialized_end=2019
-  _globals['_ACKTASKRESULTREQUEST']._serialized_start=2021
-  _globals['_ACKTASKRESULTREQUEST']._serialized_end=2081
-  _globals['_ACKTASKRESULTRESPONSE']._serialized_start=2083
-  _globals['_ACKTASKRESULTRESPONSE']._serialized_end=2128
-  _globals['_TASKSERVICE']._serialized_start=2479
-  _globals['_TASKSERVICE']._serialized_end=3018
+  _globals['_GETTASKREQUEST']._serialized_end=1320
+  _globals['_GETTASKRESPONSE']._serialized_start=1322
+  _globals['_GETTASKRESPONSE']._serialized_end=1397
+  _globals['_LISTTASKSREQUEST']._serialized_start=1399
+  _globals['_LISTTASKSREQUEST']._serialized_end=1483
+  _globals['_LISTTASKSRESPONSE']._serialized_start=1485
+  _globals['_LISTTASKSRESPONSE']._serialized_end=1562
+  _globals['_RETRYTASKREQUEST']._serialized_start=1564
+  _globals['_RETRYTASKREQUEST']._serialized_end=1645
+  _globals['_RETRYTASKRESPONSE']._serialized_start=1647
+  _globals['_RETRYTASKRESPONSE']._serialized_end=1742
+  _globals['_STOPTASKREQUEST']._serialized_start=1744
+  _globals['_STOPTASKREQUEST']._serialized_end=1840
+  _globals['_STOPTASKRESPONSE']._serialized_start=1842
+  _globals['_STOPTASKRESPONSE']._serialized_end=1960
+  _globals['_WATCHTASKSREQUEST']._serialized_start=1962
+  _globals['_WATCHTASKSREQUEST']._serialized_end=2034
+  _globals['_WATCHTASKSRESPONSE']._serialized_start=2036
+  _globals['_WATCHTASKSRESPONSE']._serialized_end=2088
+  _globals['_ACKTASKRESULTREQUEST']._serialized_start=2090
+  _globals['_ACKTASKRESULTREQUEST']._serialized_end=2150
+  _globals['_ACKTASKRESULTRESPONSE']._serialized_start=2152
+  _globals['_ACKTASKRESULTRESPONSE']._serialized_end=2197
+  _globals['_TASKSERVICE']._serialized_start=2548
+  _globals['_TASKSERVICE']._serialized_end=3087
 # @@protoc_insertion_point(module_scope)

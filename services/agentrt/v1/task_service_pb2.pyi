@@ -140,14 +140,16 @@ class SpawnTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., held_delivery_id: _Optional[str] = ...) -> None: ...
 
 class GetTaskRequest(_message.Message):
-    __slots__ = ("task_id", "wait", "hold_delivery")
+    __slots__ = ("task_id", "wait", "hold_delivery", "caller_run_id")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
     HOLD_DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    CALLER_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     wait: _duration_pb2.Duration
     hold_delivery: bool
-    def __init__(self, task_id: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., hold_delivery: _Optional[bool] = ...) -> None: ...
+    caller_run_id: str
+    def __init__(self, task_id: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., hold_delivery: _Optional[bool] = ..., caller_run_id: _Optional[str] = ...) -> None: ...
 
 class GetTaskResponse(_message.Message):
     __slots__ = ("task", "held_delivery_id")
@@ -176,12 +178,14 @@ class ListTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RetryTaskRequest(_message.Message):
-    __slots__ = ("task_id", "hold_delivery")
+    __slots__ = ("task_id", "hold_delivery", "caller_run_id")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     HOLD_DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    CALLER_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     hold_delivery: bool
-    def __init__(self, task_id: _Optional[str] = ..., hold_delivery: _Optional[bool] = ...) -> None: ...
+    caller_run_id: str
+    def __init__(self, task_id: _Optional[str] = ..., hold_delivery: _Optional[bool] = ..., caller_run_id: _Optional[str] = ...) -> None: ...
 
 class RetryTaskResponse(_message.Message):
     __slots__ = ("task", "launched", "held_delivery_id")
@@ -194,14 +198,16 @@ class RetryTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., launched: _Optional[bool] = ..., held_delivery_id: _Optional[str] = ...) -> None: ...
 
 class StopTaskRequest(_message.Message):
-    __slots__ = ("task_id", "reason", "hold_delivery")
+    __slots__ = ("task_id", "reason", "hold_delivery", "caller_run_id")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     HOLD_DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    CALLER_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     reason: str
     hold_delivery: bool
-    def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ..., hold_delivery: _Optional[bool] = ...) -> None: ...
+    caller_run_id: str
+    def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ..., hold_delivery: _Optional[bool] = ..., caller_run_id: _Optional[str] = ...) -> None: ...
 
 class StopTaskResponse(_message.Message):
     __slots__ = ("outcome", "task", "held_delivery_id")

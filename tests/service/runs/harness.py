@@ -154,9 +154,18 @@ def agent(provider: str = "openai", **kw: object) -> pb.AgentSpec:
 
 
 async def start_mesh(
-    start_server, tmp_path, emu: ProviderEmulator, *, pg: bool = False, **runs_kw: object
+    start_server,
+    tmp_path,
+    emu: ProviderEmulator,
+    *,
+    pg: bool = False,
+    tasks_address: str = "",
+    **runs_kw: object,
 ) -> Mesh:
-    """Start sessions, tools, gateway and runs; with pg, runs and sessions on fresh PostgreSQL databases."""
+    """Start sessions, tools, gateway and runs; with pg, runs and sessions on fresh PostgreSQL databases.
+
+    tasks_address is the TaskService the tool service's task tools call ("" = none).
+    """
     tmp = str(tmp_path / "state")
     os.makedirs(tmp, exist_ok=True)
     if pg:
@@ -171,6 +180,7 @@ async def start_mesh(
         server=ServerConfig(port=0, db_url=sqlite_url(tmp, "tools"), state_dir=tmp),
         workspace_root=workspace_root,
         heartbeat_seconds=0.5,
+        tasks_address=tasks_address,
     )
     tools_server = build_tools(tools_config)
     tools = await start_server(tools_server)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -168,10 +169,15 @@ class TaskMesh:
 async def task_mesh(
     start_server: Callable[..., Awaitable[str]], tmp_path: Any, emulator: Any, backend: str, **runs_kw: Any
 ) -> TaskMesh:
-    """Start the runs mesh (runs_kw go to its RunsConfig) and a TaskService on it."""
-    mesh = await start_mesh(start_server, tmp_path, emulator, **runs_kw)
+    """Start the runs mesh (runs_kw go to its RunsConfig) and a TaskService on it.
+
+    The TaskService's port is chosen first, so the tool service's task tools call it.
+    """
+    port = free_port()
+    mesh = await start_mesh(start_server, tmp_path, emulator, tasks_address=f"127.0.0.1:{port}", **runs_kw)
     db_url = await tasks_db_url(backend, mesh.tmp)
-    server = build_server(tasks_config(mesh, db_url))
+    config = tasks_config(mesh, db_url)
+    server = build_server(replace_config(config, server=dataclasses.replace(config.server, port=port)))
     address = await start_server(server)
     stub = pb_grpc.TaskServiceStub(grpc.aio.insecure_channel(address))
     return TaskMesh(mesh, stub, server, address, db_url, start_server)
@@ -232,6 +238,13 @@ def crash(server: TaskServer) -> None:
             task.cancel()
     for _, watcher in list(attempts._watchers.values()):
         watcher.cancel()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for a server whose address a peer needs first)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def replace_config(config: TasksConfig, **kw: Any) -> TasksConfig:
