@@ -191,6 +191,23 @@ class Peers:
         )
         return resp.run
 
+    async def inject_input(self, tenant: str, run_id: str, text: str, kind: int) -> int:
+        """Queue text on an unfinished run (InjectInput); return its queue position.
+
+        Not re-sent after it may have been received (a second send would queue it twice).
+
+        Raises:
+            MeshError: FAILED_PRECONDITION/RUN_FINISHED (it ended), NOT_FOUND/RUN_NOT_FOUND.
+        """
+        resp = await self._call(
+            lambda: self.client.run_service.InjectInput(
+                rpb.InjectInputRequest(run_id=run_id, text=text, kind=kind),  # type: ignore[arg-type]
+                metadata=_md(tenant), timeout=CALL_TIMEOUT_S,
+            ),
+            safe=False,
+        )  # fmt: skip
+        return int(resp.position)
+
     async def list_runs(self, tenant: str, session_id: str) -> list[rpb.Run]:
         """Return the first page of a session's runs, newest first."""
         resp = await self._call(

@@ -21,6 +21,7 @@ from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
 from agentrt.tasks.config import TasksConfig
 from agentrt.tasks.delivery.notify import Deliverer
+from agentrt.tasks.delivery.wake import Waker
 from agentrt.tasks.lifecycle.attempts import Attempts
 from agentrt.tasks.lifecycle.hub import Hub
 from agentrt.tasks.lifecycle.launch import Deps
@@ -31,6 +32,7 @@ from agentrt.tasks.servicer import TaskServicer
 from agentrt.tasks.storage.migrate import upgrade
 from agentrt.tasks.storage.store import TaskStore
 from agentrt.tasks.storage.upkeep import UpkeepStore
+from agentrt.tasks.storage.wakes import WakeStore
 from agentrt.v1 import task_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.TaskService"
@@ -45,6 +47,7 @@ class TaskServer(MeshServer):
     manager: TaskManager | None = None
     attempts: Attempts | None = None
     deliverer: Deliverer | None = None
+    waker: Waker | None = None
 
 
 def build_server(config: TasksConfig) -> TaskServer:
@@ -68,6 +71,7 @@ def build_server(config: TasksConfig) -> TaskServer:
     attempts = Attempts(deps)
     manager = TaskManager(deps, attempts, Trees(deps, attempts))
     deliverer = Deliverer(deps, manager.trees)
+    waker = Waker(deps, WakeStore(db), manager.callers, manager.trees)
     servicer = TaskServicer(manager)
     binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_TaskServiceServicer_to_server(servicer, s))
 
@@ -79,11 +83,13 @@ def build_server(config: TasksConfig) -> TaskServer:
         servicer.ready = True
         await attempts.start()
         deliverer.start()
+        waker.start()
         manager.trees.start()
 
     async def close() -> None:
         servicer.ready = False
         await deliverer.stop()
+        await waker.stop()
         await manager.trees.stop()
         await attempts.stop()
         await deps.peers.close()
@@ -91,7 +97,7 @@ def build_server(config: TasksConfig) -> TaskServer:
 
     return TaskServer(
         config.server, [binding], ready=ready, close=close,
-        deps=deps, manager=manager, attempts=attempts, deliverer=deliverer,
+        deps=deps, manager=manager, attempts=attempts, deliverer=deliverer, waker=waker,
     )  # fmt: skip
 
 

@@ -167,16 +167,21 @@ class TaskMesh:
 
 
 async def task_mesh(
-    start_server: Callable[..., Awaitable[str]], tmp_path: Any, emulator: Any, backend: str, **runs_kw: Any
+    start_server: Callable[..., Awaitable[str]],
+    tmp_path: Any,
+    emulator: Any,
+    backend: str,
+    tasks_kw: dict[str, Any] | None = None,
+    **runs_kw: Any,
 ) -> TaskMesh:
-    """Start the runs mesh (runs_kw go to its RunsConfig) and a TaskService on it.
+    """Start the runs mesh (runs_kw go to its RunsConfig) and a TaskService on it (tasks_kw: its config).
 
     The TaskService's port is chosen first, so the tool service's task tools call it.
     """
     port = free_port()
     mesh = await start_mesh(start_server, tmp_path, emulator, tasks_address=f"127.0.0.1:{port}", **runs_kw)
     db_url = await tasks_db_url(backend, mesh.tmp)
-    config = tasks_config(mesh, db_url)
+    config = tasks_config(mesh, db_url, **(tasks_kw or {}))
     server = build_server(replace_config(config, server=dataclasses.replace(config.server, port=port)))
     address = await start_server(server)
     stub = pb_grpc.TaskServiceStub(grpc.aio.insecure_channel(address))
@@ -233,7 +238,8 @@ def crash(server: TaskServer) -> None:
     attempts = server.attempts
     assert attempts is not None and server.deliverer is not None and server.manager is not None
     attempts._closing = True
-    for task in [attempts._loop, server.deliverer._loop, server.manager.trees._loop]:
+    waker = server.waker._loop if server.waker is not None else None
+    for task in [attempts._loop, server.deliverer._loop, server.manager.trees._loop, waker]:
         if task is not None:
             task.cancel()
     for _, watcher in list(attempts._watchers.values()):

@@ -20,7 +20,7 @@ from agentrt.v1 import task_service_pb2 as pb
 from tests.conftest import rpc_error_reason
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.service.runs.harness import agent
-from tests.service.tasks.harness import TaskMesh
+from tests.service.tasks.harness import TaskMesh, task_mesh
 
 _TASK_ID = re.compile(r"tsk_[A-Za-z0-9]+")
 
@@ -47,7 +47,11 @@ async def start(tm: TaskMesh, text: str, name: str = "lead") -> rpb.StartRunResp
     return await tm.mesh.runs.StartRun(rpb.StartRunRequest(agent_name=name, input=text))
 
 
-async def test_spawn_then_status_hands_the_result_to_the_model_once(tm):
+async def test_spawn_then_status_hands_the_result_to_the_model_once(
+    start_server, tmp_path, emulator, backend
+):
+    # a long grace: the ending can only be delivered by task_status, never raced by a notification
+    tm = await task_mesh(start_server, tmp_path, emulator, backend, tasks_kw={"notify_grace_seconds": 60.0})
     await register(tm)
 
     def respond(path: str, body: Any) -> Reply | None:

@@ -79,6 +79,10 @@ class TaskRow(Base):
     delivery_due_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     delivery_base_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     notified_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: Seq of the notification whose wake of the parent is owed (0 = none; delivery/wake.py).
+    wake_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    #: When a waker may take the owed wake (None = nothing owed), microseconds since the epoch.
+    wake_due_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(256), nullable=True)
     change_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     create_time_us: Mapped[int] = mapped_column(BigInteger)
@@ -92,6 +96,7 @@ class TaskRow(Base):
         Index(None, "tenant", "idempotency_key", unique=True),
         Index(None, "lease_until_us"),
         Index(None, "delivery_due_us"),
+        Index(None, "wake_due_us"),
     )
 
 

@@ -245,9 +245,15 @@ class UpkeepStore:
         return await self._simple(task, [T.c.delivery_id == delivery_id], values)
 
     async def delivered(self, task: Task, delivery_id: str, seq: int) -> Task | None:
-        """The notification of delivery_id is in the parent session at seq: clear the debt."""
+        """The notification of delivery_id is in the parent session at seq: clear the debt.
+
+        In the same transaction the parent's wake is owed (due now; delivery/wake.py).
+        """
         where = [T.c.delivery_id == delivery_id]
-        values = {"delivery_id": "", "delivery_due_us": None, "delivery_base_seq": None, "notified_seq": seq}
+        values = {
+            "delivery_id": "", "delivery_due_us": None, "delivery_base_seq": None, "notified_seq": seq,
+            "wake_seq": seq, "wake_due_us": sa.func.coalesce(T.c.wake_due_us, 0),
+        }  # fmt: skip
         return await self._write(lambda conn: transition(conn, task, where, values))  # type: ignore[no-any-return]
 
     async def hold(self, task: Task, delivery_id: str, until_s: float) -> bool:
