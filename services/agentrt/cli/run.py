@@ -7,6 +7,11 @@ it lost as a gap event). A suspension for approval is answered through ResumeRun
 decisions of an `Approver`. The stream of a run ends with `stream_end`; the outcome is
 then read back with GetRun, which is the record of truth.
 
+With `--tasks` the agent also gets the four task tools and is registered (as `cli`, a new
+version) so the background tasks it spawns run as it; the session's tasks are shown live
+beside the run (cli/taskcards.py: a line at each spawn, a card at each ending), and the
+command waits for the tasks still working when the run ends before it exits.
+
 Exit status of the command: 0 when the run completed; 1 when it failed or was canceled
 (the structured failure, kind and message, is printed); 2 for bad flags; 4 when the mesh
 could not be reached or refused the request.
@@ -29,6 +34,7 @@ from rich.markup import escape
 
 from agentrt.cli.args import read_task, task_text
 from agentrt.cli.render import RunRenderer, status_name
+from agentrt.cli.taskcards import TaskCards, stop_watching, watch_tasks
 from agentrt.cli.tls import add_client_flags, client_security
 from agentrt.client.channels import MeshClient
 from agentrt.mesh.config import DEFAULT_PORTS, edge_from_env, env
@@ -44,6 +50,8 @@ EXIT_UNREACHABLE = 4
 
 #: The tools of the CLI's inline agent (names in the tool service's catalog).
 DEFAULT_TOOLS = ("exec_command", "read_file", "write_file", "list_files")
+#: The task tools `--tasks` adds (004 §2.13; the tool service's catalog).
+TASK_TOOLS = ("spawn_task", "task_status", "task_retry", "task_stop")
 
 AGENT_INSTRUCTIONS = (
     "You are a careful agent that completes tasks inside a workspace directory by calling tools.\n"
@@ -145,6 +153,16 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--approve-all", action="store_true", help="approve every tool call that asks for approval"
     )
+    p.add_argument(
+        "--tasks",
+        action="store_true",
+        help="give the agent the background-task tools and show its tasks live (registers it as `cli`)",
+    )
+    p.add_argument(
+        "--tasks-addr",
+        default=None,
+        help="TaskService address (default AGENTRT_TASKS_ADDR or 127.0.0.1:50055)",
+    )
     add_client_flags(p)
     p.set_defaults(func=run_command)
 
@@ -216,6 +234,7 @@ async def follow_run(
     request: run_service_pb2.StartRunRequest,
     console: Console,
     approver: Approver,
+    on_started: Callable[[run_service_pb2.StartRunResponse], None] | None = None,
 ) -> RunOutcome:
     """Start a run and render its events until its stream ends; return its outcome.
 
@@ -224,6 +243,7 @@ async def follow_run(
         request: the StartRun request.
         console: where the live view goes.
         approver: decides calls waiting for approval.
+        on_started: called with StartRun's answer before the stream is opened.
 
     Returns:
         The run record (GetRun) after `stream_end`, and the events as received: seq strictly
@@ -234,6 +254,8 @@ async def follow_run(
             MAX_RECONNECTS times in a row.
     """
     started = await client.run_service.StartRun(request)
+    if on_started is not None:
+        on_started(started)
     renderer = RunRenderer(console)
     events: list[run_service_pb2.RunEvent] = []
     last_seq, failures, ended = 0, 0, False
@@ -396,15 +418,21 @@ def run_command(args: argparse.Namespace) -> int:
         # only a directory it created to the sandbox user (docs/services/tools.md).
         path.parent.mkdir(parents=True, exist_ok=True)
         workspace = str(path)
+    spec = build_agent(model, args.max_turns)
+    if args.tasks:
+        spec.tools.extend(run_service_pb2.AgentTool(name=name) for name in TASK_TOOLS)
     request = run_service_pb2.StartRunRequest(
-        agent=build_agent(model, args.max_turns),
+        agent=spec,
         input=task,
         session_id=args.session,
         workspace=workspace,
     )
     runs_addr = args.runs_addr or env("RUNS_ADDR", f"127.0.0.1:{DEFAULT_PORTS['runs']}")
     approver = terminal_approver(console, args.approve_all, sys.stdin.isatty() and sys.stdout.isatty())
-    return asyncio.run(_run(runs_addr, request, console, errors, approver, token, tls))
+    tasks_addr = ""
+    if args.tasks:
+        tasks_addr = args.tasks_addr or env("TASKS_ADDR", f"127.0.0.1:{DEFAULT_PORTS['tasks']}")
+    return asyncio.run(_run(runs_addr, request, console, errors, approver, token, tls, tasks_addr))
 
 
 async def _run(
@@ -415,10 +443,28 @@ async def _run(
     approver: Approver,
     token: str,
     tls: TlsConfig,
+    tasks_addr: str = "",
 ) -> int:
-    client = MeshClient(runs=runs_addr, token=token, tenant=env("TENANT", ""), tls=tls)
+    client = MeshClient(runs=runs_addr, tasks=tasks_addr, token=token, tenant=env("TENANT", ""), tls=tls)
+    cards, watchers = TaskCards(console), []
+
+    def watch(started: run_service_pb2.StartRunResponse) -> None:
+        if tasks_addr:
+            watchers.append(asyncio.create_task(watch_tasks(client, started.session_id, cards)))
+
     try:
-        outcome = await follow_run(client, request, console, approver)
+        if tasks_addr:  # registered, so a task it spawns runs as it (tasks inherit a registered agent)
+            registered = await client.run_service.RegisterAgent(
+                run_service_pb2.RegisterAgentRequest(agent=request.agent)
+            )
+            request.agent_name, request.agent_version = registered.agent.name, registered.agent.version
+            request.ClearField("agent")
+        outcome = await follow_run(client, request, console, approver, on_started=watch)
+        if watchers and cards.live:
+            console.print(
+                f"[magenta]waiting for {cards.live} background task(s) to end (Ctrl-C leaves them)[/]"
+            )
+            await cards.until_idle()
     except grpc.aio.AioRpcError as exc:
         reason = reason_of(exc)
         errors.print(
@@ -434,6 +480,8 @@ async def _run(
         errors.print(f"[bold red]agentrt run:[/] {escape(str(exc))}")
         return EXIT_UNREACHABLE
     finally:
+        for watcher in watchers:
+            await stop_watching(watcher)
         await client.close()
     print_outcome(console, outcome.run, default_workspace(outcome.run.run_id))
     return 0 if outcome.completed else EXIT_FAILED

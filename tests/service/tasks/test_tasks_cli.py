@@ -54,3 +54,33 @@ async def test_refusals_and_bad_arguments(tm, capsys):
     assert code == 0 and "no tasks" in out
     code, _, err = await _agentrt(capsys, "tasks", "--tasks-addr", "127.0.0.1:1")
     assert code == 4 and "is the mesh running?" in err
+
+
+async def test_run_shows_a_tasks_spawn_and_its_result_card_live(tm, capsys, monkeypatch):
+    import json
+
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def respond(path, body):
+        text = json.dumps(body)
+        if "CHILD-CLI" in text and "PARENT-CLI" not in text:
+            return Reply(text="the child found 42")
+        if "PARENT-CLI" not in text:
+            return None
+        if "[task wake]" in text:
+            return Reply(text="noted")
+        if "function_call_output" not in text:
+            return Reply(
+                tool_calls=[ToolCallReply("spawn_task", '{"input": "CHILD-CLI go", "label": "finder"}')]
+            )
+        return Reply(text="spawned it")
+
+    tm.mesh.emu.responder = respond
+    code, out, err = await _agentrt(
+        capsys, "run", "PARENT-CLI go", "--tasks", "--model", "openai:gpt-test",
+        "--runs-addr", tm.mesh.runs_address, "--tasks-addr", tm.address,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "⇢ task finder spawned" in out
+    card = out[out.index("task finder: completed") :]
+    assert "the child found 42" in card and "attempt 1/3" in card
