@@ -43,6 +43,9 @@ log = logging.getLogger("agentrt.tools")
 MAX_WAIT_S = 120
 #: Bound of one TaskService call beyond a wait it asks for, seconds.
 CALL_TIMEOUT_S = 60.0
+#: Bound of the acknowledgement, seconds: the call's result waits for it, so it is short
+#: (an ack that fails leaves the hold to expire into a notification).
+ACK_TIMEOUT_S = 5.0
 #: The key of the held delivery in an outcome's details.
 HELD_KEY = "held_delivery"
 _STATUS = {
@@ -211,6 +214,6 @@ class TaskTools:
             task_id=str(held.get("task_id", "")), delivery_id=str(held.get("delivery_id", ""))
         )
         try:
-            await self._call("AckTaskResult", req, tenant, CALL_TIMEOUT_S)
+            await self._call("AckTaskResult", req, tenant, ACK_TIMEOUT_S)
         except MeshError as err:
             log.warning("task %s: acknowledging its result failed: %s", req.task_id, err)

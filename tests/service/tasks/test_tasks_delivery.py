@@ -92,6 +92,7 @@ async def test_a_deliverer_that_died_after_appending_is_not_repeated(tm):
     task = await tm.spawn(parent, stub=other)
     done = await tm.wait_task(task.task_id, pb.TASK_STATUS_COMPLETED)
     upkeep, peers = replica.deps.upkeep, replica.deps.peers
+    await replica.deliverer.stop()  # the deliver below is this test's; the replica's loop must not race it
     row = await replica.deps.store.get("default", done.task_id)
     claimed, _ = await upkeep.claim_delivery(row, time.time() + 120, time.time() + 0.2)
     last = (await peers.get_session("default", parent)).last_seq
@@ -121,7 +122,7 @@ async def test_a_busy_parent_log_still_gets_one_notification(tm):
     await tm.wait_task(task.task_id, pb.TASK_STATUS_COMPLETED)
     upkeep, peers = replica.deps.upkeep, replica.deps.peers
     await replica.deliverer.stop()  # the deliver below is this test's; the replica's loop must not race it
-    row = await replica.deliverer.deps.store.get("default", task.task_id)
+    row = await replica.deps.store.get("default", task.task_id)
     claimed, _ = await upkeep.claim_delivery(row, time.time() + 120, time.time() + 0.2)
     base = (await peers.get_session("default", parent)).last_seq
     assert await upkeep.set_delivery_base(claimed, claimed.delivery_id, base)
