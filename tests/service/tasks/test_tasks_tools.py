@@ -7,8 +7,10 @@ parent's conversation, or a task's own), so concurrent runs never take each othe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import threading
 from typing import Any
 
 import grpc
@@ -18,9 +20,9 @@ from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as rpb
 from agentrt.v1 import task_service_pb2 as pb
 from tests.conftest import rpc_error_reason
-from tests.emulators.providers import Reply, ToolCallReply
-from tests.service.runs.harness import agent
-from tests.service.tasks.harness import TaskMesh, task_mesh
+from tests.emulators.providers import ErrorReply, Reply, ToolCallReply
+from tests.service.runs.harness import WAIT_S, agent
+from tests.service.tasks.harness import TaskMesh, task_mesh, until
 
 _TASK_ID = re.compile(r"tsk_[A-Za-z0-9]+")
 
@@ -150,3 +152,61 @@ async def test_an_inline_agent_must_name_the_agent_a_task_runs(tm):
     )
     listed = (await tm.tasks.ListTasks(pb.ListTasksRequest(parent_session_id=parent_run.session_id))).tasks
     assert list(listed) == []
+
+
+async def test_the_model_retries_a_failed_task_and_stops_a_running_one(tm):
+    await register(tm)
+    tries: dict[str, int] = {}
+    asked, gate = threading.Event(), threading.Event()
+
+    def respond(path: str, body: Any) -> Reply | ErrorReply | None:
+        text = json.dumps(body)
+        if "CHILD-FLAKY" in text and "PARENT" not in text:
+            tries["flaky"] = tries.get("flaky", 0) + 1
+            return ErrorReply(status=400) if tries["flaky"] == 1 else Reply(text="second time lucky")
+        if "CHILD-LONG" in text and "PARENT" not in text:
+            asked.set()
+            gate.wait(WAIT_S)  # the task is working on its model call until the test ends
+            return Reply(text="too late")
+        outs = tool_outputs(body)
+        # later runs hold the whole session: each looks for its own tool's output
+        if "PARENT-STOP" in text:
+            if not any(o.startswith(("stopped", "stopping", "nothing to stop", "too late")) for o in outs):
+                return Reply(tool_calls=[ToolCallReply("task_stop", json.dumps({"task_id": ids["long"]}))])
+            return Reply(text="PARENT stopped")
+        if "PARENT-RETRY" in text:
+            if not any(o.startswith(("retrying", "the retry")) for o in outs):
+                return Reply(tool_calls=[ToolCallReply("task_retry", json.dumps({"task_id": ids["flaky"]}))])
+            return Reply(text="PARENT retried")
+        if not outs:
+            return Reply(
+                tool_calls=[
+                    ToolCallReply("spawn_task", '{"input": "CHILD-FLAKY", "label": "flaky"}'),
+                    ToolCallReply("spawn_task", '{"input": "CHILD-LONG", "label": "long"}'),
+                ]
+            )
+        return Reply(text="PARENT spawned")
+
+    ids: dict[str, str] = {}
+    tm.mesh.emu.responder = respond
+    started = await start(tm, "PARENT go")
+    await tm.wait_run(started.run_id, cpb.RUN_STATUS_COMPLETED)
+    for t in (await tm.tasks.ListTasks(pb.ListTasksRequest(parent_session_id=started.session_id))).tasks:
+        ids[t.label] = t.task_id
+    await tm.wait_task(ids["flaky"], pb.TASK_STATUS_FAILED)
+    await until(lambda: asyncio.sleep(0, asked.is_set()), bool, "the long task's model call")
+    retry = await tm.mesh.runs.StartRun(
+        rpb.StartRunRequest(agent_name="lead", input="PARENT-RETRY", session_id=started.session_id)
+    )
+    await tm.wait_run(retry.run_id, cpb.RUN_STATUS_COMPLETED)
+    stop = await tm.mesh.runs.StartRun(
+        rpb.StartRunRequest(agent_name="lead", input="PARENT-STOP", session_id=started.session_id)
+    )
+    await tm.wait_run(stop.run_id, cpb.RUN_STATUS_COMPLETED)
+    entries = await tm.mesh.entries(started.session_id)
+    outputs = [e.item.tool_result.content for e in entries if e.item.HasField("tool_result")]
+    assert any(o.startswith("retrying: attempt 2 of 3 started") for o in outputs), outputs
+    assert any(o.startswith("stopped: the task is canceled") for o in outputs), outputs
+    assert (await tm.wait_task(ids["flaky"], pb.TASK_STATUS_COMPLETED)).attempt == 2
+    assert (await tm.get(ids["long"])).status == pb.TASK_STATUS_CANCELED
+    gate.set()
