@@ -12,6 +12,7 @@ Shape (docs/architecture.md "Observability"):
     run  (invoke_agent <agent>)                    runs
     └─ turn <n>                                    runs
        ├─ generation (chat <model>)                runs      └─ StreamGenerate RPC → gateway
+       │     └─ provider call (chat <model>, CLIENT) gateway
        │     model retries: events on the span that retried
        ├─ tool call (execute_tool <tool>)          runs      └─ ExecuteTool RPC → tools
        │     └─ sandbox command                    tools
@@ -87,6 +88,7 @@ def _domain_span(
     run_id: str | None = None,
     turn: int | None = None,
     parent: str = "",
+    kind: SpanKind = SpanKind.INTERNAL,
 ) -> Iterator[Any]:
     """Open a span as the current one for the body; bind run id and turn for the logs.
 
@@ -104,7 +106,7 @@ def _domain_span(
         span = active.start_span(
             name,
             context=parent_context,
-            kind=SpanKind.INTERNAL,
+            kind=kind,
             attributes={k: v for k, v in attributes.items() if v is not None},
             links=links,
         )
@@ -210,6 +212,36 @@ def generation_span(
             "agentrt.turn": current_turn() or None,
         },
         GenerationSpan,
+    )
+
+
+def provider_call_span(*, provider: str, model: str, rpc: str) -> Any:
+    """Open the gateway's CLIENT span of one call to a provider ("chat <model>", 004 §2.11e).
+
+    One span for the call, its retries included: each retry is a `model_retry` event on it
+    (`record_model_retry`), not a span of its own. Opened inside the gateway's RPC server
+    span, so it is that span's child and the run's generation span's grandchild.
+
+    Args:
+        provider: the provider key ("openai", "anthropic", "local", ...), `gen_ai.provider.name`.
+        model: the resolved model id, `gen_ai.request.model`.
+        rpc: "Generate" or "StreamGenerate" (`agentrt.gateway.rpc`).
+
+    Yields:
+        A GenerationSpan: `set_response(...)` with the response id, model and usage; a failed
+        call is marked by `fail(reason)` (the stable reason, e.g. "rate_limited").
+    """
+    return _domain_span(
+        f"chat {model}",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+            "agentrt.gateway.rpc": rpc,
+            "agentrt.run.id": current_run_id() or None,
+        },
+        GenerationSpan,
+        kind=SpanKind.CLIENT,
     )
 
 
