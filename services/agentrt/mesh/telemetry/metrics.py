@@ -148,7 +148,8 @@ class ToolMetrics:
     Attributes:
         sandbox_commands: `agentrt_tools_sandbox_commands_total` {backend, outcome}: commands
             run, backend "bwrap", "unconfined" or "docker", outcome "exit_zero", "exit_nonzero",
-            "timeout", "refused" (policy) or "unavailable" (no sandbox).
+            "timeout", "interrupted" (the caller's deadline, a cancel, StopSandbox), "refused"
+            (a policy or its arguments: nothing ran) or "unavailable" (no sandbox).
         sandbox_command_duration: `agentrt_tools_sandbox_command_duration_seconds` {backend}.
         sandbox_commands_running: `agentrt_tools_sandbox_commands_running` {backend}, gauge.
         tool_calls: `agentrt_tools_calls_total` {tool, outcome}: ExecuteTool calls, outcome
