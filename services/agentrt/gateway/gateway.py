@@ -203,7 +203,9 @@ class ModelGateway:
         provider, call, deadline = self._prepare(request, time_remaining)
         reservation = await self._reserve(request, provider, call, deadline)
         where = RetryContext(provider.name, call.model, request.run_id)
-        with telemetry.provider_call_span(provider=provider.name, model=call.model, rpc="Generate") as span:
+        with telemetry.provider_call_span(
+            provider=provider.name, model=call.model, rpc="Generate", run_id=request.run_id
+        ) as span:
             try:
                 response, retries = await with_retries(
                     lambda: provider.generate(call),

@@ -215,7 +215,7 @@ def generation_span(
     )
 
 
-def provider_call_span(*, provider: str, model: str, rpc: str) -> Any:
+def provider_call_span(*, provider: str, model: str, rpc: str, run_id: str = "") -> Any:
     """Open the gateway's CLIENT span of one call to a provider ("chat <model>", 004 §2.11e).
 
     One span for the call, its retries included: each retry is a `model_retry` event on it
@@ -226,6 +226,7 @@ def provider_call_span(*, provider: str, model: str, rpc: str) -> Any:
         provider: the provider key ("openai", "anthropic", "local", ...), `gen_ai.provider.name`.
         model: the resolved model id, `gen_ai.request.model`.
         rpc: "Generate" or "StreamGenerate" (`agentrt.gateway.rpc`).
+        run_id: the run the call is for (the request's run_id), bound for the logs too.
 
     Yields:
         A GenerationSpan: `set_response(...)` with the response id, model and usage; a failed
@@ -238,9 +239,10 @@ def provider_call_span(*, provider: str, model: str, rpc: str) -> Any:
             "gen_ai.provider.name": provider,
             "gen_ai.request.model": model,
             "agentrt.gateway.rpc": rpc,
-            "agentrt.run.id": current_run_id() or None,
+            "agentrt.run.id": run_id or current_run_id() or None,
         },
         GenerationSpan,
+        run_id=run_id or None,
         kind=SpanKind.CLIENT,
     )
 
@@ -338,7 +340,7 @@ def compaction_span(session_id: str, *, entries_before: int | None = None) -> An
     return _domain_span(
         "compaction",
         {
-            "gen_ai.conversation.id": session_id,
+            "gen_ai.conversation.id": session_id or None,
             "agentrt.compaction.entries_before": entries_before,
             "agentrt.run.id": current_run_id() or None,
         },
