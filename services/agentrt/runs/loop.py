@@ -29,8 +29,10 @@ records it has committed, except the provisional kinds (runs/events.py), which s
 a durable seq reservation.
 
 Spans (mesh/telemetry, 004 §2.11e): one run span per segment the executor drives (start or
-resume to suspend or end), in the context the executor was spawned in (StartRun's or
-ResumeRun's server span, or none for a takeover), a turn span per turn under it; the turn's
+resume to suspend or end). The first segment's is opened in the context the executor was
+spawned in (StartRun's server span), whose traceparent is stored with the run (its state), so
+every later segment (a resume, a takeover) continues that trace, linking the span that
+started it (ResumeRun's); a turn span per turn under it; the turn's
 generation, tool call and compaction spans come from the phases (loop_turns.py,
 loop_housekeeping.py). `agentrt_runs_running` counts the executors driving here.
 """
@@ -71,6 +73,10 @@ class RunExecutor(TurnSteps):
         r, metrics = self.r, self.deps.metrics
         metrics.runs_running.inc()
         self._turn_spans = contextlib.ExitStack()
+        # Every segment continues the trace the first one was started in (stored with the run).
+        parent = str(r.state.get("traceparent", ""))
+        if not parent and (origin := telemetry.traceparent()):
+            self._defer_state(traceparent=origin)
         try:
             with telemetry.run_span(
                 r.run_id,
@@ -78,6 +84,7 @@ class RunExecutor(TurnSteps):
                 agent_version=r.agent_version,
                 session_id=r.session_id,
                 tenant=r.tenant,
+                parent=parent,
             ) as span:
                 await self._segment()
                 self._turn_spans.close()

@@ -170,3 +170,42 @@ async def test_store_gauges_count_suspended_runs_and_pending_approvals(mesh):
     assert registry.get_sample_value("agentrt_runs_pending_approvals") == 2
     assert registry.get_sample_value("agentrt_runs_waiting_for_replica") == 0
     assert registry.get_sample_value("agentrt_runs_running") == 0  # a suspended run holds no executor
+
+
+async def test_a_resumed_run_continues_the_trace_it_was_started_in(start_server, tmp_path, emulator):
+    with recorded() as rec:
+        mesh = await start_mesh(start_server, tmp_path, emulator)
+        mesh.emu.script(
+            [
+                Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "true"}))]),
+                Reply(text="done"),
+            ]
+        )
+        spec = agent(name="paused", tools=[pb.AgentTool(name="exec_command", needs_approval=True)])
+        workspace = os.path.join(mesh.work, "p")
+        started = await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="go", workspace=workspace))
+        run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED)
+        call_id = run.pending_calls[0].call.call_id
+        await mesh.runs.ResumeRun(
+            pb.ResumeRunRequest(
+                run_id=started.run_id, decisions=[pb.ApprovalDecision(call_id=call_id, approved=True)]
+            )
+        )
+        await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
+        await mesh.runs_server.manager.wait_idle(started.run_id)  # type: ignore[attr-defined]
+        spans = rec.spans
+    segments = sorted((s for s in spans if s.name == "invoke_agent paused"), key=lambda s: s.start_time or 0)
+    assert len(segments) == 2
+    first, second = segments
+    assert first.context.trace_id == second.context.trace_id
+    start_rpc = next(
+        s for s in spans if s.name == "agentrt.v1.RunService/StartRun" and s.kind == SpanKind.SERVER
+    )
+    resume_rpc = next(
+        s for s in spans if s.name == "agentrt.v1.RunService/ResumeRun" and s.kind == SpanKind.SERVER
+    )
+    assert first.parent is not None and second.parent is not None
+    assert first.parent.span_id == second.parent.span_id == start_rpc.context.span_id
+    assert [link.context.span_id for link in second.links] == [resume_rpc.context.span_id]
+    assert dict(first.attributes or {})["agentrt.run.status"] == "suspended"
+    assert dict(second.attributes or {})["agentrt.run.status"] == "completed"
