@@ -4,7 +4,9 @@ Figures are written to a file and printed as a table, never asserted (`make benc
 part of `make bench`). One wire emulator (`python -m tests.emulators.providers`, its own
 process, answering at once) serves every contender; the run shape is bench_turn.py's:
 runs of TURNS `read_file` tool calls then a final answer (TURNS + 1 model calls), each
-run's wall time divided by its model calls, RUNS measured runs after WARMUP discarded ones.
+run's wall time divided by its model calls (the bare SDK: one call), RUNS measured runs after
+WARMUP discarded ones, in ROUNDS rounds (the contenders' order reversed each round, every
+agentrt mesh and peer process started afresh each round), the samples pooled.
 
 Contenders:
 - agentrt_sqlite: the five services as processes (`agentrt.cli.up.start_mesh`, as
@@ -18,12 +20,12 @@ Contenders:
   langgraph_postgres (its own fresh database), openai_agents, openai_sdk (see peer_run.py).
 
 Output (JSON, default bench-results/peers.json): per contender model_call_ms {p50, p90,
-mean}, the emulator endpoints it called; ratios (p50 and p90 of agentrt_sqlite /
-langgraph_memory and agentrt_postgres / langgraph_postgres; the issue's bar is <= 1.0);
-the peers' versions; cpus. Throughput (runs per minute at 1/2/3 runs replicas, 64
+mean} over the pooled samples, p50_by_round, the emulator endpoints it called; ratios (p50
+and p90 of agentrt_sqlite / langgraph_memory and agentrt_postgres / langgraph_postgres; the
+issue's bar is <= 1.0); the peers' versions; cpus. Throughput (runs per minute at 1/2/3 runs replicas, 64
 concurrent runs) is not measured here: see tests/bench/peers/README.md.
 
-Usage: python tests/bench/bench_peers.py [OUT.json] [--runs N] [--only NAME ...]
+Usage: python tests/bench/bench_peers.py [OUT.json] [--runs N] [--rounds N] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -50,8 +52,11 @@ from agentrt.v1 import run_service_pb2 as pb  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TURNS = 10
-RUNS = 20
+RUNS = 15
 WARMUP = 5
+#: Every contender is measured once per round, the order reversed each round, and its
+#: samples pooled: a machine whose load drifts (shared cores) weighs on all of them alike.
+ROUNDS = 2
 PG_HOST = "127.0.0.1:5432"
 PG_ADMIN = f"postgresql://postgres@{PG_HOST}/postgres"
 #: The services that keep tables (the gateway keeps none; its limiter stays in memory).
@@ -202,7 +207,7 @@ def agentrt(name: str, emu: Emulator, tmp: pathlib.Path, n: int) -> dict[str, An
             mesh.stop()
         if names:
             drop_databases(names)
-    return {"model_call_ms": _figures(samples), "runs": n, "warmup_runs": WARMUP}
+    return {"samples_ms": samples}
 
 
 # -- the peers -------------------------------------------------------------------------------
@@ -222,7 +227,8 @@ def peer(name: str, emu: Emulator, tmp: pathlib.Path, n: int, python: str) -> di
         create_databases(names)
         db = f"postgresql://postgres@{PG_HOST}/{names[0]}"
     args = [python, str(ROOT / "tests/bench/peers/peer_run.py"), name, "--base-url", emu.url]
-    args += ["--work", str(work), "--db", db, "--runs", str(n), "--turns", str(TURNS), "--warmup", str(WARMUP)]
+    args += ["--work", str(work), "--db", db, "--runs", str(n)]
+    args += ["--turns", str(TURNS), "--warmup", str(WARMUP)]
     # No tracing exporter of any peer may reach the network (LangSmith, the Agents SDK's).
     env = {**os.environ, "LANGSMITH_TRACING": "false", "LANGCHAIN_TRACING_V2": "false"}
     env["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
@@ -268,27 +274,46 @@ def print_table(report: dict[str, Any]) -> None:
         console.print(f"{pair}: p50 {r['p50']:.2f}×, p90 {r['p90']:.2f}× (bar: ≤ 1.0×)")
 
 
-def main(out: pathlib.Path, only: tuple[str, ...], n: int, python: str) -> dict[str, Any]:
-    """Measure the chosen contenders one after another and write the report to `out`."""
+def main(out: pathlib.Path, only: tuple[str, ...], n: int, rounds: int, python: str) -> dict[str, Any]:
+    """Measure the chosen contenders, `rounds` rounds of `n` runs each, and write the report."""
     if any(c in PEERS for c in only) and not pathlib.Path(python).exists():
         raise SystemExit(f"the peer venv's python {python} is missing: run `make bench-peers`")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-peers-"))
     emu = Emulator()
-    results: dict[str, Any] = {}
+    samples: dict[str, list[float]] = {name: [] for name in only}
+    round_p50: dict[str, list[float]] = {name: [] for name in only}
+    endpoints: dict[str, collections.Counter[str]] = {name: collections.Counter() for name in only}
+    versions: dict[str, str] = {}
     try:
-        for name in only:
-            print(f"measuring {name} ...", file=sys.stderr, flush=True)
-            fig = agentrt(name, emu, tmp, n) if name in AGENTRT else peer(name, emu, tmp, n, python)
-            fig["endpoints"] = emu.endpoints_since_last()
-            results[name] = fig
+        for r in range(rounds):
+            for name in only if r % 2 == 0 else tuple(reversed(only)):
+                print(f"round {r + 1}/{rounds}: {name} ...", file=sys.stderr, flush=True)
+                where = tmp / f"round{r}"
+                got = agentrt(name, emu, where, n) if name in AGENTRT else peer(name, emu, where, n, python)
+                versions = versions or got.get("versions", {})
+                samples[name] += got["samples_ms"]
+                round_p50[name].append(_pct(got["samples_ms"], 0.5))
+                endpoints[name].update(emu.endpoints_since_last())
     finally:
         emu.close()
-    versions = next((r.get("versions") for r in results.values() if r.get("versions")), {})
+    results = {
+        name: {
+            "model_call_ms": _figures(samples[name]),
+            "p50_by_round": round_p50[name],
+            "samples": len(samples[name]),
+            "model_calls_per_sample": 1 if name == "openai_sdk" else TURNS + 1,
+            "endpoints": dict(endpoints[name]),
+        }
+        for name in only
+    }
     report = {
         "what": "ms per model call, side by side, one wire emulator answering at once (issue 15)",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model_calls_per_run": TURNS + 1,
-        "contenders": {k: {kk: vv for kk, vv in v.items() if kk != "versions"} for k, v in results.items()},
+        "rounds": rounds,
+        "runs_per_round": n,
+        "warmup_runs_per_round": WARMUP,
+        "contenders": results,
         "ratios": ratios(results),
         "peer_versions": versions,
         "throughput": "not measured here: the runs-per-minute bench at 1/2/3 replicas "
@@ -304,8 +329,10 @@ if __name__ == "__main__":
     default = pathlib.Path(os.environ.get("AGENTRT_BENCH_DIR", "bench-results")) / "peers.json"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=pathlib.Path, default=default)
-    parser.add_argument("--runs", type=int, default=RUNS, help="measured runs per contender")
+    parser.add_argument("--runs", type=int, default=RUNS, help="measured runs per contender and round")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds (the order reversed each)")
     parser.add_argument("--only", nargs="+", choices=AGENTRT + PEERS, default=AGENTRT + PEERS)
-    parser.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON", str(ROOT / ".bench-venv/bin/python")))
+    venv_python = str(ROOT / ".bench-venv/bin/python")
+    parser.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON", venv_python))
     args = parser.parse_args()
-    print_table(main(args.out, tuple(args.only), args.runs, args.peer_python))
+    print_table(main(args.out, tuple(args.only), args.runs, args.rounds, args.peer_python))

@@ -18,7 +18,7 @@ Contenders:
 
 Output (stdout, one JSON object): contender, model_calls_per_run, runs, warmup_runs,
 model_call_ms {p50, p90, mean} (wall time of a run divided by its model calls, ms),
-versions {package: version}.
+samples_ms (every measured run's figure), versions {package: version}.
 
 Usage: peer_run.py CONTENDER --base-url http://127.0.0.1:PORT --work DIR [--db X]
 [--runs N] [--turns N] [--warmup N]
@@ -97,7 +97,10 @@ async def _langgraph(args: argparse.Namespace) -> Callable[[int], Awaitable[None
         from psycopg import AsyncConnection
         from psycopg.rows import dict_row
 
-        conn = await AsyncConnection.connect(args.db, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+        # as AsyncPostgresSaver.from_conn_string connects
+        conn = await AsyncConnection.connect(
+            args.db, autocommit=True, prepare_threshold=0, row_factory=dict_row
+        )
         saver = AsyncPostgresSaver(conn)
         await saver.setup()
     agent = create_react_agent(model, [tool(_reader(args.work))], checkpointer=saver)
@@ -179,6 +182,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             "p90": _pct(samples, 0.9),
             "mean": round(statistics.mean(samples), 2),
         },
+        "samples_ms": [round(x, 3) for x in samples],
         "versions": versions,
     }
 
