@@ -22,8 +22,9 @@ Contenders:
 Output (JSON, default bench-results/peers.json): per contender model_call_ms {p50, p90,
 mean} over the pooled samples, p50_by_round, the emulator endpoints it called; ratios (p50
 and p90 of agentrt_sqlite / langgraph_memory and agentrt_postgres / langgraph_postgres; the
-issue's bar is <= 1.0); the peers' versions; cpus. Throughput (runs per minute at 1/2/3 runs replicas, 64
-concurrent runs) is not measured here: see tests/bench/peers/README.md.
+issue's bar is <= 1.0); the peers' versions; cpus; the load averages before and after.
+Throughput (runs per minute at 1/2/3 runs replicas, 64 concurrent runs) is not measured
+here: see tests/bench/peers/README.md.
 
 Usage: python tests/bench/bench_peers.py [OUT.json] [--runs N] [--rounds N] [--only NAME ...]
 """
@@ -279,6 +280,7 @@ def main(out: pathlib.Path, only: tuple[str, ...], n: int, rounds: int, python: 
     if any(c in PEERS for c in only) and not pathlib.Path(python).exists():
         raise SystemExit(f"the peer venv's python {python} is missing: run `make bench-peers`")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-peers-"))
+    load_before = os.getloadavg()
     emu = Emulator()
     samples: dict[str, list[float]] = {name: [] for name in only}
     round_p50: dict[str, list[float]] = {name: [] for name in only}
@@ -319,6 +321,9 @@ def main(out: pathlib.Path, only: tuple[str, ...], n: int, rounds: int, python: 
         "throughput": "not measured here: the runs-per-minute bench at 1/2/3 replicas "
         "(tests/bench/peers/README.md)",
         "cpus": os.cpu_count(),
+        # the machine's 1/5/15-minute load averages before and after (other work shares it)
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
