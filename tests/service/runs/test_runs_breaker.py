@@ -1,0 +1,28 @@
+"""Defects found by attacking a live mesh (issue 10 "every request field is range-checked").
+
+Each test is marked xfail(strict=True) until the runtime is fixed: it fails on today's code.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from agentrt.mesh.status import reason_of
+from agentrt.v1 import run_service_pb2 as pb
+from tests.service.runs.harness import agent
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="StartRun does not bound labels: a 3 MB label value (or 20,000 labels) is stored and echoed "
+    "by GetRun/ListRuns, so two such runs make ListRuns answer RESOURCE_EXHAUSTED to a default client",
+)
+async def test_oversized_labels_are_refused(mesh):
+    for labels in ({"a": "v" * 3_000_000}, {f"k{i}": "v" for i in range(20_000)}, {"k" * 5_000: "v"}):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="hi", labels=labels))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert reason_of(info.value) in ("REQUEST_TOO_LARGE", "INVALID_VALUE")
+    # nothing was recorded, and the list still fits a default client's 4 MiB message limit
+    assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
