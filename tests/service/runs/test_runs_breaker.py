@@ -10,6 +10,7 @@ import pytest
 
 from agentrt.mesh.status import reason_of
 from agentrt.v1 import run_service_pb2 as pb
+from tests.emulators.providers import Reply
 from tests.service.runs.harness import agent
 
 
@@ -26,3 +27,26 @@ async def test_oversized_labels_are_refused(mesh):
         assert reason_of(info.value) in ("REQUEST_TOO_LARGE", "INVALID_VALUE")
     # nothing was recorded, and the list still fits a default client's 4 MiB message limit
     assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="StartRun answers a replay with the same idempotency_key but another input (or agent) with "
+    "the first run, silently; docs/errors.md has IDEMPOTENCY_KEY_REUSED for exactly this (TaskService uses it)",
+)
+async def test_idempotency_key_reused_for_another_request_is_refused(mesh):
+    mesh.emu.script([Reply(text="a")])
+    first = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="first", idempotency_key="k1"))
+    replay = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="first", idempotency_key="k1"))
+    assert replay.run_id == first.run_id  # a true replay is the same run
+    for other in (
+        pb.StartRunRequest(agent=agent(), input="something else", idempotency_key="k1"),
+        pb.StartRunRequest(agent=agent("anthropic"), input="first", idempotency_key="k1"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await mesh.runs.StartRun(other)
+        assert (info.value.code(), reason_of(info.value)) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "IDEMPOTENCY_KEY_REUSED",
+        )
+    assert [r.run_id for r in (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs] == [first.run_id]
