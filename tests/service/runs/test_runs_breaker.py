@@ -32,7 +32,7 @@ async def test_oversized_labels_are_refused(mesh):
 @pytest.mark.xfail(
     strict=True,
     reason="StartRun answers a replay with the same idempotency_key but another input (or agent) with "
-    "the first run, silently; docs/errors.md has IDEMPOTENCY_KEY_REUSED for exactly this (TaskService uses it)",
+    "the first run, silently; docs/errors.md has IDEMPOTENCY_KEY_REUSED for this (TaskService uses it)",
 )
 async def test_idempotency_key_reused_for_another_request_is_refused(mesh):
     mesh.emu.script([Reply(text="a")])
