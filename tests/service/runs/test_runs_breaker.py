@@ -50,3 +50,26 @@ async def test_idempotency_key_reused_for_another_request_is_refused(mesh):
             "IDEMPOTENCY_KEY_REUSED",
         )
     assert [r.run_id for r in (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs] == [first.run_id]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ResumeRun with an approve and a deny for the same call is refused with 'call ... is not "
+    "waiting for an approval', which is false (it is waiting); the message should name the duplicate",
+)
+async def test_two_decisions_for_one_call_are_refused_naming_the_duplicate(mesh):
+    from tests.service.runs.test_runs_approval import start_gated
+
+    started, run, _ = await start_gated(mesh)
+    call_id = next(p.call.call_id for p in run.pending_calls if p.call.name == "exec_command")
+    decisions = [
+        pb.ApprovalDecision(call_id=call_id, approved=True),
+        pb.ApprovalDecision(call_id=call_id, approved=False, message="no"),
+    ]
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await mesh.runs.ResumeRun(pb.ResumeRunRequest(run_id=started.run_id, decisions=decisions))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    after = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert call_id in [p.call.call_id for p in after.pending_calls]  # nothing changed: it still waits
+    assert "not waiting" not in info.value.details(), info.value.details()
+    assert "more than once" in info.value.details() or "duplicate" in info.value.details().lower()
