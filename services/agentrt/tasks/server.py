@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from agentrt.client.channels import MeshClient
 from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.telemetry.metrics import TaskMetrics
 from agentrt.tasks.config import TasksConfig
 from agentrt.tasks.delivery.notify import Deliverer
 from agentrt.tasks.delivery.wake import Waker
@@ -72,7 +73,8 @@ def build_server(config: TasksConfig) -> TaskServer:
     manager = TaskManager(deps, attempts, Trees(deps, attempts))
     deliverer = Deliverer(deps, manager.trees)
     waker = Waker(deps, WakeStore(db), manager.callers, manager.trees)
-    servicer = TaskServicer(manager)
+    metrics = TaskMetrics()  # the server's registry: one /metrics with the RPC series
+    servicer = TaskServicer(manager, metrics)
     binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_TaskServiceServicer_to_server(servicer, s))
 
     async def ready() -> None:
@@ -96,7 +98,7 @@ def build_server(config: TasksConfig) -> TaskServer:
         await db.close()
 
     return TaskServer(
-        config.server, [binding], ready=ready, close=close,
+        config.server, [binding], ready=ready, close=close, registry=metrics.registry,
         deps=deps, manager=manager, attempts=attempts, deliverer=deliverer, waker=waker,
     )  # fmt: skip
 
