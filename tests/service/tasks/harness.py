@@ -23,6 +23,7 @@ import pytest
 from agentrt.core.ids import new_id
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.db import Database, sqlite_url
+from agentrt.mesh.server import PortInUseError
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.server import build_server as build_runs
 from agentrt.tasks.config import TasksConfig
@@ -178,12 +179,21 @@ async def task_mesh(
 
     The TaskService's port is chosen first, so the tool service's task tools call it.
     """
-    port = free_port()
-    mesh = await start_mesh(start_server, tmp_path, emulator, tasks_address=f"127.0.0.1:{port}", **runs_kw)
-    db_url = await tasks_db_url(backend, mesh.tmp)
-    config = tasks_config(mesh, db_url, **(tasks_kw or {}))
-    server = build_server(replace_config(config, server=dataclasses.replace(config.server, port=port)))
-    address = await start_server(server)
+    for attempt in range(3):
+        # the port is chosen before it is bound: another process may take it meanwhile
+        root = tmp_path if attempt == 0 else tmp_path / f"retry{attempt}"
+        root.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        mesh = await start_mesh(start_server, root, emulator, tasks_address=f"127.0.0.1:{port}", **runs_kw)
+        db_url = await tasks_db_url(backend, mesh.tmp)
+        config = tasks_config(mesh, db_url, **(tasks_kw or {}))
+        server = build_server(replace_config(config, server=dataclasses.replace(config.server, port=port)))
+        try:
+            address = await start_server(server)
+            break
+        except PortInUseError:
+            if attempt == 2:
+                raise
     stub = pb_grpc.TaskServiceStub(grpc.aio.insecure_channel(address))
     return TaskMesh(mesh, stub, server, address, db_url, start_server)
 
