@@ -52,7 +52,7 @@ CANCEL_WAIT_S = 30.0
 class RunManager:
     """Starts and steers runs; see the module docstring."""
 
-    def __init__(self, deps: Deps, default_model: str, poll_seconds: float = 1.0) -> None:
+    def __init__(self, deps: Deps, default_model: str, poll_seconds: float | None = 1.0) -> None:
         """Create a manager; nothing runs until `start()`."""
         self.deps = deps
         self.default_model = default_model

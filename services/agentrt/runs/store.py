@@ -8,6 +8,9 @@ What it owns (records.py holds the decoded shapes it returns):
 - leases: acquire (expired or free), renew, release; a takeover scan for RUNNING runs
   whose lease expired.
 - event replay by run (seq) and by session (session_seq).
+- on PostgreSQL, every transaction that inserts events also sends one NOTIFY on
+  `EVENTS_CHANNEL` (delivered at commit, so a woken subscriber finds the events stored):
+  how subscribers on other replicas learn of them (runs/notify.py, decision 0099).
 
 Events passed to `save()` either carry their seqs (the owning executor numbers them
 live) or are numbered inside the transaction, which is what transitions made outside an
@@ -26,7 +29,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,6 +40,9 @@ from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, deco
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
+#: The PostgreSQL notification channel carrying "events were written" (runs/notify.py).
+EVENTS_CHANNEL = "agentrt_run_events"
+
 
 class _GuardFailed(Exception):
     """Raised inside a transaction to roll it back when a guard no longer holds."""
@@ -45,9 +51,10 @@ class _GuardFailed(Exception):
 class RunStore:
     """The runs database (see the module docstring)."""
 
-    def __init__(self, db: Database) -> None:
-        """Wrap an open Database."""
+    def __init__(self, db: Database, replica: str = "") -> None:
+        """Wrap an open Database; `replica` names this process in its event notifications."""
         self.db = db
+        self.replica = replica
 
     async def create_tables(self) -> None:
         """Bring the runs tables to the newest schema (Alembic; see agentrt.runs.migrate)."""
@@ -154,6 +161,7 @@ class RunStore:
                 await conn.execute(insert(RunRow).values(**values))
                 await _append_log(conn, record.run_id, [("started", {"input": record.input})])
                 stored = await _insert_events(conn, record.run_id, record.tenant, record.session_id, events)
+                await conn.run_sync(_notify, self.replica, stored)
         except IntegrityError:
             if record.idempotency_key:
                 existing = await self.find_idempotent(record.tenant, record.idempotency_key)
@@ -233,11 +241,12 @@ class RunStore:
             if events:
                 # One executemany statement: a save point carries a turn's events.
                 conn.execute(insert(RunEventRow), [_event_values(ev) for ev in events])
-            if not new_events:
-                return []
-            assert session is not None
-            stored = _number_events(conn, run_id, session[0], session[1], new_events)
-            conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
+            stored: list[StoredEvent] = []
+            if new_events:
+                assert session is not None
+                stored = _number_events(conn, run_id, session[0], session[1], new_events)
+                conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
+            _notify(conn, self.replica, [*events, *stored])
             return stored
 
         # The whole save point runs as one transaction on the database's own thread
@@ -497,6 +506,27 @@ def _number_events(
         event.seq = seq + i
         stored.append(StoredEvent(run_id, seq + i, tenant, session_id, sseq + i, event))
     return stored
+
+
+def _notify(conn: Connection, replica: str, events: Sequence[StoredEvent]) -> None:
+    """On PostgreSQL, tell every listening replica which topics got events (sent at commit).
+
+    One notification per transaction and run: {"replica", "run_id", "tenant", "session_id",
+    "seq"} (the highest run seq written), well under PostgreSQL's 8000-byte payload bound.
+    """
+    if not events or conn.dialect.name != "postgresql":
+        return
+    last = max(events, key=lambda e: e.seq)
+    payload = json.dumps(
+        {
+            "replica": replica,
+            "run_id": last.run_id,
+            "tenant": last.tenant,
+            "session_id": last.session_id,
+            "seq": last.seq,
+        }
+    )
+    conn.execute(text("SELECT pg_notify(:ch, :payload)"), {"ch": EVENTS_CHANNEL, "payload": payload})
 
 
 def _event_values(ev: StoredEvent) -> dict[str, Any]:
