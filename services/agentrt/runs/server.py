@@ -38,6 +38,10 @@ def build_server(config: RunsConfig) -> MeshServer:
         sessions=config.sessions_address,
         tasks=config.tasks_address,
         token=config.server.auth_token,
+        # gRPC reaches the peers (runs/peers.py): calls wait for a READY replica, and the
+        # retry policy re-sends the loop's fenced writes too.
+        wait_for_ready=True,
+        fenced=True,
     )
     peers = Peers(
         client, tool_grace_s=config.tool_call_grace_seconds, unavailable_s=config.peer_unavailable_seconds

@@ -157,7 +157,7 @@ async def test_takeover_waits_for_a_tool_service_that_is_not_up_yet(start_server
     mesh, started, replica_b, stub, port = await _take_over_with_tools_down(start_server, tmp_path, emulator)
 
     async def refused() -> bool:
-        return replica_b.manager.deps.peers.unavailable_retries > 0
+        return replica_b.manager.deps.peers.unavailable_waits > 0
 
     await until(refused, "replica b to find the tool service not up")
     await start_server(
