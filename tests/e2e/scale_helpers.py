@@ -15,7 +15,9 @@ same replica id.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +30,7 @@ from dnslib import QTYPE, RR, A
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 from agentrt.cli.up import free_ports, port_taken
-from tests.emulators.providers import ProviderEmulator
+from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
 from tests.stores import PG_DATABASE, PG_HOST
 
 ZONE = "agentrt.test"
@@ -37,6 +39,43 @@ SERVICES = ("runs", "gateway", "tools", "sessions", "tasks")
 LEASE_SECONDS = 1.5
 #: Limiter window of the gateways, seconds (short, so a test sees several).
 LIMITER_WINDOW_SECONDS = 5.0
+
+
+_TAG = re.compile(r"scale:([a-z0-9-]+)")
+
+
+def tag_of(body: object) -> str:
+    """The run's tag in a model request ("" for a request of no scale run)."""
+    found = _TAG.search(json.dumps(body))
+    return found.group(1) if found else ""
+
+
+def turn_of(body: object) -> int:
+    """The turn a model request is for: 1 + the tool results it carries."""
+    return json.dumps(body).count("function_call_output") + 1
+
+
+class Responder:
+    """The emulator's answers for runs whose input says `scale:<tag>`: turns - 1 tool turns,
+    each appending `line-<tag>-<turn>` to lines.txt in the run's workspace (a side effect),
+    then the answer."""
+
+    def __init__(self, turns: int, tool_seconds: float = 0.0) -> None:
+        self.turns = turns
+        self.tool_seconds = tool_seconds
+
+    def __call__(self, path: str, body: object) -> Reply | None:
+        tag = tag_of(body)
+        if not tag:
+            return None
+        turn = turn_of(body)
+        if turn >= self.turns:
+            return Reply(text=f"done {tag}")
+        cmd = f"echo line-{tag}-{turn} >> lines.txt"
+        if self.tool_seconds:
+            cmd += f"; sleep {self.tool_seconds:g}"
+        args = json.dumps({"cmd": cmd + f"; echo ok-{turn}"})
+        return Reply(text=f"turn {turn}", tool_calls=[ToolCallReply("exec_command", args)])
 
 
 class Zone(BaseResolver):
@@ -160,6 +199,9 @@ class ScaledMesh:
             "AGENTRT_RUNS_PEER_UNAVAILABLE_SECONDS": "60",
             "AGENTRT_WORKSPACE_ROOT": str(self.root / "workspaces"),
             "AGENTRT_DRAIN_SECONDS": "3",
+            # eleven processes share the machine's PostgreSQL (max_connections 100) with others
+            "AGENTRT_DB_POOL_SIZE": "3",
+            "AGENTRT_DB_MAX_OVERFLOW": "2",
             **{f"AGENTRT_{svc.upper()}_ADDR": self.target(svc) for svc in SERVICES},
         }
         common.pop("AGENTRT_SUPERVISOR_PID", None)

@@ -29,9 +29,7 @@ full size is `AGENTRT_SCALE_RUNS=200 make test-scale` (docs/operations.md).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +38,7 @@ import grpc
 import pytest
 from chaos_helpers import wait_serving
 from e2e_helpers import STATE_TIMEOUT
-from scale_helpers import LIMITER_WINDOW_SECONDS, Replica, ScaledMesh
+from scale_helpers import LIMITER_WINDOW_SECONDS, Replica, Responder, ScaledMesh, tag_of, turn_of
 
 from agentrt.client.channels import open_channel
 from agentrt.mesh.db import Database
@@ -48,7 +46,7 @@ from agentrt.runs.store import RunStore, lease_overlaps
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
-from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
+from tests.emulators.providers import ProviderEmulator
 from tests.needs import unavailable
 from tests.stores import pg_reachable
 
@@ -60,7 +58,6 @@ TURNS = 5
 BUDGET = int(os.environ.get("AGENTRT_SCALE_BUDGET", "400000"))
 #: Seconds between the runs a rolling restart's load adds while it lasts.
 FEED_SECONDS = float(os.environ.get("AGENTRT_SCALE_FEED_SECONDS", "1.0"))
-_TAG = re.compile(r"scale:([a-z0-9-]+)")
 _TERMINAL_OR_SUSPENDED = (
     cpb.RUN_STATUS_COMPLETED,
     cpb.RUN_STATUS_FAILED,
@@ -69,27 +66,7 @@ _TERMINAL_OR_SUSPENDED = (
 )
 
 
-def _tag_of(body) -> str:
-    found = _TAG.search(json.dumps(body))
-    return found.group(1) if found else ""
-
-
-def _turn_of(body) -> int:
-    return json.dumps(body).count("function_call_output") + 1
-
-
-def responder(path: str, body) -> Reply | None:
-    """Four tool turns appending a line each (a side effect), then the answer."""
-    tag = _tag_of(body)
-    if not tag:
-        return None
-    turn = _turn_of(body)
-    if turn < TURNS:
-        cmd = f"echo line-{tag}-{turn} >> lines.txt; sleep 0.2; echo ok-{turn}"
-        return Reply(
-            text=f"turn {turn}", tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))]
-        )
-    return Reply(text=f"done {tag}")
+responder = Responder(TURNS, tool_seconds=0.2)
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +214,7 @@ async def _phase(  # type: ignore[no-untyped-def]
             want = RUNS * TURNS // 3
 
             async def progressed() -> None:
-                while sum(1 for _, b in mesh.emu.requests if _tag_of(b).startswith(name + "-")) < want:
+                while sum(1 for _, b in mesh.emu.requests if tag_of(b).startswith(name + "-")) < want:
                     await asyncio.sleep(0.05)
 
             await asyncio.wait_for(progressed(), STATE_TIMEOUT)
@@ -295,7 +272,7 @@ async def _unfinished(db: Database, run_ids: list[str]) -> dict[str, str]:
 
 async def _check(mesh, store, client, runs, completed, killed_runs) -> None:  # type: ignore[no-untyped-def]
     killed = getattr(mesh, "killed_runs_replica", None)  # (name, emulator request index at the kill)
-    requests = Counter((_tag_of(b), _turn_of(b)) for _, b in mesh.emu.requests if _tag_of(b))
+    requests = Counter((tag_of(b), turn_of(b)) for _, b in mesh.emu.requests if tag_of(b))
     for run in runs:
         # the stream read elsewhere holds exactly what storage holds, in seq order
         stored = [
@@ -321,7 +298,7 @@ async def _check(mesh, store, client, runs, completed, killed_runs) -> None:  # 
             at = [
                 i
                 for i, (_, b) in enumerate(mesh.emu.requests)
-                if (_tag_of(b), _turn_of(b)) == (run.tag, twice[0])
+                if (tag_of(b), turn_of(b)) == (run.tag, twice[0])
             ]
             assert at[0] < killed[1] <= at[1], (run.tag, at, killed)  # before the kill, and after it
         if run.run_id in completed:

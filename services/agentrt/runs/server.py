@@ -29,7 +29,9 @@ SERVICE_NAME = "agentrt.v1.RunService"
 
 def build_server(config: RunsConfig) -> MeshServer:
     """Return the RunService server (not started); `server.manager` is its RunManager."""
-    db = Database(config.server.db_url)
+    db = Database(
+        config.server.db_url, pool_size=config.server.db_pool_size, max_overflow=config.server.db_max_overflow
+    )
     owner = config.replica_id or new_id("replica")
     store = RunStore(db, replica=owner)
     client = MeshClient(
