@@ -36,7 +36,10 @@ from tests.stores import PG_DATABASE, PG_HOST
 ZONE = "agentrt.test"
 SERVICES = ("runs", "gateway", "tools", "sessions", "tasks")
 #: Run lease of the replicas, seconds (a dead owner's runs are taken over once it expires).
-LEASE_SECONDS = 1.5
+#: Long enough that a replica starved of CPU and of pool connections under load (eleven
+#: processes on two cores, 3 + 2 connections each) still renews in time: a lease lost that way
+#: makes the next owner ask the model again for the call in flight (a repeated request).
+LEASE_SECONDS = 10.0
 #: Limiter window of the gateways, seconds (short, so a test sees several).
 LIMITER_WINDOW_SECONDS = 5.0
 

@@ -241,7 +241,8 @@ async def _phase(  # type: ignore[no-untyped-def]
                 assert got.suspension_reason != pb.SUSPENSION_REASON_UNSPECIFIED, got
                 continue
             assert got.status == cpb.RUN_STATUS_COMPLETED, (run.tag, str(got.failure))
-            assert got.turns == TURNS
+            asked = sorted(turn_of(b) for _, b in mesh.emu.requests if tag_of(b) == run.tag)
+            assert got.turns == TURNS, (run.tag, got.turns, asked, str(got.diagnostics)[:2000])
         completed = {
             r.run_id for r, g in zip(runs, final, strict=True) if g.status == cpb.RUN_STATUS_COMPLETED
         }

@@ -99,7 +99,8 @@ class TurnSteps(Housekeeping):
                         r.tenant,
                         request,
                         lambda text: self._publish(model_delta=pb.ModelDelta(text=text)),
-                    )
+                    ),
+                    finish_on_shutdown=True,  # a drain logs the response: never asked twice
                 )
             except ContextOverflow as exc:
                 if await self._recover_overflow(turn, limits, exc, context):

@@ -67,7 +67,8 @@ async def test_a_model_call_goes_once_with_a_deadline(going):
         assert caught.value.status == Status.UNAVAILABLE
         assert servicer.calls == {"StreamGenerate": 1}  # not re-sent, by the policy or by us
         (remaining,) = servicer.remaining
-        assert remaining is not None and MODEL_CALL_TIMEOUT_S - 60 < remaining <= MODEL_CALL_TIMEOUT_S
+        # the deadline the call carries (the server reads it against its own clock: a little slack)
+        assert remaining is not None and MODEL_CALL_TIMEOUT_S - 60 < remaining <= MODEL_CALL_TIMEOUT_S + 5
     finally:
         await peers.close()
 
