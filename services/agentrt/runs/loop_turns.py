@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
+from agentrt.mesh import telemetry
 from agentrt.runs import reconcile
 from agentrt.runs import turn as turnmod
 from agentrt.runs.agents import Limits, command_policies, offered_specs
@@ -26,6 +27,7 @@ from agentrt.runs.batch import Abandoned, BatchResult, BatchStop, execute_calls
 from agentrt.runs.convert import call_out, kind_out, response_in
 from agentrt.runs.loop_core import Interrupted, b64
 from agentrt.runs.loop_housekeeping import Housekeeping
+from agentrt.runs.observe import record_generation, record_request
 from agentrt.runs.persistence import (
     attach_diagnostics,
     injected_entry,
@@ -92,16 +94,20 @@ class TurnSteps(Housekeeping):
             context = await self._interruptible(self._read_context())
             self._request_at = (self._context.last_seq, self._context.leaf)
             request = turnmod.build_request(r.agent, r.run_id, r.tenant, context)
+            ref = request.model
             try:
-                final = await self._interruptible(
-                    turnmod.stream_model(
-                        self.deps.peers,
-                        r.tenant,
-                        request,
-                        lambda text: self._publish(model_delta=pb.ModelDelta(text=text)),
-                    ),
-                    finish_on_shutdown=True,  # a drain logs the response: never asked twice
-                )
+                with telemetry.generation_span(provider=ref.provider, model=ref.model or "default") as gen:
+                    record_request(gen, request)
+                    final = await self._interruptible(
+                        turnmod.stream_model(
+                            self.deps.peers,
+                            r.tenant,
+                            request,
+                            lambda text: self._publish(model_delta=pb.ModelDelta(text=text)),
+                        ),
+                        finish_on_shutdown=True,  # a drain logs the response: never asked twice
+                    )
+                    record_generation(gen, final)
             except ContextOverflow as exc:
                 if await self._recover_overflow(turn, limits, exc, context):
                     continue  # the same turn again, on the compacted context; no turn spent
@@ -183,6 +189,7 @@ class TurnSteps(Housekeeping):
                 workspace=r.workspace,
                 concurrency=limits.concurrency,
                 on_result=lambda res: self._publish(tool_returned=pb.ToolReturned(result=res)),
+                on_queue_wait=self.deps.metrics.tool_queue_wait.observe,
                 on_progress=lambda call_id, stream, text: self._publish(
                     tool_progressed=pb.ToolProgressed(call_id=call_id, stream=stream, text=text)
                 ),

@@ -14,6 +14,7 @@ from agentrt.client.channels import MeshClient
 from agentrt.core.ids import new_id
 from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.events import EventHub
 from agentrt.runs.loop import Deps, crash_at
@@ -50,6 +51,7 @@ def build_server(config: RunsConfig) -> MeshServer:
     )
     hub = EventHub(config.subscriber_buffer)
     listener = None if db.is_sqlite else EventListener(config.server.db_url, hub, owner)
+    metrics = RunMetrics()  # the server's registry: one /metrics with the RPC series
     deps = Deps(
         store=store,
         peers=peers,
@@ -57,6 +59,7 @@ def build_server(config: RunsConfig) -> MeshServer:
         owner=owner,
         lease_seconds=config.lease_seconds,
         crash=crash_at(config.crash_points),
+        metrics=metrics,
     )
     # With a listener, a stream waits for a wake-up, never for a poll interval.
     poll = config.poll_seconds if listener is None else None
@@ -71,6 +74,7 @@ def build_server(config: RunsConfig) -> MeshServer:
         for stub in ("gateway_service", "tool_service", "session_service"):
             getattr(client, stub)
         await manager.start()
+        await manager.observe_store()
 
     async def close() -> None:
         await manager.stop(config.server.grace_seconds)
@@ -80,7 +84,7 @@ def build_server(config: RunsConfig) -> MeshServer:
         await db.close()
 
     binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_RunServiceServicer_to_server(servicer, s))
-    server = MeshServer(config.server, [binding], ready=ready, close=close)
+    server = MeshServer(config.server, [binding], ready=ready, close=close, registry=metrics.registry)
     server.manager = manager  # type: ignore[attr-defined]
     server.listener = listener  # type: ignore[attr-defined]
     return server
