@@ -1,4 +1,4 @@
-"""Events across runs replicas on PostgreSQL: LISTEN/NOTIFY, no polling (issue 13, decision 0099).
+"""Events across runs replicas on PostgreSQL: LISTEN/NOTIFY, no polling (issue 13, decision 0011).
 
 Two real `agentrt serve runs` processes, A (the mesh's) and B, on one PostgreSQL database.
 Runs execute on A (StartRun goes to A); their event streams are read from B, opened before

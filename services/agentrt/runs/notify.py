@@ -5,7 +5,7 @@ What it owns: one dedicated asyncpg connection per runs process, LISTENing on
 commit (store._notify); the callback here pokes the subscribers of that run's and that
 session's topics (`EventHub.wake`), whose streams then re-read storage. So a subscriber on
 replica B sees the events of a run executing on replica A as soon as A's save point
-commits, with no polling interval in the path (decision 0099).
+commits, with no polling interval in the path (decision 0011).
 
 Invariants:
 - the LISTEN is in place before the service reports SERVING (`start()` returns after it),

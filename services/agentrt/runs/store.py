@@ -10,7 +10,7 @@ What it owns (records.py holds the decoded shapes it returns):
 - event replay by run (seq) and by session (session_seq).
 - on PostgreSQL, every transaction that inserts events also sends one NOTIFY on
   `EVENTS_CHANNEL` (delivered at commit, so a woken subscriber finds the events stored):
-  how subscribers on other replicas learn of them (runs/notify.py, decision 0099).
+  how subscribers on other replicas learn of them (runs/notify.py, decision 0011).
 
 Events passed to `save()` either carry their seqs (the owning executor numbers them
 live) or are numbered inside the transaction, which is what transitions made outside an

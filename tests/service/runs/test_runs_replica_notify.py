@@ -1,5 +1,5 @@
 """Two RunService replicas on one PostgreSQL database: a stream on B follows a run on A
-through LISTEN/NOTIFY alone, and survives B's LISTEN connection being killed (decision 0099)."""
+through LISTEN/NOTIFY alone, and survives B's LISTEN connection being killed (decision 0011)."""
 
 from __future__ import annotations
 
