@@ -15,7 +15,7 @@ LLAMA_WHEELS ?= $(HOME)/.cache/agentrt-wheels
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
 .DEFAULT_GOAL := help
-.PHONY: help install docker-sandbox image deploy-check demo test test-fast check protos protos-fresh breaking contracts-land lint typecheck bench bench-peers up clean
+.PHONY: help install docker-sandbox image deploy-check demo test test-fast test-scale check protos protos-fresh breaking contracts-land lint typecheck bench bench-peers up clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -92,6 +92,9 @@ test: install docker-sandbox ## Run the whole test suite (unit, service, e2e; pr
 
 test-fast: install ## Unit and service tests without the slow end-to-end ones (no docker preparation)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-scale: install ## The scale-out acceptance (replicas, chaos, rolling restart); AGENTRT_SCALE_RUNS=200 for the full size
+	$(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_scale_out.py $(PYTEST_ARGS)
 
 check: install protos-fresh lint breaking typecheck test ## What CI runs: generated code fresh, buf lint, buf breaking, ruff, mypy, tests
 

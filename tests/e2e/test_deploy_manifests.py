@@ -72,7 +72,11 @@ def test_every_service_scales_probes_and_drains(overlay):
         assert env["AGENTRT_AUTH_TOKEN"]["secretKeyRef"]["name"].startswith("agentrt-auth")
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports["grpc"] == DEFAULT_PORTS[svc]
+        # every service serves /metrics on the port its Deployment and Service declare
+        assert int(env[f"AGENTRT_{svc.upper()}_METRICS_PORT"]) == ports["metrics"], svc
         service = services[name]
+        service_ports = {p["name"]: p for p in service["spec"]["ports"]}
+        assert service_ports["metrics"]["targetPort"] == "metrics", svc
         assert service["spec"]["clusterIP"] == "None"  # headless: channels balance over the pods
         assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
         assert hpas[name]["spec"]["scaleTargetRef"]["name"] == name

@@ -122,6 +122,13 @@ def test_only_calls_safe_to_send_twice_are_retried():
     assert "waitForReady" not in config["methodConfig"][0]
     waiting = json.loads(service_config(wait_for_ready=True))["methodConfig"]
     assert all(m["waitForReady"] for m in waiting)
+    # the run loop's channels (fenced=True) add its fenced writes, never a model call
+    fenced = json.loads(service_config(wait_for_ready=True, fenced=True))["methodConfig"][0]
+    fenced_names = {(n["service"], n["method"]) for n in fenced["name"]}
+    assert ("agentrt.v1.SessionService", "AppendEntries") in fenced_names
+    assert ("agentrt.v1.ModelGatewayService", "Generate") not in fenced_names
+    assert ("agentrt.v1.ModelGatewayService", "StreamGenerate") not in fenced_names
+    assert ("agentrt.v1.SessionService", "CreateSession") not in fenced_names
 
 
 async def test_wait_for_ready_waits_for_a_replica_that_comes_up(start_server, tmp_path):

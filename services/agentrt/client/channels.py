@@ -77,16 +77,31 @@ RETRY_POLICY = {
 }
 
 
-def service_config(*, wait_for_ready: bool = False) -> str:
+#: Methods safe to re-send only for a caller that fences them itself. The run loop sends
+#: every AppendEntries with expected_last_seq (a second copy is refused with SEQ_MISMATCH, and
+#: runs/persistence.py recognizes its own batch in the log); RecoverSession appends nothing the
+#: second time; SwitchBranch to the same leaf twice lands on that leaf; CancelExecution of a
+#: call already cancelled answers the same. Generate/StreamGenerate are in no list: a provider
+#: would bill (and answer) twice.
+FENCED_METHODS: dict[str, tuple[str, ...]] = {
+    "agentrt.v1.SessionService": ("AppendEntries", "RecoverSession", "SwitchBranch"),
+    "agentrt.v1.ToolService": ("CancelExecution",),
+}
+
+
+def service_config(*, wait_for_ready: bool = False, fenced: bool = False) -> str:
     """Return the channel's service config (JSON): round_robin, the retry policy, the throttle.
 
     Args:
         wait_for_ready: every method waits for a READY replica instead of failing fast.
+        fenced: the retry policy covers FENCED_METHODS too (a caller that fences them).
     """
+    retried = {**IDEMPOTENT_METHODS}
+    if fenced:
+        for service, methods in FENCED_METHODS.items():
+            retried[service] = (*retried.get(service, ()), *methods)
     idempotent = [
-        {"service": service, "method": method}
-        for service, methods in IDEMPOTENT_METHODS.items()
-        for method in methods
+        {"service": service, "method": method} for service, methods in retried.items() for method in methods
     ]
     configs: list[dict[str, object]] = [{"name": idempotent, "retryPolicy": RETRY_POLICY}]
     if wait_for_ready:
@@ -132,6 +147,7 @@ def open_channel(
     tenant: str = "",
     tls: TlsConfig | None = None,
     wait_for_ready: bool = False,
+    fenced: bool = False,
     options: Sequence[tuple[str, str | int]] = (),
 ) -> grpc.aio.Channel:
     """Open a long-lived, balanced, retrying channel (see the module docstring).
@@ -146,6 +162,7 @@ def open_channel(
             `tls.server_name`.
         wait_for_ready: calls wait (within their deadline) for a READY replica instead of
             failing with UNAVAILABLE while none is.
+        fenced: gRPC's retry policy also re-sends FENCED_METHODS (the run loop's channels).
         options: further gRPC channel arguments, after (so over) the mesh's own, e.g.
             ("grpc.dns_min_time_between_resolutions_ms", 1000): how soon the DNS name may be
             resolved again (gRPC's default is 30 s).
@@ -164,7 +181,7 @@ def open_channel(
         ("grpc.max_send_message_length", MAX_REQUEST_BYTES * 2),
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.enable_retries", 1),
-        ("grpc.service_config", service_config(wait_for_ready=wait_for_ready)),
+        ("grpc.service_config", service_config(wait_for_ready=wait_for_ready, fenced=fenced)),
         # Our service config, never one a DNS TXT record would substitute.
         ("grpc.service_config_disable_resolution", 1),
         # Subchannels of this channel only: a connection another channel of the process saw
@@ -198,6 +215,7 @@ class MeshClient:
         token: bearer token; tenant: the tenant every call is scoped to.
         tls: TLS files of the channels (None = the process's, see `use_process_tls`).
         wait_for_ready: calls wait for a READY replica (see `open_channel`).
+        fenced: the retry policy covers FENCED_METHODS too (see `open_channel`).
     """
 
     runs: str = ""
@@ -209,19 +227,37 @@ class MeshClient:
     tenant: str = ""
     tls: TlsConfig | None = None
     wait_for_ready: bool = False
+    fenced: bool = False
     _channels: list[grpc.aio.Channel] = field(default_factory=list, init=False)
 
     def _channel(self, target: str, name: str) -> grpc.aio.Channel:
         if not target:
             raise ValueError(f"no address configured for the {name} service")
         channel = open_channel(
-            target, token=self.token, tenant=self.tenant, tls=self.tls, wait_for_ready=self.wait_for_ready
+            target,
+            token=self.token,
+            tenant=self.tenant,
+            tls=self.tls,
+            wait_for_ready=self.wait_for_ready,
+            fenced=self.fenced,
         )
         self._channels.append(channel)
+        self._by_name[name] = channel
         return channel
+
+    def channel(self, name: str) -> grpc.aio.Channel:
+        """Return the channel of a service ("runs", "gateway", "tools", "sessions", "tasks").
+
+        Raises:
+            ValueError: the service has no address.
+        """
+        if name not in self._by_name:
+            getattr(self, _STUB_OF[name])
+        return self._by_name[name]
 
     def __post_init__(self) -> None:
         self._stubs: dict[str, object] = {}
+        self._by_name: dict[str, grpc.aio.Channel] = {}
 
     def _stub(self, name: str, target: str, factory: type) -> object:
         if name not in self._stubs:
@@ -263,3 +299,13 @@ class MeshClient:
             await channel.close()
         self._channels.clear()
         self._stubs.clear()
+        self._by_name.clear()
+
+
+_STUB_OF = {
+    "runs": "run_service",
+    "gateway": "gateway_service",
+    "tools": "tool_service",
+    "sessions": "session_service",
+    "tasks": "task_service",
+}

@@ -49,6 +49,9 @@ class ServerConfig:
             (GOAWAY; calls in flight finish), so clients re-resolve the service's DNS name
             and reach replicas added since; 0 = never.
         metrics_port: TCP port of the Prometheus `/metrics` endpoint on `host`; 0 = none.
+        db_pool_size, db_max_overflow: PostgreSQL connections this process keeps open, and
+            may open beyond them under load (SQLAlchemy's pool). Size them so that every
+            replica of every service together stays below the server's max_connections.
     """
 
     host: str = "127.0.0.1"
@@ -63,6 +66,8 @@ class ServerConfig:
     health_port: int = 0
     max_connection_age_seconds: float = 300.0
     metrics_port: int = 0
+    db_pool_size: int = 10
+    db_max_overflow: int = 10
 
     @property
     def address(self) -> str:
@@ -102,7 +107,8 @@ def edge_from_env(service: str = "") -> dict[str, Any]:
     AGENTRT_TLS_CLIENT_AUTH (true/false), AGENTRT_TLS_SERVER_NAME, AGENTRT_HEALTH_PORT
     (default 0), AGENTRT_MAX_CONNECTION_AGE_SECONDS (default 300) and AGENTRT_DRAIN_SECONDS
     (default 5: how long in-flight calls get on SIGTERM; keep it below the pod's
-    terminationGracePeriodSeconds minus its preStop); with `service`, also its
+    terminationGracePeriodSeconds minus its preStop), AGENTRT_DB_POOL_SIZE (10) and
+    AGENTRT_DB_MAX_OVERFLOW (10); with `service`, also its
     AGENTRT_<SERVICE>_METRICS_PORT (`metrics_port_from_env`).
 
     Raises:
@@ -119,10 +125,15 @@ def edge_from_env(service: str = "") -> dict[str, Any]:
         health_port = int(env("HEALTH_PORT", "0"))
         age = float(env("MAX_CONNECTION_AGE_SECONDS", "300"))
         drain = float(env("DRAIN_SECONDS", "5"))
+        pool = int(env("DB_POOL_SIZE", "10"))
+        overflow = int(env("DB_MAX_OVERFLOW", "10"))
     except ValueError as exc:
         raise ValueError(
-            f"AGENTRT_HEALTH_PORT, _MAX_CONNECTION_AGE_SECONDS or _DRAIN_SECONDS is not a number: {exc}"
+            "AGENTRT_HEALTH_PORT, _MAX_CONNECTION_AGE_SECONDS, _DRAIN_SECONDS, _DB_POOL_SIZE or "
+            f"_DB_MAX_OVERFLOW is not a number: {exc}"
         ) from exc
+    if pool < 1 or overflow < 0:
+        raise ValueError("AGENTRT_DB_POOL_SIZE must be at least 1 and AGENTRT_DB_MAX_OVERFLOW at least 0")
     if not 0 <= health_port <= 65535:
         raise ValueError(f"AGENTRT_HEALTH_PORT={health_port} is outside 0..65535")
     if age < 0 or drain < 0:
@@ -142,6 +153,8 @@ def edge_from_env(service: str = "") -> dict[str, Any]:
         "health_port": health_port,
         "max_connection_age_seconds": age,
         "grace_seconds": drain,
+        "db_pool_size": pool,
+        "db_max_overflow": overflow,
     }
 
 

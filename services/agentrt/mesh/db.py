@@ -67,13 +67,22 @@ def _sqlite_pragmas(engine: Engine, immediate: bool) -> None:
 class Database:
     """An async database for one service (see the module docstring)."""
 
-    def __init__(self, url: str, *, connect_args: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_args: dict[str, Any] | None = None,
+        pool_size: int = 10,
+        max_overflow: int = 10,
+    ) -> None:
         """Open engines for url (nothing connects until first use).
 
         Args:
             url: sqlite+aiosqlite:///FILE or postgresql+asyncpg://...
             connect_args: extra keyword arguments of the PostgreSQL driver's connect
                 (asyncpg: e.g. `timeout`, `command_timeout`, in seconds); unused on SQLite.
+            pool_size: PostgreSQL connections kept open; unused on SQLite.
+            max_overflow: PostgreSQL connections opened beyond pool_size under load.
 
         Raises:
             ValueError: the URL's driver is neither sqlite+aiosqlite nor postgresql+asyncpg.
@@ -98,7 +107,11 @@ class Database:
             self._read_pool: ThreadPoolExecutor | None = ThreadPoolExecutor(SYNC_READ_THREADS, "db-read")
         elif self.dialect == "postgresql":
             self._write_engine = create_async_engine(
-                url, pool_size=10, max_overflow=10, pool_pre_ping=True, connect_args=dict(connect_args or {})
+                url,
+                pool_size=pool_size,
+                max_overflow=max_overflow,
+                pool_pre_ping=True,
+                connect_args=dict(connect_args or {}),
             )
             self._read_engine = self._write_engine
             self._sync_write = self._sync_read = None

@@ -33,8 +33,9 @@ class RunsConfig:
             (events written by another replica), in seconds.
         tool_call_grace_seconds: added to a tool's own timeout for the ExecuteTool deadline.
         peer_unavailable_seconds: how long a peer call waits for a peer that is not
-            reachable (not up yet after a restart, or restarting), re-sending with capped
-            backoff, before the run fails with kind "unavailable", in seconds.
+            reachable (not up yet after a restart, or restarting) to have a READY replica
+            (gRPC's channel connectivity), before the run fails with kind "unavailable", in
+            seconds.
         crash_points: named points at which the process kills itself with SIGKILL (the
             crash tests' kill -9 at a moment no event shows; see loop_core.CRASH_POINTS).
             Empty in production.

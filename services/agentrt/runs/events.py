@@ -19,7 +19,10 @@
   Held events go out in seq order after the write, and nothing numbered later overtakes
   them. Numbered events stay *unflushed* until a save writes them; replay reads the
   database and the unflushed events that were already delivered.
-- `EventHub` holds the subscriptions by topic and the open channels.
+- `EventHub` holds the subscriptions by topic and the open channels. `wake()` tells the
+  subscribers of a topic that storage holds events they have not been offered (another
+  replica wrote them; runs/notify.py hears of it): their next wait returns at once and the
+  stream re-reads storage.
 
 Publishing is synchronous and never awaits, so seqs are assigned atomically with delivery
 and a subscriber never sees a higher seq before a lower one.
@@ -85,6 +88,12 @@ class Subscription:
         self._last_offered = 0
         self._gap_from = 0
         self._gap_count = 0
+        self._stale = False
+
+    def poke(self) -> None:
+        """Storage holds events this buffer was not offered: make the next wait return None."""
+        self._stale = True
+        self._wake.set()
 
     def offer(self, seq: int, event: pb.RunEvent) -> None:
         """Buffer the event, or drop it and remember the drop; never blocks."""
@@ -103,13 +112,19 @@ class Subscription:
         self._wake.set()
 
     async def next(self, timeout: float | None) -> tuple[int, pb.RunEvent] | GapMarker | None:
-        """Return the next buffered item, waiting up to timeout seconds; None on timeout.
+        """Return the next buffered item, waiting up to timeout seconds (None: no bound).
+
+        Returns None on timeout, or once the buffer is drained after a `poke()`: the
+        consumer re-reads storage then.
 
         When the buffer is drained and events were dropped since, the answer is a
         GapMarker with next = 0 ("events after last_good were dropped; none is buffered"),
         so a consumer learns of a loss even when no further event is ever published.
         """
         if not self._items and not self._gap_count:
+            if self._stale:
+                self._stale = False
+                return None
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -121,6 +136,7 @@ class Subscription:
             marker = GapMarker(self._gap_from, self._gap_count, 0)
             self._gap_count = 0
             return marker
+        self._stale = False
         return None
 
 
@@ -321,6 +337,18 @@ class EventHub:
             if f"{channel.tenant}/{channel.session_id}" == key:
                 out.extend(channel.delivered_unflushed())
         return out
+
+    def wake(self, run_id: str, tenant: str, session_id: str) -> None:
+        """Poke the subscribers of the run's and its session's topics (events are in storage)."""
+        for topic in (run_topic(run_id), session_topic(tenant, session_id)):
+            for sub in list(self._subs.get(topic, ())):
+                sub.poke()
+
+    def wake_all(self) -> None:
+        """Poke every subscriber (notifications may have been missed: all re-read storage)."""
+        for subs in list(self._subs.values()):
+            for sub in list(subs):
+                sub.poke()
 
     def deliver(self, events: list[StoredEvent]) -> None:
         """Offer events to the subscribers of their run and session topics; never blocks."""

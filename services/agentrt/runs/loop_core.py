@@ -126,6 +126,9 @@ class ExecutorCore:
         self.ended = 0
         self.turn = record.turns
         self._stopping = asyncio.Event()
+        #: Set by a stop other than "shutdown" (cancel, lease lost): what a model call in
+        #: flight yields to (a shutdown lets it finish, see `_interruptible`).
+        self._halting = asyncio.Event()
         #: Log entries (and their run-row changes) recorded but not written yet: they ride
         #: on the next save, which always comes before anything acts on them (see _defer).
         self._deferred_log: list[tuple[str, dict[str, Any]]] = []
@@ -149,17 +152,26 @@ class ExecutorCore:
         if not self.stop_reason:
             self.stop_reason, self.cancel_message = reason, message
         self._stopping.set()
+        if reason != "shutdown":
+            self._halting.set()
 
     async def _extend(self, seq: int, session_seq: int) -> bool:
         return await self.deps.store.reserve(self.r.run_id, self.token, seq, session_seq)
 
-    async def _interruptible(self, awaitable: Any) -> Any:
+    async def _interruptible(self, awaitable: Any, *, finish_on_shutdown: bool = False) -> Any:
+        """Await a wait on a peer unless a stop comes first (then raise Interrupted).
+
+        With finish_on_shutdown (the model call), a wait already in flight when a
+        "shutdown" stop arrives is let finish (the drain's grace bounds it), so its response
+        is logged before the lease is handed over and the next owner never asks again; a
+        cancel or a lost lease still interrupts it. No new wait starts once any stop came.
+        """
         if self._stopping.is_set():
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()
             raise Interrupted()
         task = asyncio.ensure_future(awaitable)
-        waiter = asyncio.ensure_future(self._stopping.wait())
+        waiter = asyncio.ensure_future((self._halting if finish_on_shutdown else self._stopping).wait())
         try:
             done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -104,7 +104,8 @@ class TurnSteps(Housekeeping):
                             r.tenant,
                             request,
                             lambda text: self._publish(model_delta=pb.ModelDelta(text=text)),
-                        )
+                        ),
+                        finish_on_shutdown=True,  # a drain logs the response: never asked twice
                     )
                     record_generation(gen, final)
             except ContextOverflow as exc:

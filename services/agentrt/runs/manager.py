@@ -53,7 +53,7 @@ CANCEL_WAIT_S = 30.0
 class RunManager:
     """Starts and steers runs; see the module docstring."""
 
-    def __init__(self, deps: Deps, default_model: str, poll_seconds: float = 1.0) -> None:
+    def __init__(self, deps: Deps, default_model: str, poll_seconds: float | None = 1.0) -> None:
         """Create a manager; nothing runs until `start()`."""
         self.deps = deps
         self.default_model = default_model
@@ -94,6 +94,7 @@ class RunManager:
 
     async def _lease_loop(self) -> None:
         period = max(self.deps.lease_seconds / 3, 0.05)
+        last = time.monotonic()
         while True:
             await asyncio.sleep(period)
             try:
@@ -101,6 +102,15 @@ class RunManager:
                 lost, canceled = await self.store.renew_leases(
                     self.deps.owner, tokens, self.deps.lease_seconds
                 )
+                now = time.monotonic()
+                if now - last > 2 * period:
+                    # Late renewals lose leases: a starved event loop or database pool.
+                    log.warning(
+                        "runs: leases renewed %.1fs after the previous renewal (expected every %.1fs,"
+                        " lease %.1fs)",
+                        now - last, period, self.deps.lease_seconds,
+                    )  # fmt: skip
+                last = now
                 for run_id in lost:
                     self._stop_local(run_id, "lease_lost")
                 for run_id in canceled - lost:

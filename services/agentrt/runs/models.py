@@ -4,7 +4,8 @@ Invariants:
 - every row is scoped by tenant (agents, runs, events); another tenant's row is never
   returned;
 - `run_log` and `run_events` are append-only and keyed (run_id, seq); seqs start at 1
-  and have no holes;
+  and have no holes; every run_log row carries the fencing token and lease owner it was
+  written under;
 - protobuf values (agent specs, usage, failures, pending calls, events) are stored as
   their serialized bytes so a field added to the contract round-trips without a migration;
 - times are float seconds since the epoch (`*_s`);
@@ -128,6 +129,10 @@ class RunLogRow(Base):
     #: JSON object; protobuf values inside are in their JSON mapping.
     payload: Mapped[str] = mapped_column(Text)
     time_s: Mapped[float] = mapped_column(Float)
+    #: The run's fencing token and lease owner when the entry was written (the same
+    #: transaction as the fenced run-row update; "" = no lease held, e.g. a resume).
+    fencing_token: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    lease_owner: Mapped[str] = mapped_column(String(128), default="", server_default="")
 
 
 class RunEventRow(Base):

@@ -5,14 +5,17 @@ channels of one `MeshClient`, carries the run's tenant in metadata, and a failed
 re-raised as the peer's `MeshError` (status and reason preserved), so the loop and the
 servicer pass a peer's NOT_FOUND/SESSION_NOT_FOUND on unchanged.
 
-A peer that is not up yet (a restart brings the services up in any order, and a takeover
-can resume a run ~ms before its tool service serves) is waited for: a call that fails at
-the transport (UNAVAILABLE with no ErrorInfo from a server) is sent again with capped
-backoff for up to `unavailable_s` seconds, then the UNAVAILABLE/DEPENDENCY_UNAVAILABLE
-error is raised. Only calls that are safe to send twice are re-sent on any transport
-failure (reads, fenced appends, ExecuteTool which the tool service journals by
-run_id + call_id, a model stream that yielded nothing); CreateSession only when the
-connection was refused, i.e. nothing was sent.
+Reaching a peer is gRPC's job (decision 0004, issue 13): the channels are `MeshClient`'s
+with `wait_for_ready` and the fenced retry policy (`client.channels.FENCED_METHODS`). A peer
+that is not up yet (a restart brings the services up in any order, and a takeover can
+resume a run ~ms before its tool service serves) is waited for by the channel's own
+connectivity (`channel_ready()`) for up to `unavailable_s` seconds, then the call fails
+UNAVAILABLE/DEPENDENCY_UNAVAILABLE. Each call is then sent once with its deadline; gRPC's
+retry policy re-sends, on another replica, what is safe to send twice (reads, ExecuteTool
+journaled by run_id + call_id, the run loop's fenced AppendEntries) when a replica fails it
+with UNAVAILABLE, and its transparent retry re-sends any call that never left the client.
+A model call (Generate, StreamGenerate) goes once, with a deadline: it is never re-sent,
+since a provider would answer and bill twice.
 """
 
 from __future__ import annotations
@@ -35,10 +38,13 @@ from agentrt.v1 import tool_service_pb2 as tpb
 
 SESSION_CALL_TIMEOUT_S = 30.0
 CATALOG_TTL_S = 30.0
-#: Waits between re-sends to a peer that is not reachable, seconds (the last one repeats).
-UNAVAILABLE_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
-#: Text of a transport failure in which no byte of the call reached the peer.
-_NOT_SENT = ("failed to connect", "connection refused")
+#: Deadline of one model call, seconds: above the gateway's own provider-call cap
+#: (AGENTRT_GATEWAY_TIMEOUT_SECONDS, 600) so the gateway's answer, not ours, ends a slow call.
+MODEL_CALL_TIMEOUT_S = 660.0
+
+#: Re-sends of a StreamExecuteTool cut after its first message (gRPC's policy cannot: a
+#: stream is committed once a response arrived).
+STREAM_RESENDS = 4
 
 T = TypeVar("T")
 
@@ -48,11 +54,6 @@ def _transport_failure(err: grpc.aio.AioRpcError) -> bool:
     return err.code() == grpc.StatusCode.UNAVAILABLE and not reason_of(err)
 
 
-def _not_sent(err: grpc.aio.AioRpcError) -> bool:
-    text = (err.details() or "").lower()
-    return _transport_failure(err) and any(marker in text for marker in _NOT_SENT)
-
-
 def _md(tenant: str) -> list[tuple[str, str]]:
     return [(TENANT_HEADER, tenant)]
 
@@ -60,19 +61,28 @@ def _md(tenant: str) -> list[tuple[str, str]]:
 class Peers:
     """Typed calls to the gateway, tools and sessions (see the module docstring)."""
 
-    def __init__(self, client: MeshClient, tool_grace_s: float = 30.0, unavailable_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        client: MeshClient,
+        tool_grace_s: float = 30.0,
+        unavailable_s: float = 30.0,
+        model_timeout_s: float = MODEL_CALL_TIMEOUT_S,
+    ) -> None:
         """Wrap a MeshClient whose gateway, tools and sessions addresses are set.
 
         Args:
-            client: the long-lived channels.
+            client: the long-lived channels (open them with wait_for_ready=True and
+                fenced=True: see the module docstring).
             tool_grace_s: added to a tool's own timeout for the ExecuteTool deadline, seconds.
             unavailable_s: how long a call waits for an unreachable peer, seconds (0 = no wait).
+            model_timeout_s: deadline of one model call, seconds.
         """
         self.client = client
         self._tool_grace_s = tool_grace_s
         self._unavailable_s = unavailable_s
-        #: Calls re-sent because a peer was unreachable (for operators and tests).
-        self.unavailable_retries = 0
+        self._model_timeout_s = model_timeout_s
+        #: Calls that found their peer unreachable and waited for it (operators and tests).
+        self.unavailable_waits = 0
         self._catalog: dict[str, cpb.ToolSpec] = {}
         self._catalog_time = 0.0
 
@@ -80,40 +90,38 @@ class Peers:
         """Close the channels."""
         await self.client.close()
 
-    async def _call(self, send: Callable[[], Awaitable[T]], *, safe: bool = True) -> T:
-        """Send a unary call; re-send it while the peer is unreachable (see the module docstring).
-
-        Args:
-            send: makes the call once.
-            safe: the call may be sent twice; False re-sends only when nothing was sent.
+    async def _ready(self, peer: str) -> None:
+        """Wait until the peer's channel has a READY replica, for up to `unavailable_s` seconds.
 
         Raises:
-            MeshError: the peer's error; UNAVAILABLE/DEPENDENCY_UNAVAILABLE once the peer
-                stayed unreachable for `unavailable_s` seconds.
+            MeshError: UNAVAILABLE/DEPENDENCY_UNAVAILABLE when none became READY in time.
         """
-        deadline = time.monotonic() + self._unavailable_s
-        attempt = 0
-        while True:
-            try:
-                return await send()
-            except grpc.aio.AioRpcError as err:
-                if not self._wait_more(err, safe, deadline, attempt):
-                    raise from_rpc_error(err) from err
-            await asyncio.sleep(self._backoff(attempt, deadline))
-            attempt += 1
+        channel = self.client.channel(peer)
+        if channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+            return
+        self.unavailable_waits += 1
+        try:
+            await asyncio.wait_for(channel.channel_ready(), self._unavailable_s)
+        except TimeoutError:
+            raise MeshError(
+                Status.UNAVAILABLE,
+                Reason.DEPENDENCY_UNAVAILABLE,
+                f"the {peer} service stayed unreachable for {self._unavailable_s:g}s",
+            ) from None
 
-    def _wait_more(self, err: grpc.aio.AioRpcError, safe: bool, deadline: float, attempt: int) -> bool:
-        if not (_transport_failure(err) if safe else _not_sent(err)):
-            return False
-        if time.monotonic() >= deadline:
-            return False
-        self.unavailable_retries += 1
-        return True
+    async def _call(self, peer: str, send: Callable[[], Awaitable[T]]) -> T:
+        """Send a unary call once, when the peer is reachable (see the module docstring).
 
-    @staticmethod
-    def _backoff(attempt: int, deadline: float) -> float:
-        step = UNAVAILABLE_BACKOFF_S[min(attempt, len(UNAVAILABLE_BACKOFF_S) - 1)]
-        return max(0.0, min(step, deadline - time.monotonic()))
+        Raises:
+            MeshError: the peer's error; UNAVAILABLE/DEPENDENCY_UNAVAILABLE when the peer
+                stayed unreachable for `unavailable_s` seconds, or failed the call at the
+                transport and gRPC's policy could not (or must not) re-send it.
+        """
+        await self._ready(peer)
+        try:
+            return await send()
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from err
 
     async def catalog(self, tenant: str) -> dict[str, cpb.ToolSpec]:
         """Return the tool catalog by name (cached for CATALOG_TTL_S seconds).
@@ -124,9 +132,10 @@ class Peers:
         if self._catalog and time.monotonic() - self._catalog_time < CATALOG_TTL_S:
             return self._catalog
         resp = await self._call(
+            "tools",
             lambda: self.client.tool_service.ListTools(
                 tpb.ListToolsRequest(), metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
-            )
+            ),
         )
         self._catalog = {t.name: t for t in resp.tools}
         self._catalog_time = time.monotonic()
@@ -135,43 +144,46 @@ class Peers:
     async def create_session(self, tenant: str, title: str = "") -> str:
         """Create a session; return its id."""
         resp = await self._call(
+            "sessions",
             lambda: self.client.session_service.CreateSession(
                 spb.CreateSessionRequest(title=title), metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
             ),
-            safe=False,
         )
         return resp.session.session_id
 
     async def get_session(self, tenant: str, session_id: str) -> spb.Session:
         """Return the session. Raises the session service's NOT_FOUND/SESSION_NOT_FOUND."""
         resp = await self._call(
+            "sessions",
             lambda: self.client.session_service.GetSession(
                 spb.GetSessionRequest(session=spb.SessionRef(session_id=session_id)),
                 metadata=_md(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
-            )
+            ),
         )
         return resp.session
 
     async def context(self, tenant: str, session_id: str) -> tuple[list[spb.Entry], int, str]:
         """Return (the session's context entries in order, its last seq, the active leaf id)."""
         resp = await self._call(
+            "sessions",
             lambda: self.client.session_service.GetContext(
                 spb.GetContextRequest(session=spb.SessionRef(session_id=session_id)),
                 metadata=_md(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
-            )
+            ),
         )
         return list(resp.entries), resp.last_seq, resp.leaf_entry_id
 
     async def tail(self, tenant: str, session_id: str, after_seq: int) -> tuple[list[spb.Entry], int]:
         """Return (the raw log entries after a seq, in seq order; the highest seq stored)."""
         resp = await self._call(
+            "sessions",
             lambda: self.client.session_service.ListEntries(
                 spb.ListEntriesRequest(session=spb.SessionRef(session_id=session_id), after_seq=after_seq),
                 metadata=_md(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
-            )
+            ),
         )
         return list(resp.entries), resp.last_seq
 
@@ -191,12 +203,13 @@ class Peers:
         req = spb.AppendEntriesRequest(session=spb.SessionRef(session_id=session_id), entries=entries)
         if expected_last_seq is not None:
             req.expected_last_seq = expected_last_seq
-        # Fenced by expected_last_seq, a batch sent twice is refused (SEQ_MISMATCH), never doubled.
+        # Fenced by expected_last_seq, a batch sent twice (gRPC's retry policy on this
+        # channel, FENCED_METHODS) is refused (SEQ_MISMATCH), never doubled.
         resp = await self._call(
+            "sessions",
             lambda: self.client.session_service.AppendEntries(
                 req, metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
             ),
-            safe=expected_last_seq is not None,
         )
         return list(resp.entries)
 
@@ -208,13 +221,14 @@ class Peers:
             second call appends nothing, so re-sending it is safe.
         """
         resp = await self._call(
+            "sessions",
             lambda: self.client.session_service.RecoverSession(
                 spb.RecoverSessionRequest(
                     session=spb.SessionRef(session_id=session_id), retry_safe_tools=list(retry_safe_tools)
                 ),
                 metadata=_md(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
-            )
+            ),
         )
         return list(resp.entries)
 
@@ -225,6 +239,7 @@ class Peers:
         leaf move to the same leaf would be harmless, but the caller re-reads anyway).
         """
         resp = await self._call(
+            "sessions",
             lambda: self.client.session_service.SwitchBranch(
                 spb.SwitchBranchRequest(
                     session=spb.SessionRef(session_id=session_id), leaf_entry_id=leaf_entry_id
@@ -232,7 +247,6 @@ class Peers:
                 metadata=_md(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
             ),
-            safe=False,
         )
         return resp.entry
 
@@ -243,10 +257,10 @@ class Peers:
             MeshError: the gateway's error.
         """
         return await self._call(
+            "gateway",
             lambda: self.client.gateway_service.Generate(
-                gpb.GenerateRequest(request=request), metadata=_md(tenant)
+                gpb.GenerateRequest(request=request), metadata=_md(tenant), timeout=self._model_timeout_s
             ),
-            safe=False,
         )
 
     async def count_tokens(self, tenant: str, request: gpb.ModelRequest) -> int:
@@ -256,9 +270,10 @@ class Peers:
             MeshError: FAILED_PRECONDITION/TOKEN_COUNTING_UNSUPPORTED where the provider cannot.
         """
         resp = await self._call(
+            "gateway",
             lambda: self.client.gateway_service.CountTokens(
                 gpb.CountTokensRequest(request=request), metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
-            )
+            ),
         )
         return int(resp.input_tokens)
 
@@ -267,13 +282,14 @@ class Peers:
     ) -> tpb.CancelExecutionResponse:
         """Kill a call the tool service runs (or journal it never-started); see CancelExecution."""
         return await self._call(
+            "tools",
             lambda: self.client.tool_service.CancelExecution(
                 tpb.CancelExecutionRequest(
                     run_id=run_id, call_id=call_id, attempt=attempt, reason=reason[:256]
                 ),
                 metadata=_md(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
-            )
+            ),
         )
 
     async def generate(
@@ -284,26 +300,18 @@ class Peers:
         Raises:
             MeshError: the gateway's error (RATE_LIMITED, PROVIDER_UNAVAILABLE, ...).
         """
-        deadline = time.monotonic() + self._unavailable_s
-        attempt = 0
-        while True:
-            call = self.client.gateway_service.StreamGenerate(
-                gpb.StreamGenerateRequest(request=request), metadata=_md(tenant)
-            )
-            received = False
-            try:
-                async for message in call:
-                    received = True
-                    yield message
-                return
-            except grpc.aio.AioRpcError as err:
-                # Once a delta went out, a second call could answer differently: never re-send.
-                if received or not self._wait_more(err, True, deadline, attempt):
-                    raise from_rpc_error(err) from err
-            finally:
-                call.cancel()
-            await asyncio.sleep(self._backoff(attempt, deadline))
-            attempt += 1
+        await self._ready("gateway")
+        call = self.client.gateway_service.StreamGenerate(
+            gpb.StreamGenerateRequest(request=request), metadata=_md(tenant), timeout=self._model_timeout_s
+        )
+        try:
+            async for message in call:
+                yield message
+        except grpc.aio.AioRpcError as err:
+            # Never re-sent: once it reached the gateway, a second call could bill and answer twice.
+            raise from_rpc_error(err) from err
+        finally:
+            call.cancel()
 
     async def execute(self, tenant: str, request: tpb.ExecuteToolRequest) -> tpb.ExecuteToolResponse:
         """Execute one tool call (idempotent on run_id + call_id at the tool service).
@@ -315,9 +323,10 @@ class Peers:
             request.timeout.seconds + request.timeout.nanos / 1e9 if request.HasField("timeout") else 600.0
         )
         return await self._call(
+            "tools",
             lambda: self.client.tool_service.ExecuteTool(
                 request, metadata=_md(tenant), timeout=timeout + self._tool_grace_s
-            )
+            ),
         )
 
     async def stream_execute(
@@ -329,8 +338,9 @@ class Peers:
         """Execute one tool call through StreamExecuteTool, passing its output chunks on.
 
         Re-sending is safe: the tool service answers a repeated (run_id, call_id) from its
-        journal or joins the call in flight, so a stream cut by a restart is sent again
-        (a chunk may then be passed on twice; the result is the call's one result).
+        journal or joins the call in flight, so a stream cut by a restart is sent again, up
+        to STREAM_RESENDS times (a chunk may then be passed on twice; the result is the
+        call's one result).
 
         Args:
             tenant: the run's tenant.
@@ -362,7 +372,17 @@ class Peers:
                 Status.INTERNAL, Reason.INTERNAL, "the tool service's stream ended without a result"
             )
 
-        return await self._call(send)
+        # gRPC's retry policy re-sends this stream only until its first message; one cut
+        # later (a tools replica killed mid-command) is re-sent here, to any replica.
+        for _ in range(STREAM_RESENDS):
+            await self._ready("tools")
+            try:
+                return await send()
+            except grpc.aio.AioRpcError as err:
+                if not _transport_failure(err):
+                    raise from_rpc_error(err) from err
+                self.unavailable_waits += 1
+        return await self._call("tools", send)
 
 
 __all__ = ["MeshError", "Peers"]

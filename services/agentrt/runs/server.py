@@ -2,7 +2,9 @@
 
 The ready hook opens the database and creates the tables, opens one long-lived channel
 per peer, then takes over runs whose lease expired (a previous life of this replica, or
-a dead one) before the service reports SERVING. The close hook stops local runs at their
+a dead one) before the service reports SERVING. On PostgreSQL it also opens the event
+LISTEN connection first (runs/notify.py), and event streams then wait for its wake-ups
+instead of polling the database. The close hook stops local runs at their
 next wait and releases their leases, so a restart or another replica continues them.
 """
 
@@ -17,6 +19,7 @@ from agentrt.runs.config import RunsConfig
 from agentrt.runs.events import EventHub
 from agentrt.runs.loop import Deps, crash_at
 from agentrt.runs.manager import RunManager
+from agentrt.runs.notify import EventListener
 from agentrt.runs.peers import Peers
 from agentrt.runs.servicer import RunServicer
 from agentrt.runs.store import RunStore
@@ -27,33 +30,46 @@ SERVICE_NAME = "agentrt.v1.RunService"
 
 def build_server(config: RunsConfig) -> MeshServer:
     """Return the RunService server (not started); `server.manager` is its RunManager."""
-    db = Database(config.server.db_url)
-    store = RunStore(db)
+    db = Database(
+        config.server.db_url, pool_size=config.server.db_pool_size, max_overflow=config.server.db_max_overflow
+    )
+    owner = config.replica_id or new_id("replica")
+    store = RunStore(db, replica=owner)
     client = MeshClient(
         gateway=config.gateway_address,
         tools=config.tools_address,
         sessions=config.sessions_address,
         tasks=config.tasks_address,
         token=config.server.auth_token,
+        # gRPC reaches the peers (runs/peers.py): calls wait for a READY replica, and the
+        # retry policy re-sends the loop's fenced writes too.
+        wait_for_ready=True,
+        fenced=True,
     )
     peers = Peers(
         client, tool_grace_s=config.tool_call_grace_seconds, unavailable_s=config.peer_unavailable_seconds
     )
+    hub = EventHub(config.subscriber_buffer)
+    listener = None if db.is_sqlite else EventListener(config.server.db_url, hub, owner)
     metrics = RunMetrics()  # the server's registry: one /metrics with the RPC series
     deps = Deps(
         store=store,
         peers=peers,
-        hub=EventHub(config.subscriber_buffer),
-        owner=config.replica_id or new_id("replica"),
+        hub=hub,
+        owner=owner,
         lease_seconds=config.lease_seconds,
         crash=crash_at(config.crash_points),
         metrics=metrics,
     )
-    manager = RunManager(deps, config.default_model, poll_seconds=config.poll_seconds)
+    # With a listener, a stream waits for a wake-up, never for a poll interval.
+    poll = config.poll_seconds if listener is None else None
+    manager = RunManager(deps, config.default_model, poll_seconds=poll)
     servicer = RunServicer(manager)
 
     async def ready() -> None:
         await store.create_tables()
+        if listener is not None:
+            await listener.start()
         # Open the channels once, here, so the first turn pays no connection setup.
         for stub in ("gateway_service", "tool_service", "session_service"):
             getattr(client, stub)
@@ -63,11 +79,14 @@ def build_server(config: RunsConfig) -> MeshServer:
     async def close() -> None:
         await manager.stop(config.server.grace_seconds)
         await peers.close()
+        if listener is not None:
+            await listener.close()
         await db.close()
 
     binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_RunServiceServicer_to_server(servicer, s))
     server = MeshServer(config.server, [binding], ready=ready, close=close, registry=metrics.registry)
     server.manager = manager  # type: ignore[attr-defined]
+    server.listener = listener  # type: ignore[attr-defined]
     return server
 
 

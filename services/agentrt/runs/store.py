@@ -8,6 +8,9 @@ What it owns (records.py holds the decoded shapes it returns):
 - leases: acquire (expired or free), renew, release; a takeover scan for RUNNING runs
   whose lease expired.
 - event replay by run (seq) and by session (session_seq).
+- on PostgreSQL, every transaction that inserts events also sends one NOTIFY on
+  `EVENTS_CHANNEL` (delivered at commit, so a woken subscriber finds the events stored):
+  how subscribers on other replicas learn of them (runs/notify.py, decision 0011).
 
 Events passed to `save()` either carry their seqs (the owning executor numbers them
 live) or are numbered inside the transaction, which is what transitions made outside an
@@ -26,7 +29,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,6 +40,9 @@ from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, deco
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
+#: The PostgreSQL notification channel carrying "events were written" (runs/notify.py).
+EVENTS_CHANNEL = "agentrt_run_events"
+
 
 class _GuardFailed(Exception):
     """Raised inside a transaction to roll it back when a guard no longer holds."""
@@ -45,9 +51,10 @@ class _GuardFailed(Exception):
 class RunStore:
     """The runs database (see the module docstring)."""
 
-    def __init__(self, db: Database) -> None:
-        """Wrap an open Database."""
+    def __init__(self, db: Database, replica: str = "") -> None:
+        """Wrap an open Database; `replica` names this process in its event notifications."""
         self.db = db
+        self.replica = replica
 
     async def create_tables(self) -> None:
         """Bring the runs tables to the newest schema (Alembic; see agentrt.runs.migrate)."""
@@ -152,8 +159,18 @@ class RunStore:
                 if other is not None:
                     raise SessionBusy(other)
                 await conn.execute(insert(RunRow).values(**values))
-                await _append_log(conn, record.run_id, [("started", {"input": record.input})])
+                await conn.execute(
+                    insert(RunLogRow),
+                    _log_rows(
+                        record.run_id,
+                        0,
+                        [("started", {"input": record.input})],
+                        record.fencing_token,
+                        record.lease_owner,
+                    ),  # fmt: skip
+                )
                 stored = await _insert_events(conn, record.run_id, record.tenant, record.session_id, events)
+                await conn.run_sync(_notify, self.replica, stored)
         except IntegrityError:
             if record.idempotency_key:
                 existing = await self.find_idempotent(record.tenant, record.idempotency_key)
@@ -228,16 +245,22 @@ class RunStore:
                     update(RunRow).where(RunRow.run_id == run_id).values(pending_input_json=json.dumps(kept))
                 )
             if log:
+                # The lease the entries are written under (the fenced update above holds the
+                # row, so it cannot change before the commit).
+                held = conn.execute(
+                    select(RunRow.fencing_token, RunRow.lease_owner).where(RunRow.run_id == run_id)
+                ).one()
                 last = conn.scalar(select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == run_id)) or 0
-                conn.execute(insert(RunLogRow), _log_rows(run_id, last, log))
+                conn.execute(insert(RunLogRow), _log_rows(run_id, last, log, held[0], held[1]))
             if events:
                 # One executemany statement: a save point carries a turn's events.
                 conn.execute(insert(RunEventRow), [_event_values(ev) for ev in events])
-            if not new_events:
-                return []
-            assert session is not None
-            stored = _number_events(conn, run_id, session[0], session[1], new_events)
-            conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
+            stored: list[StoredEvent] = []
+            if new_events:
+                assert session is not None
+                stored = _number_events(conn, run_id, session[0], session[1], new_events)
+                conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
+            _notify(conn, self.replica, [*events, *stored])
             return stored
 
         # The whole save point runs as one transaction on the database's own thread
@@ -285,6 +308,16 @@ class RunStore:
         query = select(RunLogRow.seq, RunLogRow.kind, RunLogRow.payload).where(RunLogRow.run_id == run_id)
         rows = await self.db.read_sync(lambda conn: conn.execute(query.order_by(RunLogRow.seq)).all())
         return [(r[0], r[1], json.loads(r[2])) for r in rows]
+
+    async def log_leases(self, run_id: str) -> list[tuple[int, str, int, str]]:
+        """Return the run log's leases in order: (seq, kind, fencing token, lease owner).
+
+        What a check that no lease was held twice reads (`lease_overlaps`).
+        """
+        query = select(RunLogRow.seq, RunLogRow.kind, RunLogRow.fencing_token, RunLogRow.lease_owner)
+        query = query.where(RunLogRow.run_id == run_id).order_by(RunLogRow.seq)
+        rows = await self.db.read_sync(lambda conn: conn.execute(query).all())
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -442,17 +475,20 @@ def _busy_query(tenant: str, session_id: str) -> Any:
     )
 
 
-async def _append_log(conn: AsyncConnection, run_id: str, entries: list[tuple[str, dict[str, Any]]]) -> None:
-    if not entries:
-        return
-    last = await conn.scalar(select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == run_id)) or 0
-    await conn.execute(insert(RunLogRow), _log_rows(run_id, last, entries))
-
-
-def _log_rows(run_id: str, last: int, entries: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+def _log_rows(
+    run_id: str, last: int, entries: list[tuple[str, dict[str, Any]]], token: int, owner: str
+) -> list[dict[str, Any]]:
     now = time.time()
     return [
-        {"run_id": run_id, "seq": last + i, "kind": kind, "payload": json.dumps(payload), "time_s": now}
+        {
+            "run_id": run_id,
+            "seq": last + i,
+            "kind": kind,
+            "payload": json.dumps(payload),
+            "time_s": now,
+            "fencing_token": token,
+            "lease_owner": owner,
+        }
         for i, (kind, payload) in enumerate(entries, start=1)
     ]
 
@@ -465,6 +501,30 @@ async def _insert_events(
     stored = await conn.run_sync(_number_events, run_id, tenant, session_id, events)
     await conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
     return stored
+
+
+def lease_overlaps(entries: Sequence[tuple[int, str, int, str]]) -> list[str]:
+    """Return what in a run log's leases (`RunStore.log_leases`) shows a lease held twice.
+
+    Fenced writes make two facts hold: along the log the token never decreases (a holder
+    whose token was superseded cannot write), and one token names one owner (a token is
+    minted by one acquisition). Entries written with no lease held (owner "") are skipped.
+
+    Returns:
+        One message per violation; [] when the log shows one holder at a time.
+    """
+    problems: list[str] = []
+    owners: dict[int, str] = {}
+    top = 0
+    for seq, kind, token, owner in entries:
+        if not owner:
+            continue
+        if token < top:
+            problems.append(f"log seq {seq} ({kind}) written under token {token} after token {top}")
+        top = max(top, token)
+        if owners.setdefault(token, owner) != owner:
+            problems.append(f"token {token} held by {owners[token]!r} and {owner!r} (log seq {seq})")
+    return problems
 
 
 def _session_head(conn: Connection, tenant: str, session_id: str) -> int:
@@ -497,6 +557,27 @@ def _number_events(
         event.seq = seq + i
         stored.append(StoredEvent(run_id, seq + i, tenant, session_id, sseq + i, event))
     return stored
+
+
+def _notify(conn: Connection, replica: str, events: Sequence[StoredEvent]) -> None:
+    """On PostgreSQL, tell every listening replica which topics got events (sent at commit).
+
+    One notification per transaction and run: {"replica", "run_id", "tenant", "session_id",
+    "seq"} (the highest run seq written), well under PostgreSQL's 8000-byte payload bound.
+    """
+    if not events or conn.dialect.name != "postgresql":
+        return
+    last = max(events, key=lambda e: e.seq)
+    payload = json.dumps(
+        {
+            "replica": replica,
+            "run_id": last.run_id,
+            "tenant": last.tenant,
+            "session_id": last.session_id,
+            "seq": last.seq,
+        }
+    )
+    conn.execute(text("SELECT pg_notify(:ch, :payload)"), {"ch": EVENTS_CHANNEL, "payload": payload})
 
 
 def _event_values(ev: StoredEvent) -> dict[str, Any]:

@@ -8,8 +8,9 @@
 2. Live events come from the subscription. A hole in the seqs (a drop from the bounded
    buffer, or events another replica wrote) is filled from storage; what storage cannot
    fill is reported as an `EventGap`, never skipped silently.
-3. When idle for `poll_seconds` it re-reads storage, which is how events of a run
-   executing on another replica arrive.
+3. It re-reads storage when the hub wakes the subscription (on PostgreSQL, a NOTIFY from
+   the replica that wrote events: runs/notify.py) and, when `poll_seconds` is not None,
+   after that long idle (SQLite, where a second process on the same file sends no wake).
 4. A cursor ahead of every seq the timeline may have issued (`head`: the stored events
    and the owner's durable reservation; a cursor from an earlier life of the timeline)
    is a reset, answered at once: an EventGap with last_good 0, the stale cursor as
@@ -72,7 +73,7 @@ async def follow(
     read: Reader,
     after_seq: int,
     *,
-    poll_seconds: float = 1.0,
+    poll_seconds: float | None = 1.0,
     head: Head = _zero,
     ended: Ended = _never,
 ) -> AsyncIterator[pb.RunEvent]:
@@ -83,7 +84,8 @@ async def follow(
         topic: a run or session topic.
         read: the storage reader of that topic.
         after_seq: deliver events with a greater seq (>= 0).
-        poll_seconds: longest wait before re-reading storage, in seconds.
+        poll_seconds: longest wait before re-reading storage, in seconds (None: wait for
+            a wake-up or a live event only).
         head: the highest seq the topic may have issued (0: what is stored is all).
         ended: whether the topic's producer has ended for good.
 

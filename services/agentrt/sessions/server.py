@@ -25,7 +25,9 @@ def build_server(config: SessionsConfig) -> MeshServer:
     Raises:
         ValueError: `config.server.db_url` is neither sqlite+aiosqlite nor postgresql+asyncpg.
     """
-    db = Database(config.server.db_url)
+    db = Database(
+        config.server.db_url, pool_size=config.server.db_pool_size, max_overflow=config.server.db_max_overflow
+    )
     store = SessionStore(db, watch_poll_seconds=config.watch_poll_seconds)
     metrics = SessionMetrics()
     servicer = SessionServicer(store, metrics)

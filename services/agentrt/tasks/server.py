@@ -57,7 +57,9 @@ def build_server(config: TasksConfig) -> TaskServer:
     Raises:
         ValueError: `config.server.db_url` is neither sqlite+aiosqlite nor postgresql+asyncpg.
     """
-    db = Database(config.server.db_url)
+    db = Database(
+        config.server.db_url, pool_size=config.server.db_pool_size, max_overflow=config.server.db_max_overflow
+    )
     client = MeshClient(
         runs=config.runs_address, sessions=config.sessions_address, token=config.server.auth_token
     )

@@ -50,7 +50,9 @@ def build_server(config: ToolsConfig) -> MeshServer:
     Raises:
         ValueError: the database URL is neither sqlite+aiosqlite nor postgresql+asyncpg.
     """
-    db = Database(config.db_url)
+    db = Database(
+        config.db_url, pool_size=config.server.db_pool_size, max_overflow=config.server.db_max_overflow
+    )
     store = ToolStore(db)
     runner = LocalSandbox(config.sandbox, config.max_progress_bytes, config.bwrap_path)
     sandboxes = SandboxManager(config, store, runner)

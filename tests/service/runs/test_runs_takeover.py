@@ -157,7 +157,7 @@ async def test_takeover_waits_for_a_tool_service_that_is_not_up_yet(start_server
     mesh, started, replica_b, stub, port = await _take_over_with_tools_down(start_server, tmp_path, emulator)
 
     async def refused() -> bool:
-        return replica_b.manager.deps.peers.unavailable_retries > 0
+        return replica_b.manager.deps.peers.unavailable_waits > 0
 
     await until(refused, "replica b to find the tool service not up")
     await start_server(
@@ -193,3 +193,50 @@ async def test_takeover_fails_unavailable_when_the_peer_stays_down(start_server,
     assert run.failure.kind == "unavailable"
     assert run.failure.retryable
     assert run.failure.reason == "DEPENDENCY_UNAVAILABLE"
+
+
+async def test_a_drain_lets_the_model_call_in_flight_finish_so_it_is_never_asked_twice(
+    start_server, tmp_path, emulator
+):
+    """Shutdown (SIGTERM's drain) during a model call: the call finishes and is logged, the
+    lease is handed over, and the replica that continues never asks the model again."""
+    mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
+    slow = Reply(
+        text="x" * 60,
+        tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "echo hi"}))],
+        chunk_chars=2,
+        event_delay=0.02,
+    )
+
+
+    def by_turn(path, body):  # turn 1: the slow tool turn, then the answer
+        return Reply(text="after the drain") if "function_call_output" in json.dumps(body) else slow
+
+    emulator.responder = by_turn
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
+
+    async def asked() -> bool:
+        return len(emulator.requests) >= 1
+
+    await until(asked, "the model call to be in flight")
+    await mesh.runs_server.manager.stop(10)  # the close hook of a drain
+    replica_b = build_runs(
+        RunsConfig(
+            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
+            gateway_address=mesh.addresses["gateway"],
+            tools_address=mesh.addresses["tools"],
+            sessions_address=mesh.addresses["sessions"],
+            tasks_address="",
+            lease_seconds=0.6,
+            replica_id="replica-b",
+        )
+    )
+    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+
+    async def completed() -> bool:
+        run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+        return run.status == cpb.RUN_STATUS_COMPLETED
+
+    await until(completed, "replica b to finish the run")
+    turns = ["function_call_output" in json.dumps(b) for _, b in emulator.requests]
+    assert turns == [False, True]  # turn 1 once (finished during the drain), turn 2 once

@@ -200,3 +200,32 @@ async def test_drops_nothing_can_refill_after_the_end_are_an_at_end_gap():
     last = await agen.__anext__()
     assert last.gap.at_end and last.gap.next == 0 and last.gap.last_good == 2 and last.gap.dropped == 2
     assert [e async for e in agen] == []
+
+
+async def test_a_poke_ends_the_wait_without_a_timeout():
+    sub = Subscription(run_topic("r"), capacity=4)
+    sub.poke()
+    assert await sub.next(None) is None  # storage has news: re-read, no wait at all
+    sub.offer(1, ev(1))
+    sub.poke()
+    assert (await sub.next(None))[0] == 1  # buffered items first
+    assert await sub.next(None) is None  # then the pending poke
+
+
+async def test_a_stream_without_poll_follows_another_replicas_writes_on_wake():
+    """poll_seconds=None: only a wake (a NOTIFY on PostgreSQL) makes the stream re-read."""
+    hub = EventHub(capacity=8)
+    storage = FakeStorage([stored(1)])
+    agen = follow(hub, run_topic("r"), storage.read, 0, poll_seconds=None)
+    assert (await agen.__anext__()).seq == 1
+    storage.events += [stored(2), stored(3, kind="stream_end")]  # written by another replica
+    hub.wake("other-run", "t", "other")  # another topic's news does not concern this stream
+    hub.wake("r", "t", "s")
+    assert [e.seq for e in await collect(agen, 2)] == [2, 3]
+
+
+async def test_wake_all_pokes_every_topic():
+    hub = EventHub(capacity=8)
+    subs = [hub.subscribe(run_topic("a")), hub.subscribe(session_topic("t", "s"))]
+    hub.wake_all()
+    assert [await s.next(None) for s in subs] == [None, None]
