@@ -294,7 +294,9 @@ class RunManager:
         Raises:
             MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION RUN_FINISHED or
                 RUN_NOT_SUSPENDED; INVALID_ARGUMENT MISSING_FIELD (nothing answered) or
-                INVALID_VALUE (a call that is not pending, or answered twice).
+                INVALID_VALUE (a call that is not pending, answered twice in one request, or
+                already answered by an earlier ResumeRun: an answered call leaves
+                `pending_calls` at once).
         """
         record = await self.get_run(tenant, req.run_id)
         if record.finished:
@@ -318,6 +320,9 @@ class RunManager:
         }  # fmt: skip
         changes: dict[str, object] = {"answers": answers, "always_approved": sorted(always)}
         if not waiting <= answered:
+            # An answered call leaves pending_calls at once: a second answer for it is then
+            # refused by merge_answers (INVALID_VALUE), so a denial cannot be overturned.
+            changes["pending"] = [p for p in record.pending if p.call.call_id not in answered]
             done = await self.store.save(
                 record.run_id, changes=changes, expect_status=[cpb.RUN_STATUS_SUSPENDED]
             )
