@@ -191,8 +191,9 @@ class _Phases:
         setattr(owner, attr, timed)
 
     def install(self) -> None:
-        from agentrt.runs import loop, turn
         from agentrt.runs.events import EventHub, RunChannel
+        from agentrt.runs.loop import executor as loop
+        from agentrt.runs.loop import turn
         from agentrt.runs.peers import Peers
         from agentrt.runs.store import RunStore
 

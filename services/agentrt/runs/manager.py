@@ -27,14 +27,14 @@ from agentrt.core.errors import MeshError, Reason, invalid, missing, not_found, 
 from agentrt.core.ids import new_id, valid_id
 from agentrt.core.truncate import byte_len
 from agentrt.mesh.durations import check_duration
-from agentrt.runs import turn as turnmod
-from agentrt.runs.agents import limits_of, snapshot, validate_agent
 from agentrt.runs.convert import injected_out
 from agentrt.runs.events import run_topic, session_topic
-from agentrt.runs.loop import Deps, RunExecutor
+from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.loop.executor import Deps, RunExecutor
+from agentrt.runs.loop.tools_phase import merge_answers
+from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.runs.store import RunRecord, RunStore, SessionBusy, StoredEvent
 from agentrt.runs.stream import follow
-from agentrt.runs.tools_phase import merge_answers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

@@ -14,7 +14,7 @@ from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.events import EventHub
-from agentrt.runs.loop import Deps, crash_at
+from agentrt.runs.loop.executor import Deps, crash_at
 from agentrt.runs.manager import RunManager
 from agentrt.runs.peers import Peers
 from agentrt.runs.servicer import RunServicer

@@ -14,9 +14,9 @@ import grpc
 from agentrt.core.errors import MeshError, Reason, Status, invalid, missing
 from agentrt.core.ids import valid_id
 from agentrt.mesh.context import current_tenant
-from agentrt.runs import admission
 from agentrt.runs.convert import run_out
 from agentrt.runs.manager import RunManager
+from agentrt.runs.spec import admission
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 

@@ -202,7 +202,9 @@ async def test_an_answered_approval_leaves_pending_and_cannot_be_answered_again(
     assert [p.call.call_id for p in run.pending_calls] == [client.call_id]  # nothing changed
 
     await mesh.runs.ResumeRun(
-        pb.ResumeRunRequest(run_id=started.run_id, results=[cpb.ToolResult(call_id=client.call_id, content="sunny")])
+        pb.ResumeRunRequest(
+            run_id=started.run_id, results=[cpb.ToolResult(call_id=client.call_id, content="sunny")]
+        )
     )
     await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
     assert not os.path.exists(os.path.join(workspace, "never.txt"))  # the denial held

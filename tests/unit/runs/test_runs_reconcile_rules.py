@@ -9,7 +9,7 @@ import pytest
 from agentrt.core import render
 from agentrt.core.decide import Call
 from agentrt.core.errors import MeshError
-from agentrt.runs import reconcile
+from agentrt.runs.loop import reconcile
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

@@ -23,9 +23,9 @@ import jsonschema
 from agentrt.core import render
 from agentrt.core.decide import is_overflow
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.runs.agents import limits_of, offered_specs
 from agentrt.runs.convert import history_of, messages_out, response_in
 from agentrt.runs.peers import Peers
+from agentrt.runs.spec.agents import limits_of, offered_specs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
 from agentrt.core.structured import FINAL_OUTPUT_TOOL, PROVIDERS_WITHOUT_TOOLS_AND_FORMAT
-from agentrt.runs import validation
+from agentrt.runs.spec import validation
 from agentrt.v1 import run_service_pb2 as pb
 
 #: Looks a registered agent up: (name, version; 0 = latest) -> the spec, or None.
@@ -200,7 +200,7 @@ async def check_start(req: pb.StartRunRequest, lookup: AgentLookup) -> None:
         MeshError: the spec's INVALID_ARGUMENT (see agents.validate_agent), UNKNOWN_AGENT,
             then UNIMPLEMENTED/NOT_IMPLEMENTED_YET for what is not honored.
     """
-    from agentrt.runs.agents import validate_agent  # agents imports this module's peers
+    from agentrt.runs.spec.agents import validate_agent  # agents imports this module's peers
 
     spec: pb.AgentSpec | None = None
     field = "agent"

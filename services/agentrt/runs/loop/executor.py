@@ -11,7 +11,7 @@ are the same code path:
   started without a recorded end re-sends them to the tool service, which answers from
   its journal or attaches to the call still running there (idempotent on run id + call
   id + attempt); a side effect the tool service's own death interrupted suspends the run
-  for a reconciliation (runs/reconcile.py);
+  for a reconciliation (runs/loop/reconcile.py);
 - a compaction summary in the log that was never checkpointed is checkpointed, not
   requested again.
 
@@ -22,8 +22,8 @@ continue / final / fail. A context overflow compacts and retries the same turn w
 `max_overflow_retries` (004 §2.5g). A cancel or the time budget during the tool phase
 still gives every committed call exactly one result, written before the terminal event.
 
-The executor is layered: runs/loop_core.py (state, fenced writes, events, the end),
-runs/loop_housekeeping.py (compaction, overflow recovery), runs/loop_turns.py (the phases
+The executor is layered: runs/loop/core.py (state, fenced writes, events, the end),
+runs/loop/housekeeping.py (compaction, overflow recovery), runs/loop/turns.py (the phases
 of a turn), and this module (the loop). Events: nothing is delivered before the write that
 records it has committed, except the provisional kinds (runs/events.py), which stay inside
 a durable seq reservation.
@@ -37,13 +37,13 @@ from typing import Any
 
 from agentrt.core.decide import DecisionKind
 from agentrt.core.errors import MeshError
-from agentrt.runs import turn as turnmod
-from agentrt.runs.agents import limits_of
-from agentrt.runs.batch import BatchResult
-from agentrt.runs.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
-from agentrt.runs.loop_core import Deps, Interrupted, LeaseLost, crash_at
-from agentrt.runs.loop_turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
-from agentrt.runs.turn import RunFailed
+from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.loop.batch import BatchResult
+from agentrt.runs.loop.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
+from agentrt.runs.loop.core import Deps, Interrupted, LeaseLost, crash_at
+from agentrt.runs.loop.turn import RunFailed
+from agentrt.runs.loop.turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
+from agentrt.runs.spec.agents import limits_of
 from agentrt.v1 import common_pb2 as cpb
 
 log = logging.getLogger("agentrt.runs")

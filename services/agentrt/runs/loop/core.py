@@ -1,6 +1,6 @@
 """The executor's foundation: its record, lease token, event channel and fenced writes.
 
-`ExecutorCore` holds what every phase of a run's executor uses (runs/loop.py composes
+`ExecutorCore` holds what every phase of a run's executor uses (runs/loop/executor.py composes
 them): the run record, the fencing token, the event channel (runs/events.py), the copy of
 the session's context view, and the one way to record a transition, `_save` (run row,
 run log and events in one fenced transaction; held events go out after the commit). A
@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt.runs.compaction import Compactor
-from agentrt.runs.context_cache import ContextCache
 from agentrt.runs.convert import injected_out
 from agentrt.runs.events import EventHub
+from agentrt.runs.loop.compaction import Compactor
+from agentrt.runs.loop.context_cache import ContextCache
 from agentrt.runs.peers import Peers
 from agentrt.runs.records import MAX_DIAGNOSTICS, diagnostic_out
 from agentrt.runs.store import RunRecord, RunStore

@@ -30,7 +30,7 @@ from agentrt.core import agent_tools
 from agentrt.core.errors import MeshError, Reason, invalid
 from agentrt.core.policy import PatternError, validate_patterns
 from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
-from agentrt.runs import admission, validation
+from agentrt.runs.spec import admission, validation
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

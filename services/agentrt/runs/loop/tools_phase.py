@@ -19,9 +19,9 @@ A policy check that ran out of its time budget is not taken as proof either: the
 service's own check might finish, so such a call waits for approval too.
 Every exec_command request carries the agent's policy, so the tool service enforces it.
 
-A call answered by a reconciliation (an interrupted side effect, runs/reconcile.py) is
+A call answered by a reconciliation (an interrupted side effect, runs/loop/reconcile.py) is
 answered by it, or runs once more as a new attempt (RUN_AGAIN). `merge_answers` validates
-and accumulates a resume's answers. Execution is runs/batch.py.
+and accumulates a resume's answers. Execution is runs/loop/batch.py.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from agentrt.core.decide import Call
 from agentrt.core.errors import Reason, invalid
 from agentrt.core.policy import AGENT, check_exec_call, compile_policy
-from agentrt.runs import reconcile
-from agentrt.runs.agents import EXEC_COMMAND
 from agentrt.runs.convert import call_out
-from agentrt.runs.persistence import RUNTIME_DETAILS
+from agentrt.runs.loop import reconcile
+from agentrt.runs.loop.persistence import RUNTIME_DETAILS
+from agentrt.runs.spec.agents import EXEC_COMMAND
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

@@ -5,7 +5,7 @@
   with the tool phase's first save, before any tool runs; its event is held until then);
   an overflow goes to `_recover_overflow`.
 - `_tool_phase`: plan the calls; a call that waits pauses the whole turn; otherwise run
-  them (runs/batch.py) while honouring a cancel, a shutdown and the time budget; a side
+  them (runs/loop/batch.py) while honouring a cancel, a shutdown and the time budget; a side
   effect the tool service's death interrupted suspends the run for a reconciliation.
 - `_save_turn`: the session batch where its request was built (docs/decisions/0003),
   with the injected input it consumes and the turn's diagnostics, then the save point.
@@ -19,14 +19,13 @@ import time
 from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
-from agentrt.runs import reconcile
-from agentrt.runs import turn as turnmod
-from agentrt.runs.agents import Limits, command_policies, offered_specs
-from agentrt.runs.batch import Abandoned, BatchResult, BatchStop, execute_calls
 from agentrt.runs.convert import call_out, kind_out, response_in
-from agentrt.runs.loop_core import Interrupted, b64
-from agentrt.runs.loop_housekeeping import Housekeeping
-from agentrt.runs.persistence import (
+from agentrt.runs.loop import reconcile
+from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
+from agentrt.runs.loop.core import Interrupted, b64
+from agentrt.runs.loop.housekeeping import Housekeeping
+from agentrt.runs.loop.persistence import (
     attach_diagnostics,
     injected_entry,
     input_entry,
@@ -34,8 +33,9 @@ from agentrt.runs.persistence import (
     turn_entries,
     write_batch,
 )
-from agentrt.runs.tools_phase import pending_calls, plan_calls
-from agentrt.runs.turn import ContextOverflow, RunFailed
+from agentrt.runs.loop.tools_phase import pending_calls, plan_calls
+from agentrt.runs.loop.turn import ContextOverflow, RunFailed
+from agentrt.runs.spec.agents import Limits, command_policies, offered_specs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

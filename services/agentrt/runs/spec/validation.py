@@ -31,7 +31,7 @@ from agentrt.core.guardrails import PatternRule, check_pattern_rule
 from agentrt.core.policy import PatternError
 from agentrt.core.structured import FINAL_OUTPUT_TOOL, Requested, native_conflict
 from agentrt.core.tool_args import Validate
-from agentrt.runs import schemas
+from agentrt.runs.spec import schemas
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 
