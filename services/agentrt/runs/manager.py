@@ -28,6 +28,7 @@ from agentrt.core.ids import new_id, valid_id
 from agentrt.core.truncate import byte_len
 from agentrt.mesh.durations import check_duration
 from agentrt.runs.convert import injected_out
+from agentrt.runs.domain import Resume
 from agentrt.runs.events import run_topic, session_topic
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.executor import Deps, RunExecutor
@@ -288,7 +289,7 @@ class RunManager:
             raise not_found(Reason.RUN_NOT_FOUND, f"run {run_id!r} not found")
         return record
 
-    async def resume(self, tenant: str, req: pb.ResumeRunRequest) -> RunRecord:
+    async def resume(self, tenant: str, req: Resume) -> RunRecord:
         """Record answers to a suspended run's calls; continue it once every call is answered.
 
         Raises:
@@ -308,11 +309,7 @@ class RunManager:
         check_answers(req)
         answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
         waiting = {p.call.call_id for p in record.pending}
-        answered = (
-            {d.call_id for d in answers.decisions}
-            | {r.call_id for r in answers.results}
-            | {c.call_id for c in answers.reconciliations}
-        )
+        answered = answers.answered()
         # An "always" approval answers the turn's other waiting calls of the same tool too.
         answered |= {
             p.call.call_id for p in record.pending
@@ -525,7 +522,7 @@ def check_text_bytes(text: str, field: str) -> None:
         )
 
 
-def check_answers(req: pb.ResumeRunRequest) -> None:
+def check_answers(req: Resume) -> None:
     """Refuse a ResumeRun whose decisions or results the session could not store.
 
     Raises:

@@ -15,6 +15,7 @@ from agentrt.core.errors import MeshError, Reason, Status, invalid, missing
 from agentrt.core.ids import valid_id
 from agentrt.mesh.context import current_tenant
 from agentrt.runs.convert import run_out
+from agentrt.runs.domain import Resume
 from agentrt.runs.manager import RunManager
 from agentrt.runs.spec import admission
 from agentrt.v1 import run_service_pb2 as pb
@@ -112,7 +113,8 @@ class RunServicer(pb_grpc.RunServiceServicer):
         NOT_IMPLEMENTED_YET for a result's `terminate` or `added_tools` (admission).
         """
         admission.refuse_unwired_resume(request)
-        return pb.ResumeRunResponse(run=run_out(await self.m.resume(current_tenant(), request)))
+        resume = Resume.of(request)
+        return pb.ResumeRunResponse(run=run_out(await self.m.resume(current_tenant(), resume)))
 
     async def CancelRun(
         self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext

@@ -33,6 +33,7 @@ from agentrt.core.decide import Call
 from agentrt.core.errors import Reason, invalid
 from agentrt.core.policy import AGENT, check_exec_call, compile_policy
 from agentrt.runs.convert import call_out
+from agentrt.runs.domain import Answers, Resume
 from agentrt.runs.loop import reconcile
 from agentrt.runs.loop.persistence import RUNTIME_DETAILS
 from agentrt.runs.spec.agents import EXEC_COMMAND
@@ -83,7 +84,7 @@ def plan_calls(
     calls: Sequence[Call],
     specs: Mapping[str, cpb.ToolSpec],
     always_approved: set[str],
-    answers: pb.ResumeRunRequest,
+    answers: Answers,
     budget_left: int | None,
     policies: Mapping[str, cpb.CommandPolicy] | None = None,
 ) -> list[Planned]:
@@ -97,9 +98,7 @@ def plan_calls(
         budget_left: calls the run may still execute; None = unlimited.
         policies: the agent's command policies by tool name (exec_command's).
     """
-    decisions = {d.call_id: d for d in answers.decisions}
-    results = {r.call_id: r for r in answers.results}
-    reconciled = {r.call_id: r for r in answers.reconciliations}
+    decisions, results, reconciled = answers.decisions, answers.results, answers.reconciliations
     policies = policies or {}
     out = []
     for call in calls:
@@ -166,10 +165,10 @@ def pending_calls(planned: Sequence[Planned]) -> list[pb.PendingCall]:
 
 def merge_answers(
     pending: Sequence[pb.PendingCall],
-    previous: pb.ResumeRunRequest,
+    previous: Answers,
     always_approved: Sequence[str],
-    req: pb.ResumeRunRequest,
-) -> tuple[pb.ResumeRunRequest, set[str]]:
+    req: Resume,
+) -> tuple[Answers, set[str]]:
     """Validate a resume's answers against the pending calls; merge them with earlier ones.
 
     Returns:
@@ -181,17 +180,14 @@ def merge_answers(
     """
     kinds = {p.call.call_id: (p.kind, p.call.name) for p in pending}
     seen: set[str] = set()
-    merged = pb.ResumeRunRequest()
-    merged.CopyFrom(previous)
+    merged = previous.copy()
     always = set(always_approved)
     for i, d in enumerate(req.decisions):
         if kinds.get(d.call_id, (0,))[0] != pb.PENDING_CALL_KIND_APPROVAL or d.call_id in seen:
             raise invalid(Reason.INVALID_VALUE, f"call {d.call_id!r} is not waiting for an approval",
                           field=f"decisions[{i}].call_id")  # fmt: skip
         seen.add(d.call_id)
-        kept = [x for x in merged.decisions if x.call_id != d.call_id]
-        del merged.decisions[:]
-        merged.decisions.extend([*kept, d])
+        merged.decisions[d.call_id] = d
         if d.approved and d.always:
             always.add(kinds[d.call_id][1])
     for i, r in enumerate(req.results):
@@ -199,16 +195,12 @@ def merge_answers(
             raise invalid(Reason.INVALID_VALUE, f"call {r.call_id!r} is not waiting for an external result",
                           field=f"results[{i}].call_id")  # fmt: skip
         seen.add(r.call_id)
-        kept_r = [x for x in merged.results if x.call_id != r.call_id]
-        del merged.results[:]
-        merged.results.extend([*kept_r, r])
+        merged.results[r.call_id] = r
     for i, rec in enumerate(req.reconciliations):
         if kinds.get(rec.call_id, (0,))[0] != pb.PENDING_CALL_KIND_RECONCILIATION or rec.call_id in seen:
             raise invalid(Reason.INVALID_VALUE, f"call {rec.call_id!r} is not waiting for a reconciliation",
                           field=f"reconciliations[{i}].call_id")  # fmt: skip
         reconcile.validate(rec, i)
         seen.add(rec.call_id)
-        kept_c = [x for x in merged.reconciliations if x.call_id != rec.call_id]
-        del merged.reconciliations[:]
-        merged.reconciliations.extend([*kept_c, rec])
+        merged.reconciliations[rec.call_id] = rec
     return merged, always

@@ -20,6 +20,7 @@ from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.runs.convert import call_out, kind_out, response_in
+from agentrt.runs.domain import Answers
 from agentrt.runs.loop import reconcile
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
@@ -277,7 +278,7 @@ class TurnSteps(Housekeeping):
             turns=turn,
             session_last_seq=written.last_seq,
             consecutive_error_turns=errors,
-            answers=pb.ResumeRunRequest(),
+            answers=Answers(),
             pending=[],
             _drop_inputs=consumed,
         )
