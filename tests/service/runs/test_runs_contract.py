@@ -233,7 +233,6 @@ UNWIRED = [
     ({"tools": [T(name="ask", agent_name="b")]}, "tools[0].agent_name"),
     ({"tools": [T(name="read_file", deferred=True)]}, "tools[0].deferred"),
     ({"tools": [T(name="read_file", terminates_run=True)]}, "tools[0].terminates_run"),
-    ({"output_json_schema": SCHEMA, "output_strategy": pb.OUTPUT_STRATEGY_TOOL}, "output_strategy"),
     ({"final_turn_without_tools": True}, "final_turn_without_tools"),
     ({"error_handlers": EH(refusal=fallback("I cannot help with that."))}, "error_handlers.refusal"),
     ({"sandbox": pb.RunSandbox(backend=tpb.SANDBOX_BACKEND_DOCKER, image="agentrt-sandbox:1")}, "sandbox"),
@@ -321,27 +320,23 @@ async def test_references_to_unregistered_agents_are_refused_at_start(mesh):
     assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
 
 
-async def test_structured_output_with_tools_on_openai_is_refused_until_the_tool_strategy_is_wired(mesh):
+async def test_structured_output_with_tools_registers_and_runs_on_openai(mesh):
+    # (it used to be refused until the final-output tool was wired; test_runs_structured.py
+    # covers the strategy itself)
     spec = agent(name="a", output_json_schema=SCHEMA, tools=[pb.AgentTool(name="read_file")])
     registered = await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=spec))  # AUTO is valid
     assert registered.agent.version == 1
-    meta = await expect(
-        mesh.runs.StartRun(pb.StartRunRequest(agent_name="a", input="x")), UN, "NOT_IMPLEMENTED_YET"
-    )
-    assert meta["field"] == "agent.output_json_schema"
-    assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
-    # Anthropic combines tools with a response format: the same agent runs there.
-    mesh.emu.script([Reply(text='{"n": 3}')])
-    started = await mesh.runs.StartRun(
-        pb.StartRunRequest(agent=agent("anthropic", output_json_schema=SCHEMA, tools=spec.tools), input="x")
-    )
+    mesh.emu.script([Reply(tool_calls=[ToolCallReply("final_output", '{"n": 3}')])])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="a", input="x"))
     run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
     assert json.loads(run.final_output) == {"n": 3}
 
 
 async def test_native_structured_output_is_checked_against_the_default_model_at_start(mesh):
     # no provider named: RegisterAgent cannot know; StartRun resolves the default (openai here)
-    spec = pb.AgentSpec(name="a", output_json_schema=SCHEMA, output_strategy=pb.OUTPUT_STRATEGY_NATIVE)
+    spec = pb.AgentSpec(
+        name="a", output_json_schema=SCHEMA, output_strategy=pb.OUTPUT_STRATEGY_NATIVE, default_tools=True
+    )
     await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=spec))
     await expect(
         mesh.runs.StartRun(pb.StartRunRequest(agent_name="a", input="x")),

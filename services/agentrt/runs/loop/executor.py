@@ -32,15 +32,20 @@ a durable seq reservation.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from typing import Any
 
-from agentrt.core.decide import DecisionKind
+from agentrt.core.decide import Decision, DecisionKind
 from agentrt.core.errors import MeshError
+from agentrt.core.structured import KIND_INVALID_FINAL_OUTPUT, Kind
+from agentrt.runs.loop import structured_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import BatchResult
 from agentrt.runs.loop.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
 from agentrt.runs.loop.core import Deps, Interrupted, LeaseLost, crash_at
+from agentrt.runs.loop.persistence import runtime_user_entry
+from agentrt.runs.loop.structured_phase import Verdict
 from agentrt.runs.loop.turn import RunFailed
 from agentrt.runs.loop.turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
 from agentrt.runs.spec.agents import limits_of
@@ -123,14 +128,21 @@ class RunExecutor(TurnSteps):
                 raise RunFailed(
                     turnmod.failure("refusal", "The model refused to answer.", debug=decision.reason)
                 )
-            if decision.kind == DecisionKind.FINAL:
-                turnmod.check_final_output(r.agent.output_json_schema, decision.final_output)
+            shape = self._shape(turn)
+            verdict = structured_phase.judge_turn(
+                r.agent, shape, decision, recovery_used=bool(r.state.get(structured_phase.RECOVERY_USED))
+            )
+            if verdict is not None and verdict.kind == Kind.FINAL:
                 self._phase(cpb.RUN_PHASE_SYNTHESIZING)
-                if await self._save_turn(turn, response, decision, [], AT_FINAL):
+                if await self._save_turn(turn, response, decision, verdict.results, AT_FINAL):
                     continue  # queued input outranks the finish (004 §2.10)
                 await self._compact(AFTER_RUN, turn)
-                await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=decision.final_output)
+                await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=verdict.output)
                 return
+            if verdict is not None:
+                await self._rejected_output(turn, response, decision, verdict)
+                await self._compact(SAVE_POINT, turn)
+                continue
             results: list[cpb.ToolResult] = []
             batch: BatchResult | None = None
             if decision.calls:
@@ -138,7 +150,13 @@ class RunExecutor(TurnSteps):
                 if finished is not None:
                     results = [cpb.ToolResult.FromString(base64.b64decode(x)) for x in finished["results"]]
                 else:
-                    batch = await self._tool_phase(turn, decision, limits, announced="tools_started" in mine)
+                    batch = await self._tool_phase(
+                        turn,
+                        decision,
+                        limits,
+                        announced="tools_started" in mine,
+                        preanswered=structured_phase.preanswered(shape, decision),
+                    )
                     if batch is None:
                         return  # suspended; ResumeRun continues the turn
                     results = batch.results
@@ -158,3 +176,34 @@ class RunExecutor(TurnSteps):
                     )
                 )
             await self._compact(SAVE_POINT, turn)
+
+    async def _rejected_output(
+        self, turn: int, response: cpb.ModelResponse, decision: Decision, verdict: Verdict
+    ) -> None:
+        """Save a turn whose final output did not match the schema (004 §2.3; decision 0006).
+
+        RECOVER: the next turn is tool-free and reads the problem (as the output call's
+        result, or as a runtime user message after a text answer); FAIL: the run fails
+        with kind `invalid_final_output`, details_json {"pointer", "error"}.
+
+        Raises:
+            RunFailed: FAIL.
+        """
+        r = self.r
+        if verdict.kind == Kind.FAIL:
+            await self._save_turn(turn, response, decision, verdict.results, ())
+            failed = turnmod.failure(
+                KIND_INVALID_FINAL_OUTPUT,
+                "The final answer did not match the output schema, also after one recovery turn.",
+                debug=verdict.failure_details.get("error", ""),
+            )
+            failed.details_json = json.dumps(verdict.failure_details)
+            raise RunFailed(failed)
+        extra = []
+        if not verdict.results:
+            extra = [runtime_user_entry(r.run_id, turn, r.agent.name, verdict.recovery_text, "recovery")]
+        self._defer_state(**{structured_phase.RECOVERY_USED: True, structured_phase.TOOL_FREE_TURN: turn + 1})
+        self._diagnose(
+            "final_output_rejected", "The final answer did not match the output schema; one recovery turn."
+        )
+        await self._save_turn(turn, response, decision, verdict.results, AT_SAVE_POINT, extra)

@@ -87,6 +87,7 @@ def plan_calls(
     answers: Answers,
     budget_left: int | None,
     policies: Mapping[str, cpb.CommandPolicy] | None = None,
+    preanswered: Mapping[str, cpb.ToolResult] | None = None,
 ) -> list[Planned]:
     """Partition calls (see the module docstring); pure.
 
@@ -97,6 +98,8 @@ def plan_calls(
         answers: decisions and external results received so far.
         budget_left: calls the run may still execute; None = unlimited.
         policies: the agent's command policies by tool name (exec_command's).
+        preanswered: results the loop gives calls itself, by call id (runtime-only calls:
+            final_output made alongside other calls, handoffs); such a call never runs.
     """
     decisions, results, reconciled = answers.decisions, answers.results, answers.reconciliations
     policies = policies or {}
@@ -104,6 +107,10 @@ def plan_calls(
     for call in calls:
         spec = specs.get(call.name)
         plan = Planned(call, spec, policy=policies.get(call.name))
+        if preanswered and call.call_id in preanswered:
+            plan.result = preanswered[call.call_id]
+            out.append(plan)
+            continue
         if call.call_id in reconciled:
             # An interrupted side effect answered by a person: RUN_AGAIN runs it once more
             # (a new attempt; it was approved before, if it needed to be), the others

@@ -21,7 +21,7 @@ from typing import Any
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.runs.convert import call_out, kind_out, response_in
 from agentrt.runs.domain import Answers
-from agentrt.runs.loop import reconcile
+from agentrt.runs.loop import reconcile, structured_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
 from agentrt.runs.loop.core import Interrupted, b64
@@ -39,6 +39,7 @@ from agentrt.runs.loop.turn import ContextOverflow, RunFailed
 from agentrt.runs.spec.agents import Limits, command_policies, offered_specs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import session_service_pb2 as spb
 
 #: Why a killed tool batch ended, as its results say.
 CANCELLED, OUT_OF_TIME = "run cancelled", "the run's time budget ran out"
@@ -92,7 +93,7 @@ class TurnSteps(Housekeeping):
         while True:
             context = await self._interruptible(self._read_context())
             self._request_at = (self._context.last_seq, self._context.leaf)
-            request = turnmod.build_request(r.agent, r.run_id, r.tenant, context)
+            request = turnmod.build_request(r.agent, r.run_id, r.tenant, context, self._shape(turn))
             try:
                 final = await self._interruptible(
                     turnmod.stream_model(
@@ -145,8 +146,19 @@ class TurnSteps(Housekeeping):
             self.deps.crash("after_model_responded")
         return response, decision
 
+    def _shape(self, turn: int) -> structured_phase.TurnShape:
+        """Return what the turn offers (tools, output strategy; runs/loop/structured_phase.py)."""
+        tool_free = structured_phase.tool_free_turn(self.r.state, turn)
+        return structured_phase.shape_of(self.r.agent, tool_free=tool_free)
+
     async def _tool_phase(
-        self, turn: int, decision: Decision, limits: Limits, *, announced: bool = False
+        self,
+        turn: int,
+        decision: Decision,
+        limits: Limits,
+        *,
+        announced: bool = False,
+        preanswered: dict[str, cpb.ToolResult] | None = None,
     ) -> BatchResult | None:
         """Run the turn's calls, or suspend the run when one waits for an answer.
 
@@ -161,7 +173,9 @@ class TurnSteps(Housekeeping):
         specs = {s.name: s for s in offered_specs(r.agent)}
         budget = limits.max_tool_calls - r.tool_calls if limits.max_tool_calls else None
         policies = command_policies(r.agent)
-        planned = plan_calls(decision.calls, specs, set(r.always_approved), r.answers, budget, policies)
+        planned = plan_calls(
+            decision.calls, specs, set(r.always_approved), r.answers, budget, policies, preanswered
+        )
         waiting = pending_calls(planned)
         if waiting:
             await self._suspend(turn, waiting, pb.SUSPENSION_REASON_PENDING_CALLS)
@@ -240,14 +254,19 @@ class TurnSteps(Housekeeping):
         decision: Decision,
         results: list[cpb.ToolResult],
         consume: tuple[str, ...],
+        extra: list[spb.Entry] | None = None,
     ) -> bool:
         """Write the turn's batch and reach the save point (004 §2.3a).
+
+        `extra` entries (the runtime's own messages, e.g. a recovery prompt) follow the
+        turn's entries and come before the injected input it consumes.
 
         Returns True when injected input that extends a finishing run was consumed.
         """
         r = self.r
         queued = [i for i in await self.deps.store.pending_input(r.run_id) if i.get("kind") in consume]
         entries = turn_entries(r.run_id, turn, r.agent.name, response, decision, results)
+        entries += extra or []
         entries += [injected_entry(r.run_id, turn, r.agent.name, i["text"], i["id"]) for i in queued]
         attach_diagnostics(entries, self._unbatched)
         seq, leaf = self._request_at

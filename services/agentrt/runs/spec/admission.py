@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
-from agentrt.core.structured import FINAL_OUTPUT_TOOL, PROVIDERS_WITHOUT_TOOLS_AND_FORMAT
 from agentrt.runs.spec import validation
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -59,9 +58,8 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
     """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
 
     Honored today, so not refused: AgentTool.sequential, `deferred` set to false, error
-    handlers whose action is FAIL (the behavior without a handler), output_strategy AUTO
-    or NATIVE (`refuse_unwired_snapshot` covers AUTO on a provider that would need the
-    final-output tool).
+    handlers whose action is FAIL (the behavior without a handler), every output_strategy
+    (the final-output tool, runs/loop/structured_phase.py).
 
     Raises:
         MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET; metadata `field` names the first such
@@ -83,8 +81,6 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
             raise _not_yet("deferred tools", f"{where}.deferred")
         if tool.terminates_run:
             raise _not_yet("tools that stop the run", f"{where}.terminates_run")
-    if spec.output_strategy == pb.OUTPUT_STRATEGY_TOOL:
-        raise _not_yet("final-output tool strategies", f"{field}.output_strategy")
     if spec.final_turn_without_tools:
         raise _not_yet("tool-free closing turns", f"{field}.final_turn_without_tools")
     for name in ("max_turns", "refusal", "invalid_final_output"):
@@ -92,29 +88,6 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
             raise _not_yet("error handler fallbacks", f"{field}.error_handlers.{name}")
     if spec.HasField("sandbox"):
         raise _not_yet("run sandboxes", f"{field}.sandbox")
-
-
-def refuse_unwired_snapshot(snap: pb.AgentSpec) -> None:
-    """Refuse a run whose snapshot would need the final-output tool strategy (not honored yet).
-
-    An output schema with tools on a provider that cannot combine the two (004 §2.3) gets
-    the final-output tool under AUTO; until the loop offers it, such a run would fail on
-    its first model call, so it is refused up front.
-
-    Raises:
-        MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET (field agent.output_json_schema).
-    """
-    if (
-        snap.output_json_schema
-        and snap.tools
-        and snap.model.provider in PROVIDERS_WITHOUT_TOOLS_AND_FORMAT
-        and snap.output_strategy in (pb.OUTPUT_STRATEGY_UNSPECIFIED, pb.OUTPUT_STRATEGY_AUTO)
-    ):
-        raise _not_yet(
-            f"structured output together with tools on provider {snap.model.provider!r} (the "
-            f"{FINAL_OUTPUT_TOOL!r} tool strategy)",
-            "agent.output_json_schema",
-        )
 
 
 def refuse_unwired_start(req: pb.StartRunRequest) -> None:
