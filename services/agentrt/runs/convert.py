@@ -374,6 +374,10 @@ def run_out(r: RunRecord) -> pb.Run:
     )
     if r.failure is not None:
         run.failure.CopyFrom(r.failure)
+    current = r.state.get("agent")  # the last handoff's target (runs/loop/handoff_phase.py)
+    if current:
+        snap = pb.AgentSpec.FromString(base64.b64decode(current))
+        run.current_agent_name, run.current_agent_version = snap.name, snap.version
     run.create_time.FromNanoseconds(int(r.create_time_s * 1e9))
     run.update_time.FromNanoseconds(int(r.update_time_s * 1e9))
     return run

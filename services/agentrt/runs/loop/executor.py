@@ -34,12 +34,13 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind
 from agentrt.core.errors import MeshError
 from agentrt.core.structured import KIND_INVALID_FINAL_OUTPUT, Kind
-from agentrt.runs.loop import structured_phase
+from agentrt.runs.loop import handoff_phase, structured_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import BatchResult
 from agentrt.runs.loop.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
@@ -50,6 +51,7 @@ from agentrt.runs.loop.turn import RunFailed
 from agentrt.runs.loop.turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
 from agentrt.runs.spec.agents import limits_of
 from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
 
 log = logging.getLogger("agentrt.runs")
 
@@ -130,7 +132,7 @@ class RunExecutor(TurnSteps):
                 )
             shape = self._shape(turn)
             verdict = structured_phase.judge_turn(
-                r.agent, shape, decision, recovery_used=bool(r.state.get(structured_phase.RECOVERY_USED))
+                self.agent, shape, decision, recovery_used=bool(r.state.get(structured_phase.RECOVERY_USED))
             )
             if verdict is not None and verdict.kind == Kind.FINAL:
                 self._phase(cpb.RUN_PHASE_SYNTHESIZING)
@@ -145,6 +147,7 @@ class RunExecutor(TurnSteps):
                 continue
             results: list[cpb.ToolResult] = []
             batch: BatchResult | None = None
+            handoff, target = await self._plan_handoff(decision)
             if decision.calls:
                 finished = mine.get("tools_finished")
                 if finished is not None:
@@ -155,12 +158,17 @@ class RunExecutor(TurnSteps):
                         decision,
                         limits,
                         announced="tools_started" in mine,
-                        preanswered=structured_phase.preanswered(shape, decision),
+                        preanswered={
+                            **structured_phase.preanswered(shape, decision),
+                            **(handoff.answered if handoff else {}),
+                        },
+                        handoff_calls=frozenset(handoff.answered if handoff else ()),
                     )
                     if batch is None:
                         return  # suspended; ResumeRun continues the turn
                     results = batch.results
-            await self._save_turn(turn, response, decision, results, AT_SAVE_POINT)
+            switch = self._switch(handoff, target) if handoff is not None and target is not None else None
+            await self._save_turn(turn, response, decision, results, AT_SAVE_POINT, on_written=switch)
             if batch is not None and batch.killed == CANCELLED:
                 await self._finish(cpb.RUN_STATUS_CANCELED)
                 return
@@ -176,6 +184,51 @@ class RunExecutor(TurnSteps):
                     )
                 )
             await self._compact(SAVE_POINT, turn)
+
+    async def _plan_handoff(
+        self, decision: Decision
+    ) -> tuple[handoff_phase.HandoffPlan | None, pb.AgentSpec | None]:
+        """Return the response's handoff and its target's fresh snapshot (004 §2.4), or Nones.
+
+        Raises:
+            RunFailed: the handoff's input was refused (`invalid_handoff_input`) or its
+                target cannot run (`handoff_failed`); nothing of the turn has run.
+        """
+        try:
+            handoff = handoff_phase.plan(self.agent, decision)
+            if handoff is None:
+                return None, None
+            target = await self._interruptible(
+                handoff_phase.resolve_target(
+                    self.deps.store.get_agent, self.deps.peers.catalog, self.r.tenant, handoff.target,
+                    self.r.agent.model,
+                )
+            )  # fmt: skip
+        except handoff_phase.HandoffFailed as failed:
+            raise RunFailed(failed.failure) from None
+        return handoff, target
+
+    def _switch(self, handoff: handoff_phase.HandoffPlan, target: pb.AgentSpec) -> Callable[[int], None]:
+        """Return the save-point hook that hands the run to `target` (state + handoff_requested)."""
+        source = self.agent.name
+
+        def switch(session_seq: int) -> None:
+            ignored = [c for c in handoff.answered if c != handoff.call.call_id]
+            self._publish(
+                handoff_requested=pb.HandoffRequested(
+                    call_id=handoff.call.call_id,
+                    from_agent=source,
+                    to_agent=target.name,
+                    to_agent_version=target.version,
+                    arguments=handoff.call.arguments or handoff.call.invalid_arguments,
+                    ignored_call_ids=ignored,
+                )
+            )
+            self._defer_state(
+                **handoff_phase.switched_state(target, handoff.call, handoff.target.input_filter, session_seq)
+            )
+
+        return switch
 
     async def _rejected_output(
         self, turn: int, response: cpb.ModelResponse, decision: Decision, verdict: Verdict

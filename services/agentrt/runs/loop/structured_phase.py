@@ -3,7 +3,7 @@
 The pure rules are `core/structured.py` (decision 0006); this module applies them to a
 run's snapshot and a turn's decision, still without I/O:
 
-- `shape_of`: what one turn offers. The snapshot's tools; with an output schema the
+- `shape_of`: what one turn offers. The snapshot's tools and handoffs; with an output schema the
   turn's strategy (`choose_strategy`): NATIVE sets the response format, TOOL adds the
   synthesized `final_output` tool instead. A tool-free turn (the recovery turn, the
   closing call) offers no tool the model may call and is always NATIVE: on a provider
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from agentrt.core import structured
 from agentrt.core.decide import Call, Decision, DecisionKind
+from agentrt.runs.loop import handoff_phase
 from agentrt.runs.loop.tools_phase import runtime_result
 from agentrt.runs.spec import schemas, validation
 from agentrt.runs.spec.agents import offered_specs
@@ -59,7 +60,7 @@ class TurnShape:
 
 def shape_of(snap: pb.AgentSpec, *, tool_free: bool = False) -> TurnShape:
     """Return the shape of a turn of the snapshot (see the module docstring)."""
-    offered = offered_specs(snap)
+    offered = offered_specs(snap) + handoff_phase.offered(snap)
     schema_text = snap.output_json_schema
     if tool_free:
         keep = not (schema_text and snap.model.provider in structured.PROVIDERS_WITHOUT_TOOLS_AND_FORMAT)

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from agentrt.core import render
 from agentrt.core.decide import is_overflow
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.runs.convert import history_of, messages_out, response_in
+from agentrt.runs.loop import handoff_phase
 from agentrt.runs.loop.structured_phase import TurnShape
 from agentrt.runs.peers import Peers
 from agentrt.runs.spec.agents import limits_of, offered_specs
@@ -36,12 +38,14 @@ def build_request(
     tenant: str,
     entries: list[spb.Entry],
     shape: TurnShape | None = None,
+    state: dict[str, Any] | None = None,
 ) -> gpb.ModelRequest:
     """Return the turn's ModelRequest rendered from the session's context entries.
 
     `shape` (runs/loop/structured_phase.py) says which tools the turn offers and whether
     it asks for the output schema as a response format; None = the snapshot's tools and
-    its schema as the format.
+    its schema as the format. `state` (the run's) carries the last handoff: its target's
+    input filter changes what is rendered, never the entries (runs/loop/handoff_phase.py).
 
     Raises:
         ValueError: the context does not open with a user message (a bug upstream).
@@ -49,7 +53,11 @@ def build_request(
     if shape is None:
         shape = TurnShape(offered_specs(snap), response_format=snap.output_json_schema)
     limits = limits_of(snap)
-    history = history_of(entries)
+    history: list[Any] = history_of(entries)
+    cut_seq = handoff_phase.handoff_seq(state or {})
+    if cut_seq is not None:
+        until = len(history_of([e for e in entries if e.seq <= cut_seq]))
+        history = handoff_phase.view(history, until, state or {})
     messages = render.messages(
         history, recent_results=limits.recent_results, result_max_bytes=limits.result_max_bytes
     )

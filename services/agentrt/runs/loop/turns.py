@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.runs.convert import call_out, kind_out, response_in
 from agentrt.runs.domain import Answers
-from agentrt.runs.loop import reconcile, structured_phase
+from agentrt.runs.loop import handoff_phase, reconcile, structured_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
 from agentrt.runs.loop.core import Interrupted, b64
@@ -57,8 +58,13 @@ class TurnSteps(Housekeeping):
             return None
         return cpb.ModelResponse.FromString(base64.b64decode(payload["response"]))
 
+    @property
+    def agent(self) -> pb.AgentSpec:
+        """The snapshot whose turn it is: the entry agent, or the last handoff's target."""
+        return handoff_phase.current_agent(self.r.state, self.r.agent)
+
     def _decide(self, turn: int, response: cpb.ModelResponse) -> Decision:
-        single = self.r.agent.tool_call_mode == pb.TOOL_CALL_MODE_SINGLE
+        single = self.agent.tool_call_mode == pb.TOOL_CALL_MODE_SINGLE
         return decide(
             response_in(response), single_call=single, call_id=lambda i: mint_call_id(self.r.run_id, turn, i)
         )
@@ -93,7 +99,9 @@ class TurnSteps(Housekeeping):
         while True:
             context = await self._interruptible(self._read_context())
             self._request_at = (self._context.last_seq, self._context.leaf)
-            request = turnmod.build_request(r.agent, r.run_id, r.tenant, context, self._shape(turn))
+            request = turnmod.build_request(
+                self.agent, r.run_id, r.tenant, context, self._shape(turn), r.state
+            )
             try:
                 final = await self._interruptible(
                     turnmod.stream_model(
@@ -149,7 +157,7 @@ class TurnSteps(Housekeeping):
     def _shape(self, turn: int) -> structured_phase.TurnShape:
         """Return what the turn offers (tools, output strategy; runs/loop/structured_phase.py)."""
         tool_free = structured_phase.tool_free_turn(self.r.state, turn)
-        return structured_phase.shape_of(self.r.agent, tool_free=tool_free)
+        return structured_phase.shape_of(self.agent, tool_free=tool_free)
 
     async def _tool_phase(
         self,
@@ -159,6 +167,7 @@ class TurnSteps(Housekeeping):
         *,
         announced: bool = False,
         preanswered: dict[str, cpb.ToolResult] | None = None,
+        handoff_calls: frozenset[str] = frozenset(),
     ) -> BatchResult | None:
         """Run the turn's calls, or suspend the run when one waits for an answer.
 
@@ -170,9 +179,9 @@ class TurnSteps(Housekeeping):
             The batch (every call's result, in call order), or None when the run suspended.
         """
         r = self.r
-        specs = {s.name: s for s in offered_specs(r.agent)}
+        specs = {s.name: s for s in offered_specs(self.agent)}
         budget = limits.max_tool_calls - r.tool_calls if limits.max_tool_calls else None
-        policies = command_policies(r.agent)
+        policies = command_policies(self.agent)
         planned = plan_calls(
             decision.calls, specs, set(r.always_approved), r.answers, budget, policies, preanswered
         )
@@ -183,7 +192,8 @@ class TurnSteps(Housekeeping):
         self._phase(cpb.RUN_PHASE_EXECUTING_TOOLS)
         if not announced:
             for p in planned:
-                self._publish(tool_called=pb.ToolCalled(call=call_out(p.call)))
+                flagged = p.call.call_id in handoff_calls  # no tool_returned follows (004 §2.4)
+                self._publish(tool_called=pb.ToolCalled(call=call_out(p.call), handoff=flagged))
         await self._save(
             "tools_started", {"turn": turn, "calls": [p.call.call_id for p in planned if p.runs]}
         )
@@ -196,7 +206,11 @@ class TurnSteps(Housekeeping):
                 run_id=r.run_id,
                 workspace=r.workspace,
                 concurrency=limits.concurrency,
-                on_result=lambda res: self._publish(tool_returned=pb.ToolReturned(result=res)),
+                on_result=lambda res: (
+                    None
+                    if res.call_id in handoff_calls
+                    else self._publish(tool_returned=pb.ToolReturned(result=res))
+                ),
                 on_progress=lambda call_id, stream, text: self._publish(
                     tool_progressed=pb.ToolProgressed(call_id=call_id, stream=stream, text=text)
                 ),
@@ -255,25 +269,30 @@ class TurnSteps(Housekeeping):
         results: list[cpb.ToolResult],
         consume: tuple[str, ...],
         extra: list[spb.Entry] | None = None,
+        on_written: Callable[[int], None] | None = None,
     ) -> bool:
         """Write the turn's batch and reach the save point (004 §2.3a).
 
         `extra` entries (the runtime's own messages, e.g. a recovery prompt) follow the
-        turn's entries and come before the injected input it consumes.
+        turn's entries and come before the injected input it consumes. `on_written` is
+        called with the batch's last session seq once it is written, before the save
+        point, so what it defers is recorded with the save point (a handoff's switch).
 
         Returns True when injected input that extends a finishing run was consumed.
         """
         r = self.r
         queued = [i for i in await self.deps.store.pending_input(r.run_id) if i.get("kind") in consume]
-        entries = turn_entries(r.run_id, turn, r.agent.name, response, decision, results)
+        entries = turn_entries(r.run_id, turn, self.agent.name, response, decision, results)
         entries += extra or []
-        entries += [injected_entry(r.run_id, turn, r.agent.name, i["text"], i["id"]) for i in queued]
+        entries += [injected_entry(r.run_id, turn, self.agent.name, i["text"], i["id"]) for i in queued]
         attach_diagnostics(entries, self._unbatched)
         seq, leaf = self._request_at
         written = await write_batch(
             self.deps.peers, r.tenant, r.session_id, entries, seq, request_leaf=leaf or None
         )
         self.deps.crash("after_session_write")
+        if on_written is not None:
+            on_written(written.last_seq)
         self._unbatched = []
         self._wrote(written.stored)
         if written.branched:

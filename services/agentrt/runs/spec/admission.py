@@ -57,18 +57,15 @@ def uses_contract(spec: pb.AgentSpec) -> bool:
 def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
     """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
 
-    Honored today, so not refused: AgentTool.sequential, `deferred` set to false, error
-    handlers whose action is FAIL (the behavior without a handler), every output_strategy
-    (the final-output tool, runs/loop/structured_phase.py).
+    Honored today, so not refused: handoffs (runs/loop/handoff_phase.py),
+    AgentTool.sequential, `deferred` set to false, error handlers whose action is FAIL (the
+    behavior without a handler), every output_strategy (the final-output tool,
+    runs/loop/structured_phase.py).
 
     Raises:
         MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET; metadata `field` names the first such
             field.
     """
-    if spec.handoffs:
-        raise _not_yet("handoffs", f"{field}.handoffs")
-    if spec.handoff_targets:
-        raise _not_yet("handoffs", f"{field}.handoff_targets")
     if spec.guardrails:
         raise _not_yet("guardrails", f"{field}.guardrails")
     for i, tool in enumerate(spec.tools):
@@ -184,7 +181,7 @@ async def check_start(req: pb.StartRunRequest, lookup: AgentLookup) -> None:
         spec = req.agent
     if spec is None:
         return  # the manager refuses the request itself
-    if uses_contract(spec):
+    if uses_contract(spec) or spec.handoffs or spec.handoff_targets:
         validate_agent(spec, require_name=bool(req.agent_name), field=field, refuse=False)
         await check_references(spec, lookup, field)
         refuse_unwired(spec, field)
