@@ -39,8 +39,9 @@ from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind
 from agentrt.core.errors import MeshError
+from agentrt.core.stopping import BudgetKind, on_refusal
 from agentrt.core.structured import KIND_INVALID_FINAL_OUTPUT, Kind
-from agentrt.runs.loop import handoff_phase, structured_phase
+from agentrt.runs.loop import handoff_phase, stopping_phase, structured_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import BatchResult
 from agentrt.runs.loop.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
@@ -116,7 +117,18 @@ class RunExecutor(TurnSteps):
             mine = recorded if turn == next_turn else {}
             response = self._recorded_response(mine)
             if response is None:
-                turnmod.check_budget(turn, limits.max_turns, limits.time_budget_s, r.create_time_s)
+                budget = stopping_phase.budget(turn, limits.max_turns, r.agent, r.state)
+                if budget.kind == BudgetKind.FALLBACK:
+                    await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=budget.output)
+                    return
+                closing = budget.kind == BudgetKind.CLOSING_CALL
+                if closing and r.state.get(stopping_phase.CLOSING_TURN) != turn:
+                    # The one tool-free closing call (004 §2.7d), recorded with the response.
+                    self._defer_state(
+                        **{stopping_phase.CLOSING_TURN: turn, structured_phase.TOOL_FREE_TURN: turn}
+                    )
+                max_turns = turn if closing else limits.max_turns
+                turnmod.check_budget(turn, max_turns, limits.time_budget_s, r.create_time_s)
                 response, decision = await self._model_turn(turn, limits)
             else:
                 decision = self._decide(turn, response)
@@ -127,12 +139,20 @@ class RunExecutor(TurnSteps):
                 )
             if decision.kind == DecisionKind.REFUSAL:
                 await self._save_turn(turn, response, decision, [], ())
+                handled = on_refusal(stopping_phase.handlers_of(r.agent).refusal)
+                if handled.kind == BudgetKind.FALLBACK:
+                    await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=handled.output)
+                    return
                 raise RunFailed(
                     turnmod.failure("refusal", "The model refused to answer.", debug=decision.reason)
                 )
             shape = self._shape(turn)
             verdict = structured_phase.judge_turn(
-                self.agent, shape, decision, recovery_used=bool(r.state.get(structured_phase.RECOVERY_USED))
+                self.agent,
+                shape,
+                decision,
+                recovery_used=bool(r.state.get(structured_phase.RECOVERY_USED)),
+                fallback=stopping_phase.handlers_of(r.agent).invalid_final_output.fallback_output,
             )
             if verdict is not None and verdict.kind == Kind.FINAL:
                 self._phase(cpb.RUN_PHASE_SYNTHESIZING)
@@ -168,7 +188,18 @@ class RunExecutor(TurnSteps):
                         return  # suspended; ResumeRun continues the turn
                     results = batch.results
             switch = self._switch(handoff, target) if handoff is not None and target is not None else None
-            await self._save_turn(turn, response, decision, results, AT_SAVE_POINT, on_written=switch)
+            stop_with = None
+            if results and not (batch is not None and (batch.killed or batch.failure is not None)):
+                stop_with = stopping_phase.terminate_output(
+                    results, stopping_phase.terminating_tools(self.agent)
+                )
+            consume = AT_FINAL if stop_with is not None else AT_SAVE_POINT
+            extended = await self._save_turn(turn, response, decision, results, consume, on_written=switch)
+            if stop_with is not None and not extended:
+                # Every call of the batch asked to stop (004 §2.7b): its last output is final.
+                await self._compact(AFTER_RUN, turn)
+                await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=stop_with)
+                return
             if batch is not None and batch.killed == CANCELLED:
                 await self._finish(cpb.RUN_STATUS_CANCELED)
                 return

@@ -127,7 +127,12 @@ def preanswered(shape: TurnShape, decision: Decision) -> dict[str, cpb.ToolResul
 
 
 def judge_turn(
-    snap: pb.AgentSpec, shape: TurnShape, decision: Decision, *, recovery_used: bool
+    snap: pb.AgentSpec,
+    shape: TurnShape,
+    decision: Decision,
+    *,
+    recovery_used: bool,
+    fallback: str | None = None,
 ) -> Verdict | None:
     """Judge a turn's answer against the agent's output schema (004 §2.3); pure.
 
@@ -136,7 +141,10 @@ def judge_turn(
         (without a lone final_output call), an empty or truncated reply (the next render
         nudges it: an empty structured turn continues), or a plain-text final answer of an
         agent without a schema (FINAL is returned for it, verbatim). Otherwise the verdict.
-        A refusal is the loop's own (it wins before this is asked).
+        A refusal is the loop's own (it wins before this is asked). `fallback` is the
+        invalid-final-output handler's message (None = no FALLBACK handler): an empty
+        structured turn, or an answer still invalid after the recovery turn, completes
+        with it (FINAL).
     """
     schema_text = snap.output_json_schema
     output_calls: tuple[Call, ...] = ()
@@ -161,6 +169,7 @@ def judge_turn(
         output_calls=output_calls,
         wrapped=shape.wrapped,
         recovery_used=recovery_used,
+        fallback=fallback,
     )
     if outcome.kind == structured.Kind.CONTINUE:
         return None
@@ -168,8 +177,10 @@ def judge_turn(
         structured.Kind.FINAL: structured.ACCEPTED_TEXT,
         structured.Kind.RECOVER: outcome.recovery_text,
     }.get(outcome.kind, _failed_text(outcome))
+    if outcome.fallback and outcome.problem is not None:
+        taken_text = _failed_text(outcome).replace("The run ends here.", "A fallback answer was used.")
     if output_calls:
-        error = outcome.kind != structured.Kind.FINAL
+        error = outcome.kind != structured.Kind.FINAL or outcome.fallback
         results.insert(0, _result(output_calls[0], taken_text, error=error))
     return Verdict(
         outcome.kind,

@@ -58,8 +58,8 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
     """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
 
     Honored today, so not refused: handoffs (runs/loop/handoff_phase.py),
-    AgentTool.sequential, `deferred` set to false, error handlers whose action is FAIL (the
-    behavior without a handler), every output_strategy (the final-output tool,
+    AgentTool.sequential, `deferred` set to false, error handlers (fail or fallback),
+    `final_turn_without_tools`, `terminates_run`, every output_strategy (the final-output tool,
     runs/loop/structured_phase.py).
 
     Raises:
@@ -76,13 +76,6 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
             raise _not_yet("guardrails", f"{where}.guardrails")
         if tool.HasField("deferred") and tool.deferred:
             raise _not_yet("deferred tools", f"{where}.deferred")
-        if tool.terminates_run:
-            raise _not_yet("tools that stop the run", f"{where}.terminates_run")
-    if spec.final_turn_without_tools:
-        raise _not_yet("tool-free closing turns", f"{field}.final_turn_without_tools")
-    for name in ("max_turns", "refusal", "invalid_final_output"):
-        if getattr(spec.error_handlers, name).action == pb.ERROR_HANDLER_ACTION_FALLBACK:
-            raise _not_yet("error handler fallbacks", f"{field}.error_handlers.{name}")
     if spec.HasField("sandbox"):
         raise _not_yet("run sandboxes", f"{field}.sandbox")
 
@@ -105,7 +98,7 @@ def refuse_unwired_resume(req: pb.ResumeRunRequest) -> None:
     Raises:
         MeshError: INVALID_ARGUMENT/INVALID_VALUE for `child_run_id` (set by the runtime,
             never by a client), more than MAX_ADDED_TOOLS `added_tools` or a malformed name;
-            UNIMPLEMENTED/NOT_IMPLEMENTED_YET for `terminate` or `added_tools`.
+            UNIMPLEMENTED/NOT_IMPLEMENTED_YET for `added_tools`.
     """
     for i, result in enumerate(req.results):
         where = f"results[{i}]"
@@ -129,8 +122,6 @@ def refuse_unwired_resume(req: pb.ResumeRunRequest) -> None:
                     field=f"{where}.added_tools[{j}]",
                 )
     for i, result in enumerate(req.results):
-        if result.terminate:
-            raise _not_yet("tool results that stop the run", f"results[{i}].terminate")
         if result.added_tools:
             raise _not_yet("deferred tools", f"results[{i}].added_tools")
 
