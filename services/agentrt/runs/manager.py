@@ -27,7 +27,7 @@ from agentrt.core.errors import MeshError, Reason, invalid, missing, not_found, 
 from agentrt.core.ids import new_id, valid_id
 from agentrt.core.truncate import byte_len
 from agentrt.mesh.durations import check_duration
-from agentrt.runs.convert import injected_out
+from agentrt.runs.convert import STOP_KIND, injected_only, injected_out
 from agentrt.runs.domain import Resume
 from agentrt.runs.events import run_topic, session_topic
 from agentrt.runs.loop import turn as turnmod
@@ -411,7 +411,8 @@ class RunManager:
             run_id=record.run_id,
             run_completed=pb.RunCompleted(
                 status=status, phase=phase, usage=record.usage, turns=record.turns,  # type: ignore[arg-type]
-                labels=record.labels, unconsumed_input=[injected_out(i) for i in record.pending_input],
+                labels=record.labels,
+                unconsumed_input=[injected_out(i) for i in injected_only(record.pending_input)],
             ),
         )  # fmt: skip
         if failure is not None:
@@ -455,6 +456,24 @@ class RunManager:
         if position is None:
             raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
         return position
+
+    async def stop_after_turn(self, tenant: str, run_id: str, reason: str) -> RunRecord:
+        """Ask a run to finish at its next save point (004 §2.3c); return its record.
+
+        The request is queued with the run's input (convert.STOP_KIND), so the save point
+        of whichever replica runs it reads it; a suspended run stops at the save point
+        after its resume. Asking twice is harmless.
+
+        Raises:
+            MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION/RUN_FINISHED.
+        """
+        record = await self.get_run(tenant, run_id)
+        if record.finished:
+            raise precondition(Reason.RUN_FINISHED, f"run {run_id!r} has finished")
+        item = {"id": uuid.uuid4().hex, "kind": STOP_KIND, "text": reason}
+        if await self.store.push_input(record.run_id, item) is None:
+            raise precondition(Reason.RUN_FINISHED, f"run {run_id!r} has finished")
+        return await self.get_run(tenant, run_id)
 
     async def events(self, tenant: str, req: pb.StreamRunEventsRequest) -> AsyncIterator[pb.RunEvent]:
         """Follow a run's or a session's events after req.after_seq (see stream.follow).

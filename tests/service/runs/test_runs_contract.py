@@ -380,7 +380,7 @@ async def test_resume_results_with_unhonored_fields_are_refused_and_the_run_stil
     assert done.final_output == "thanks"
 
 
-async def test_stop_after_turn_answers_not_implemented_for_a_run_and_checks_its_input(mesh):
+async def test_stop_after_turn_checks_its_input_and_refuses_a_finished_run(mesh):
     await expect(mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest()), IA, "MISSING_FIELD", "run_id")
     await expect(mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest(run_id="bad id!")), IA, "INVALID_ID")
     await expect(mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest(run_id="run_unknown")), NF, "RUN_NOT_FOUND")
@@ -390,7 +390,9 @@ async def test_stop_after_turn_answers_not_implemented_for_a_run_and_checks_its_
     long = pb.StopAfterTurnRequest(run_id=started.run_id, reason="r" * 1025)
     await expect(mesh.runs.StopAfterTurn(long), IA, "INVALID_VALUE", "reason")
     await expect(
-        mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest(run_id=started.run_id)), UN, "NOT_IMPLEMENTED_YET"
+        mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest(run_id=started.run_id)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "RUN_FINISHED",
     )
     run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
     assert run.status == cpb.RUN_STATUS_COMPLETED and not run.stop_requested

@@ -117,3 +117,32 @@ async def test_a_terminating_catalog_tool_ends_the_run_with_its_output(mesh):
         e.item.tool_result for e in await mesh.entries(run.session_id) if e.item.HasField("tool_result")
     ]
     assert run.final_output == results[0].content  # the full history is saved
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_stop_after_turn_finishes_at_the_next_save_point_with_the_history_saved(mesh, provider):
+    mesh.emu.script([Reply(tool_calls=[ToolCallReply("a", "{}")]), Reply(text="never asked")])
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=agent(provider, tools=[client_tool("a")]), input="go")
+    )
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED)
+    stopped = await mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest(run_id=run.run_id, reason="enough"))
+    assert stopped.run.stop_requested and stopped.run.status == cpb.RUN_STATUS_SUSPENDED
+    assert list(stopped.run.pending_input) == []  # a stop is not input
+    call = run.pending_calls[0].call
+    result = cpb.ToolResult(call_id=call.call_id, content="the answer is 42")
+    await mesh.runs.ResumeRun(pb.ResumeRunRequest(run_id=run.run_id, results=[result]))
+    run = await mesh.wait_status(run.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED)
+    assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "the answer is 42"
+    assert len(model_requests(mesh)) == 1 and run.turns == 1
+    results = [
+        e.item.tool_result for e in await mesh.entries(run.session_id) if e.item.HasField("tool_result")
+    ]
+    assert [r.content for r in results] == ["the answer is 42"]  # the turn is saved in full
+    events = await mesh.events(run.run_id)
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds.index("stop_requested") < kinds.index("run_completed")
+    assert [e.stop_requested.reason for e in events if e.WhichOneof("payload") == "stop_requested"] == [
+        "enough"
+    ]
+    assert not any(d.code == "injected_input_not_consumed" for d in run.diagnostics)

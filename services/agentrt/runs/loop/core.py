@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt.runs.convert import injected_out
+from agentrt.runs.convert import injected_only, injected_out
 from agentrt.runs.events import EventHub
 from agentrt.runs.loop.compaction import Compactor
 from agentrt.runs.loop.context_cache import ContextCache
@@ -295,7 +295,7 @@ class ExecutorCore:
     ) -> None:
         r = self.r
         phase = _TERMINAL_PHASE[status]  # type: ignore[index]
-        left = await self.deps.store.pending_input(r.run_id)
+        left = injected_only(await self.deps.store.pending_input(r.run_id))
         if left:
             self._diagnose(
                 "injected_input_not_consumed",

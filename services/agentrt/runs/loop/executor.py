@@ -112,6 +112,9 @@ class RunExecutor(TurnSteps):
         while True:
             turn += 1
             self.turn = turn
+            if stopping_phase.STOPPED_OUTPUT in r.state:  # stopped at the last save point
+                await self._finish_stopped()
+                return
             if self._stopping.is_set():
                 raise Interrupted()
             mine = recorded if turn == next_turn else {}
@@ -194,7 +197,9 @@ class RunExecutor(TurnSteps):
                     results, stopping_phase.terminating_tools(self.agent)
                 )
             consume = AT_FINAL if stop_with is not None else AT_SAVE_POINT
-            extended = await self._save_turn(turn, response, decision, results, consume, on_written=switch)
+            extended = await self._save_turn(
+                turn, response, decision, results, consume, on_written=switch, stoppable=stop_with is None
+            )
             if stop_with is not None and not extended:
                 # Every call of the batch asked to stop (004 §2.7b): its last output is final.
                 await self._compact(AFTER_RUN, turn)
@@ -207,6 +212,9 @@ class RunExecutor(TurnSteps):
                 raise RunFailed(turnmod.failure("timeout", "The run used its time budget.", retryable=True))
             if batch is not None and batch.failure is not None:
                 raise batch.failure
+            if stopping_phase.STOPPED_OUTPUT in r.state:
+                await self._finish_stopped()
+                return
             if limits.max_error_turns >= 0 and r.consecutive_error_turns >= limits.max_error_turns:
                 raise RunFailed(
                     turnmod.failure(
@@ -215,6 +223,14 @@ class RunExecutor(TurnSteps):
                     )
                 )
             await self._compact(SAVE_POINT, turn)
+
+    async def _finish_stopped(self) -> None:
+        """Finish a run StopAfterTurn stopped at its last save point (004 §2.3c)."""
+        self.turn = self.r.turns
+        await self._compact(AFTER_RUN, self.r.turns)
+        await self._finish(
+            cpb.RUN_STATUS_COMPLETED, final_output=str(self.r.state[stopping_phase.STOPPED_OUTPUT])
+        )
 
     async def _plan_handoff(
         self, decision: Decision

@@ -8,6 +8,10 @@ The pure rules are `core/stopping.py`; this module reads them off a run:
   goes on; past it `final_turn_without_tools` buys one tool-free closing call (its turn
   number is kept in the run's state as `closing_turn`, so a takeover makes the same call
   once); then the max_turns handler: a fallback output, or the failure `max_turns`.
+- StopAfterTurn: queued with the run's input (convert.STOP_KIND) and honored by the
+  save point of a turn that would continue (`TurnSteps._save_turn(stoppable=True)`),
+  which records the output in the state (`STOPPED_OUTPUT`); the loop then finishes with
+  it, also after a takeover (004 §2.3c).
 - `terminate_output`: after a tool batch, the final output when every call of the batch
   asks to stop (a client result's `terminate`, or an OK result of a tool whose AgentTool
   sets `terminates_run`), else None.
@@ -27,6 +31,8 @@ from agentrt.v1 import run_service_pb2 as pb
 
 #: State key: the turn number of the tool-free closing call, once decided.
 CLOSING_TURN = "closing_turn"
+#: State key: a StopAfterTurn was honored at a save point; the run's final output.
+STOPPED_OUTPUT = "stopped_output"
 
 
 def _handler(h: pb.ErrorHandler) -> stopping.Handler:

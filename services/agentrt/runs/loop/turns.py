@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
-from agentrt.runs.convert import call_out, kind_out, response_in
+from agentrt.core.stopping import stop_output
+from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
 from agentrt.runs.domain import Answers
 from agentrt.runs.loop import handoff_phase, reconcile, structured_phase
 from agentrt.runs.loop import turn as turnmod
@@ -35,6 +36,7 @@ from agentrt.runs.loop.persistence import (
     turn_entries,
     write_batch,
 )
+from agentrt.runs.loop.stopping_phase import STOPPED_OUTPUT
 from agentrt.runs.loop.tools_phase import pending_calls, plan_calls
 from agentrt.runs.loop.turn import ContextOverflow, RunFailed
 from agentrt.runs.spec.agents import Limits, command_policies, offered_specs
@@ -270,6 +272,7 @@ class TurnSteps(Housekeeping):
         consume: tuple[str, ...],
         extra: list[spb.Entry] | None = None,
         on_written: Callable[[int], None] | None = None,
+        stoppable: bool = False,
     ) -> bool:
         """Write the turn's batch and reach the save point (004 §2.3a).
 
@@ -277,11 +280,17 @@ class TurnSteps(Housekeeping):
         turn's entries and come before the injected input it consumes. `on_written` is
         called with the batch's last session seq once it is written, before the save
         point, so what it defers is recorded with the save point (a handoff's switch).
+        `stoppable`: the turn would take another turn, so a queued StopAfterTurn is
+        honored here: the stop leaves the queue, `stop_requested` is published and the
+        stopped run's output (the turn's last message, else its last tool output) is
+        kept in the run state (`stopping_phase.STOPPED_OUTPUT`), in the same save.
 
         Returns True when injected input that extends a finishing run was consumed.
         """
         r = self.r
-        queued = [i for i in await self.deps.store.pending_input(r.run_id) if i.get("kind") in consume]
+        inbox = await self.deps.store.pending_input(r.run_id)
+        queued = [i for i in inbox if i.get("kind") in consume]
+        stops = [i for i in inbox if i.get("kind") == STOP_KIND] if stoppable else []
         entries = turn_entries(r.run_id, turn, self.agent.name, response, decision, results)
         entries += extra or []
         entries += [injected_entry(r.run_id, turn, self.agent.name, i["text"], i["id"]) for i in queued]
@@ -310,6 +319,10 @@ class TurnSteps(Housekeeping):
             errors = errors + 1 if all(failed) else 0
         self._bytes_since += sum(len(x.content.encode()) for x in results)
         consumed = written.injected  # what the session holds, not what this attempt meant to write
+        if stops:
+            self._publish(stop_requested=pb.StopRequested(reason=str(stops[0].get("text", ""))))
+            outputs = [x.content for x in results]
+            self._defer_state(**{STOPPED_OUTPUT: stop_output(text_of(response.content), outputs)})
         await self._save(
             "turn_persisted",
             {"turn": turn, "session_seq": written.last_seq, "entries": written.count, "injected": consumed},
@@ -318,7 +331,7 @@ class TurnSteps(Housekeeping):
             consecutive_error_turns=errors,
             answers=Answers(),
             pending=[],
-            _drop_inputs=consumed,
+            _drop_inputs=[*consumed, *(str(i["id"]) for i in stops)],
         )
         return (
             any(i.get("kind") in ("steer", "follow_up") and i["id"] in consumed for i in queued)

@@ -417,8 +417,7 @@ export type ToolResult = Message$1<"agentrt.v1.ToolResult"> & {
    * The tool asks the run to stop after this batch (004 §2.3c, §2.7b Terminate): honored
    * only when every call of the batch asks; the last call's output is then the final
    * output. Set by a client on a client-declared tool's result (ResumeRun); a catalog
-   * tool asks through AgentTool.terminates_run. Not yet honored: a ResumeRun result
-   * setting it is refused with UNIMPLEMENTED/NOT_IMPLEMENTED_YET.
+   * tool asks through AgentTool.terminates_run.
    *
    * @generated from field: bool terminate = 20;
    */

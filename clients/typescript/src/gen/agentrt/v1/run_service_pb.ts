@@ -185,7 +185,7 @@ export type AgentTool = Message<"agentrt.v1.AgentTool"> & {
    * A successful (OK) result of this tool asks the run to stop after the batch (004 §2.3c,
    * §2.7b Terminate; 002 terminal tools): honored only when every call of the batch asks,
    * and the last call's output is then the final output. A client-declared tool asks per
-   * result instead (ToolResult.terminate). Not yet honored.
+   * result instead (ToolResult.terminate).
    *
    * @generated from field: bool terminates_run = 26;
    */
@@ -712,8 +712,7 @@ export type AgentSpec = Message<"agentrt.v1.AgentSpec"> & {
   /**
    * Agents this one may hand off to, by name (004 §2.4): shorthand for `handoff_targets`
    * entries with only agent_name set (latest version, default tool name, no input filter).
-   * Not yet honored: a spec naming any is validated, then refused with
-   * UNIMPLEMENTED/NOT_IMPLEMENTED_YET.
+   * Each target must be registered when a run starts (INVALID_ARGUMENT/UNKNOWN_AGENT).
    *
    * @generated from field: repeated string handoffs = 7;
    */
@@ -760,7 +759,7 @@ export type AgentSpec = Message<"agentrt.v1.AgentSpec"> & {
    * Agents this one may hand off to, in full (004 §2.4): version, tool name, input schema
    * and input filter. `handoffs` (names only) is shorthand for entries with just
    * agent_name; a target named twice across both is INVALID_ARGUMENT/INVALID_VALUE. At
-   * most 32 in all. Not yet honored.
+   * most 32 in all.
    *
    * @generated from field: repeated agentrt.v1.Handoff handoff_targets = 40;
    */
@@ -787,7 +786,7 @@ export type AgentSpec = Message<"agentrt.v1.AgentSpec"> & {
   /**
    * When max_turns runs out, buy one more model call with no tools and no handoffs so the
    * model closes in prose instead of the run failing (004 §2.7d; opt-in: it spends a call
-   * the budget said not to spend). Read from the entry agent. Not yet honored.
+   * the budget said not to spend). Read from the entry agent.
    *
    * @generated from field: bool final_turn_without_tools = 43;
    */
@@ -2935,8 +2934,7 @@ export enum OutputStrategy {
 
   /**
    * Always the final-output tool: a synthesized tool `final_output` whose arguments are the
-   * output (wrapped as {"output": ...} when the schema's root is not an object). Not yet
-   * honored.
+   * output (wrapped as {"output": ...} when the schema's root is not an object).
    *
    * @generated from enum value: OUTPUT_STRATEGY_TOOL = 3;
    */
@@ -3299,8 +3297,9 @@ export const RunService: GenService<{
   /**
    * StopAfterTurn asks a run to finish at its next save point (004 §2.3c, §2.11b run
    * control): the turn in flight completes and is persisted, then the run completes with
-   * the turn's last message (else its last tool output) as the final output. Not yet
-   * honored: answers UNIMPLEMENTED/NOT_IMPLEMENTED_YET for an existing run.
+   * the turn's last message (else its last tool output) as the final output. A suspended
+   * run stops at the save point after its resume. FAILED_PRECONDITION/RUN_FINISHED for a
+   * finished run.
    *
    * @generated from rpc agentrt.v1.RunService.StopAfterTurn
    */
