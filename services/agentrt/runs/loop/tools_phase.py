@@ -2,7 +2,8 @@
 
 `plan_calls` decides, per call and in call order, what happens to it:
 - the runtime answers it at once: an unknown tool ("Tool 'X' not found."), arguments that
-  were not a JSON object, a denied approval, a result the client submitted for its own
+  were not a JSON object or do not match the tool's whole schema (004 §2.7h: the problems
+  with their JSON pointers, `core.tool_args.problems_text`), a denied approval, a result the client submitted for its own
   tool, or a call beyond the run's tool-call budget;
 - it waits: for an approval (catalog or agent policy, unless approved "always") or for
   the client's result (a client-declared tool);
@@ -27,15 +28,17 @@ and accumulates a resume's answers. Execution is runs/loop/batch.py.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentrt.core.decide import Call
 from agentrt.core.errors import Reason, invalid
 from agentrt.core.policy import AGENT, check_exec_call, compile_policy
+from agentrt.core.tool_args import ArgumentCheck, check_arguments, problems_text
 from agentrt.runs.convert import call_out
 from agentrt.runs.domain import Answers, Resume
 from agentrt.runs.loop import reconcile
 from agentrt.runs.loop.persistence import RUNTIME_DETAILS
+from agentrt.runs.spec import schemas
 from agentrt.runs.spec.agents import EXEC_COMMAND
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -122,6 +125,9 @@ def plan_calls(
             plan.result = runtime_result(call, f"Tool '{call.name}' not found.", cpb.TOOL_RESULT_STATUS_ERROR)
         elif call.has_invalid_arguments:
             plan.result = runtime_result(call, INVALID_ARGS_TEXT, cpb.TOOL_RESULT_STATUS_ERROR)
+        elif (checked := _checked(call, spec)) is not None and not checked.ok:
+            text = problems_text(call.name, checked.problems)
+            plan.result = runtime_result(call, text, cpb.TOOL_RESULT_STATUS_ERROR)
         elif spec.external:
             given = results.get(call.call_id)
             if given is None:
@@ -146,6 +152,34 @@ def plan_calls(
                 plan.result = runtime_result(call, BUDGET_TEXT, cpb.TOOL_RESULT_STATUS_NOT_EXECUTED)
             budget_left -= 1
         out.append(plan)
+    return with_defaults(out)
+
+
+def _checked(call: Call, spec: cpb.ToolSpec) -> ArgumentCheck | None:
+    """Check a call's arguments against its tool's whole schema (004 §2.7h); None = no schema.
+
+    A call whose schema declares defaults it left out travels with them filled in
+    (`Planned.call` is replaced by the caller through `with_defaults`).
+    """
+    if not spec.parameters_json_schema:
+        return None
+    text = spec.parameters_json_schema
+    return check_arguments(call.arguments, schemas.decoded(text), schemas.validator(text))
+
+
+def with_defaults(planned: Sequence[Planned]) -> list[Planned]:
+    """Return the plan with schema defaults applied to the arguments of the calls that travel.
+
+    Only a call that runs or waits (approval, a client's result) is changed, and only when
+    a default was actually added (core.tool_args: the model's exact text otherwise).
+    """
+    out = []
+    for p in planned:
+        if p.result is None and p.spec is not None:
+            checked = _checked(p.call, p.spec)
+            if checked is not None and checked.defaults_applied:
+                p = replace(p, call=replace(p.call, arguments=checked.arguments))
+        out.append(p)
     return out
 
 
