@@ -3,8 +3,8 @@
 `plan_calls` decides, per call and in call order, what happens to it:
 - the runtime answers it at once: an unknown tool ("Tool 'X' not found."), arguments that
   were not a JSON object or do not match the tool's whole schema (004 §2.7h: the problems
-  with their JSON pointers, `core.tool_args.problems_text`), a denied approval, a result the client submitted for its own
-  tool, or a call beyond the run's tool-call budget;
+  with their JSON pointers, `core.tool_args.problems_text`), a denied approval, a result
+  the client submitted for its own tool, or a call beyond the run's tool-call budget;
 - it waits: for an approval (catalog or agent policy, unless approved "always") or for
   the client's result (a client-declared tool);
 - it runs through the tool service.
