@@ -387,6 +387,9 @@ def run_out(r: RunRecord) -> pb.Run:
     )
     if r.failure is not None:
         run.failure.CopyFrom(r.failure)
+    disclosed = r.state.get("disclosure")  # runs/loop/disclosure_phase.py
+    if disclosed:
+        run.disclosed_tools.extend(json.loads(str(disclosed)).get("disclosed", []))
     current = r.state.get("agent")  # the last handoff's target (runs/loop/handoff_phase.py)
     if current:
         snap = pb.AgentSpec.FromString(base64.b64decode(current))

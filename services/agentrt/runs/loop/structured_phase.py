@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from agentrt.core import structured
 from agentrt.core.decide import Call, Decision, DecisionKind
-from agentrt.runs.loop import handoff_phase
+from agentrt.runs.loop import disclosure_phase, handoff_phase
 from agentrt.runs.loop.tools_phase import runtime_result
 from agentrt.runs.spec import schemas, validation
 from agentrt.runs.spec.agents import offered_specs
@@ -58,9 +58,16 @@ class TurnShape:
     response_format: str = ""
 
 
-def shape_of(snap: pb.AgentSpec, *, tool_free: bool = False) -> TurnShape:
-    """Return the shape of a turn of the snapshot (see the module docstring)."""
-    offered = offered_specs(snap) + handoff_phase.offered(snap)
+def shape_of(
+    snap: pb.AgentSpec, *, tool_free: bool = False, state: dict[str, object] | None = None
+) -> TurnShape:
+    """Return the shape of a turn of the snapshot (see the module docstring).
+
+    `state` (the run's) says which deferred tools were disclosed (runs/loop/disclosure_phase.py);
+    None = every tool is shown.
+    """
+    tools = offered_specs(snap) if state is None else disclosure_phase.visible(snap, state)
+    offered = tools + handoff_phase.offered(snap)
     schema_text = snap.output_json_schema
     if tool_free:
         keep = not (schema_text and snap.model.provider in structured.PROVIDERS_WITHOUT_TOOLS_AND_FORMAT)

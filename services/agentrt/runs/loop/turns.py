@@ -23,7 +23,7 @@ from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.core.stopping import stop_output
 from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
 from agentrt.runs.domain import Answers
-from agentrt.runs.loop import handoff_phase, reconcile, structured_phase
+from agentrt.runs.loop import disclosure_phase, handoff_phase, reconcile, structured_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
 from agentrt.runs.loop.core import Interrupted, b64
@@ -159,7 +159,7 @@ class TurnSteps(Housekeeping):
     def _shape(self, turn: int) -> structured_phase.TurnShape:
         """Return what the turn offers (tools, output strategy; runs/loop/structured_phase.py)."""
         tool_free = structured_phase.tool_free_turn(self.r.state, turn)
-        return structured_phase.shape_of(self.agent, tool_free=tool_free)
+        return structured_phase.shape_of(self.agent, tool_free=tool_free, state=self.r.state)
 
     async def _tool_phase(
         self,
@@ -181,7 +181,7 @@ class TurnSteps(Housekeeping):
             The batch (every call's result, in call order), or None when the run suspended.
         """
         r = self.r
-        specs = {s.name: s for s in offered_specs(self.agent)}
+        specs = {s.name: s for s in disclosure_phase.visible(self.agent, r.state)}
         budget = limits.max_tool_calls - r.tool_calls if limits.max_tool_calls else None
         policies = command_policies(self.agent)
         planned = plan_calls(
@@ -318,6 +318,12 @@ class TurnSteps(Housekeeping):
             failed = [x.is_error and x.status != cpb.TOOL_RESULT_STATUS_DENIED for x in results]
             errors = errors + 1 if all(failed) else 0
         self._bytes_since += sum(len(x.content.encode()) for x in results)
+        if any(x.added_tools for x in results):
+            record, disclosed = disclosure_phase.disclose(self.agent, r.state, results)
+            for event in disclosed:
+                self._publish(tools_disclosed=event)
+            if disclosed:
+                self._defer_state(**{disclosure_phase.DISCLOSURE: record})
         consumed = written.injected  # what the session holds, not what this attempt meant to write
         if stops:
             self._publish(stop_requested=pb.StopRequested(reason=str(stops[0].get("text", ""))))

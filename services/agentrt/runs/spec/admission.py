@@ -58,7 +58,7 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
     """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
 
     Honored today, so not refused: handoffs (runs/loop/handoff_phase.py),
-    AgentTool.sequential, `deferred` set to false, error handlers (fail or fallback),
+    AgentTool.sequential, `deferred`, error handlers (fail or fallback),
     `final_turn_without_tools`, `terminates_run`, every output_strategy (the final-output tool,
     runs/loop/structured_phase.py).
 
@@ -74,8 +74,6 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
             raise _not_yet("agents as tools", f"{where}.agent_name")
         if tool.guardrails:
             raise _not_yet("guardrails", f"{where}.guardrails")
-        if tool.HasField("deferred") and tool.deferred:
-            raise _not_yet("deferred tools", f"{where}.deferred")
     if spec.HasField("sandbox"):
         raise _not_yet("run sandboxes", f"{field}.sandbox")
 
@@ -97,8 +95,7 @@ def refuse_unwired_resume(req: pb.ResumeRunRequest) -> None:
 
     Raises:
         MeshError: INVALID_ARGUMENT/INVALID_VALUE for `child_run_id` (set by the runtime,
-            never by a client), more than MAX_ADDED_TOOLS `added_tools` or a malformed name;
-            UNIMPLEMENTED/NOT_IMPLEMENTED_YET for `added_tools`.
+            never by a client), more than MAX_ADDED_TOOLS `added_tools` or a malformed name.
     """
     for i, result in enumerate(req.results):
         where = f"results[{i}]"
@@ -121,9 +118,6 @@ def refuse_unwired_resume(req: pb.ResumeRunRequest) -> None:
                     f"{where}.added_tools[{j}] must match [a-zA-Z0-9_-]{{1,64}}",
                     field=f"{where}.added_tools[{j}]",
                 )
-    for i, result in enumerate(req.results):
-        if result.added_tools:
-            raise _not_yet("deferred tools", f"results[{i}].added_tools")
 
 
 async def check_references(spec: pb.AgentSpec, lookup: AgentLookup, field: str) -> None:

@@ -175,7 +175,7 @@ export type AgentTool = Message<"agentrt.v1.AgentTool"> & {
 
   /**
    * Overrides the tool's `deferred` (004 §2.7i): withheld from the model until a tool
-   * result's `added_tools` names it; cumulative for the rest of the run. Not yet honored.
+   * result's `added_tools` names it; cumulative for the rest of the run.
    *
    * @generated from field: optional bool deferred = 25;
    */
