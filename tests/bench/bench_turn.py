@@ -89,6 +89,7 @@ def _agent() -> pb.AgentSpec:
 
     return pb.AgentSpec(
         model=cpb.ModelRef(provider="openai", model="gpt-test"),
+        tools=[pb.AgentTool(name="read_file")],
         limits=pb.AgentLimits(max_turns=TURNS + 1),
     )
 
