@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_VENV := .bench-venv
+BENCH_STAMP := $(BENCH_VENV)/.installed
 TS := clients/typescript
 TS_STAMP := $(TS)/node_modules/.installed
 PYTEST_ARGS ?=
@@ -13,7 +15,7 @@ LLAMA_WHEELS ?= $(HOME)/.cache/agentrt-wheels
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
 .DEFAULT_GOAL := help
-.PHONY: help install docker-sandbox image deploy-check demo test test-fast check protos protos-fresh breaking contracts-land lint typecheck bench up clean
+.PHONY: help install docker-sandbox image deploy-check demo test test-fast check protos protos-fresh breaking contracts-land lint typecheck bench bench-peers up clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -124,6 +126,7 @@ bench: install ## Run tests/bench; figures go to bench-results/
 	@mkdir -p bench-results
 	AGENTRT_BENCH_DIR=$(CURDIR)/bench-results $(PY) -m pytest -q tests/bench -p no:cacheprovider $(PYTEST_ARGS)
 	$(PY) tests/bench/bench_turn.py bench-results/turn.json
+	$(PY) tests/bench/bench_domain_spans.py bench-results/domain_spans.json
 	$(PY) tests/bench/bench_long_run.py bench-results/long_run.json
 	AGENTRT_BENCH_DIR=$(CURDIR)/bench-results $(PY) tests/bench/bench_sessions.py
 	$(PY) tests/bench/bench_tools.py bench-results/tools.json
@@ -132,11 +135,25 @@ bench: install ## Run tests/bench; figures go to bench-results/
 	$(PY) tests/bench/bench_gateway.py bench-results/gateway.json
 	$(PY) tests/bench/bench_limiter.py bench-results/limiter.json
 	$(PY) tests/bench/bench_rpc_telemetry.py bench-results/rpc_telemetry.json
+	$(MAKE) --no-print-directory bench-peers
 	@ls -l bench-results
+
+# The peers of the side-by-side bench (LangGraph, openai-agents, the bare SDK) live in their
+# own venv, pinned by tests/bench/peers/requirements.txt: PyPI is reached here only (when the
+# pins change or the venv is gone), never while the bench runs, and never into .venv.
+$(BENCH_STAMP): tests/bench/peers/requirements.txt
+	@test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -r tests/bench/peers/requirements.txt
+	@touch $@
+
+bench-peers: install $(BENCH_STAMP) ## Side by side: agentrt's mesh (SQLite, PostgreSQL) against LangGraph, openai-agents, the bare SDK
+	@mkdir -p bench-results
+	PEER_PYTHON=$(CURDIR)/$(BENCH_VENV)/bin/python $(PY) tests/bench/bench_peers.py bench-results/peers.json
 
 up: install ## Start the five services on 127.0.0.1:50051-50055 (Ctrl-C stops them)
 	$(VENV)/bin/agentrt up
 
-clean: ## Remove caches and the local state dir (.agentrt); keeps .venv
+clean: ## Remove caches and the local state dir (.agentrt); keeps .venv and .bench-venv
 	rm -rf .agentrt .pytest_cache .mypy_cache .ruff_cache bench-results $(TS)/dist
 	find . -name __pycache__ -not -path './.venv/*' -prune -exec rm -rf {} +

@@ -1,7 +1,10 @@
-"""Acceptance of issue 14's observability (mesh half): one run over the five processes started
-by `start_mesh`, traced through OTLP/gRPC into an in-test collector, is one trace across runs,
-gateway, tools and sessions, every server span the child of the calling process's client span;
-every service's /metrics answers with the RPC series; JSON log lines carry the trace id.
+"""Acceptance of issue 14's observability: one run over the five processes started by
+`start_mesh`, traced through OTLP/gRPC into an in-test collector, is one trace across runs,
+gateway, tools and sessions, every server span the child of the calling process's client span
+and the domain spans (run, turn, generation, provider call with its retry event, tool call,
+sandbox command) in their parent-child shape, without conversation content; every service's
+/metrics answers with the RPC series and its named domain series; JSON log lines carry the
+run id, turn and trace id.
 
 One mesh for the module: the services export to the collector (OTEL_* variables), log JSON
 (AGENTRT_LOG_FORMAT), and get free metrics ports from `start_mesh`. The test process traces
@@ -101,12 +104,25 @@ def _reached_every_hop(spans: list[ReceivedSpan], trace_id: str) -> bool:
     # a client span ends after its server span, so it may reach the collector later: wait for it
     ids = {s.span_id for s in mine}
     parents_arrived = all(s.parent_span_id in ids for s in mine if s.kind == "SERVER")
+    seen = {(s.service, s.name) for s in mine}
     return (
         ("agentrt-runs", "agentrt.v1.RunService/StartRun") in servers
         and all(any((svc, name) in servers for name in names) for svc, names in HOPS.items())
         and len(models) >= 2
         and parents_arrived
+        and any(svc == "agentrt-runs" and name.startswith("invoke_agent ") for svc, name in seen)
+        and ("agentrt-tools", "sandbox command") in seen
+        and sum(1 for s in mine if s.service == "agentrt-gateway" and s.kind == "CLIENT") >= 2
     )
+
+
+def _ancestors(span: ReceivedSpan, by_id: dict[str, ReceivedSpan]) -> list[tuple[str, str, str]]:
+    """(service, name, kind) of the span's ancestors, nearest first."""
+    out = []
+    while span.parent_span_id in by_id:
+        span = by_id[span.parent_span_id]
+        out.append((span.service, span.name, span.kind))
+    return out
 
 
 async def test_one_run_is_one_trace_across_the_mesh_with_metrics_and_json_logs(traced_mesh, tmp_path):
@@ -167,6 +183,51 @@ async def test_one_run_is_one_trace_across_the_mesh_with_metrics_and_json_logs(t
     model_servers = [s for s in spans if s.service == "agentrt-gateway" and s.kind == "SERVER"]
     assert model_servers and all(s.trace_id == trace_id for s in model_servers)
 
+    # --- the domain spans, in the shape of docs/architecture.md "Observability"
+    run_span = next(s for s in mine if s.service == "agentrt-runs" and s.name.startswith("invoke_agent "))
+    assert by_id[run_span.parent_span_id].name == "agentrt.v1.RunService/StartRun"
+    assert run_span.attributes["agentrt.run.id"] == outcome.run.run_id
+    assert run_span.attributes["agentrt.run.status"] == "completed"
+    turns = [s for s in mine if s.service == "agentrt-runs" and s.name.startswith("turn ")]
+    assert sorted(t.name for t in turns) == ["turn 1", "turn 2"]
+    assert all(t.parent_span_id == run_span.span_id for t in turns)
+    runs_turn = ("agentrt-runs", "turn 1", "INTERNAL")
+    # a model call: provider CLIENT span (gateway) → RPC server → RPC client → generation → turn → run
+    provider = [s for s in mine if s.service == "agentrt-gateway" and s.kind == "CLIENT"]
+    assert len(provider) == 2 and all(p.name == "chat gpt-test" for p in provider)
+    stream = "agentrt.v1.ModelGatewayService/StreamGenerate"
+    for call in provider:
+        up = _ancestors(call, by_id)
+        assert up[:3] == [
+            ("agentrt-gateway", stream, "SERVER"),
+            ("agentrt-runs", stream, "CLIENT"),
+            ("agentrt-runs", "chat gpt-test", "INTERNAL"),
+        ], up
+        assert up[3][1].startswith("turn ") and up[4][1] == run_span.name
+        assert call.attributes["gen_ai.response.id"] and call.attributes["gen_ai.usage.input_tokens"] >= 0
+    retried = [p for p in provider if "model_retry" in p.events]
+    assert len(retried) == 1  # the scripted 429: a zero-duration event on the first call's span
+    generations = [s for s in mine if s.service == "agentrt-runs" and s.name == "chat gpt-test"]
+    assert {g.attributes["gen_ai.response.id"] for g in generations} == {
+        p.attributes["gen_ai.response.id"] for p in provider
+    }
+    # the tool call: sandbox command → tools' span → RPC server → RPC client → runs' tool span → turn 1
+    command = next(s for s in mine if s.name == "sandbox command")
+    up = _ancestors(command, by_id)
+    assert up[0] == ("agentrt-tools", "execute_tool exec_command", "INTERNAL")
+    assert up[1][0] == "agentrt-tools" and up[1][2] == "SERVER" and up[1][1] in HOPS["agentrt-tools"]
+    assert up[2] == ("agentrt-runs", up[1][1], "CLIENT")
+    assert up[3] == ("agentrt-runs", "execute_tool exec_command", "INTERNAL") and up[4] == runs_turn
+    assert command.attributes["process.exit.code"] == 0
+    assert (
+        command.attributes["gen_ai.tool.call.id"]
+        == by_id[command.parent_span_id].attributes["gen_ai.tool.call.id"]
+    )
+    # conversation content is off by default (004 §2.11c): not the prompt, the answer, nor the command
+    exported = " ".join(str(s.attributes) for s in mine)
+    for words in ("Write traced.txt", "Writing it.", "echo traced"):
+        assert words not in exported, words
+
     # --- every service's /metrics answers with the RPC series (the gateway's own series too)
     urls = mesh.metrics_urls
     assert list(urls) == list(SERVICES) and all(urls.values())
@@ -183,6 +244,28 @@ async def test_one_run_is_one_trace_across_the_mesh_with_metrics_and_json_logs(t
     assert _requests(scraped["tasks"], "grpc.health.v1.Health", "Check") >= 1  # start_mesh's readiness checks
     for name, samples in scraped.items():
         assert any(n == "agentrt_rpc_server_duration_seconds_bucket" for n, _ in samples), name
+    # the domain series, named as docs/operations.md "Metrics" lists them
+    named = {svc: {n for n, _ in samples} for svc, samples in scraped.items()}
+    assert named["runs"] >= {
+        "agentrt_runs_running", "agentrt_runs_suspended", "agentrt_runs_pending_approvals",
+        "agentrt_runs_waiting_for_replica", "agentrt_runs_started_total", "agentrt_runs_finished_total",
+        "agentrt_runs_turns_total", "agentrt_runs_tool_queue_wait_seconds_count",
+        "agentrt_runs_replica_wait_seconds_count",
+    }  # fmt: skip
+    runs_samples = scraped["runs"]
+    assert runs_samples[("agentrt_runs_finished_total", frozenset({("status", "completed")}))] >= 1
+    assert runs_samples[("agentrt_runs_turns_total", frozenset())] >= 2
+    assert named["tools"] >= {
+        "agentrt_tools_calls_total", "agentrt_tools_sandbox_commands_total",
+        "agentrt_tools_sandbox_command_duration_seconds_count", "agentrt_tools_sandbox_commands_running",
+    }  # fmt: skip
+    assert named["sessions"] >= {
+        "agentrt_sessions_appends_total",
+        "agentrt_sessions_entries_appended_total",
+        "agentrt_sessions_watchers",
+    }
+    assert scraped["sessions"][("agentrt_sessions_appends_total", frozenset({("outcome", "ok")}))] >= 1
+    assert "agentrt_tasks_watchers" in named["tasks"]
 
     # --- JSON logs: every service's own lines are JSON naming it; the retry diagnostic carries the trace
     lines = {name: path.read_text(errors="replace").splitlines() for name, path in mesh.log_paths.items()}
@@ -193,5 +276,11 @@ async def test_one_run_is_one_trace_across_the_mesh_with_metrics_and_json_logs(t
         assert any(r.get("service") == name and "serving" in r["message"] for r in records[name]), name
     retry = [r for r in records["gateway"] if r["message"].startswith("gateway retry")]
     assert retry and retry[0]["trace_id"] == trace_id and retry[0]["level"] == "WARNING"
-    gateway_span_ids = {s.span_id for s in model_servers}
-    assert retry[0]["span_id"] in gateway_span_ids  # logged inside the StreamGenerate server span
+    assert retry[0]["span_id"] in {p.span_id for p in provider}  # logged inside the provider call's span
+    assert retry[0]["run_id"] == outcome.run.run_id
+    # the runs replica's lines for the run carry its id, the turn and the trace
+    noted = [r for r in records["runs"] if r.get("diagnostic") == "model_retry"]
+    assert noted and noted[0]["run_id"] == outcome.run.run_id and noted[0]["turn"] == 1
+    assert noted[0]["trace_id"] == trace_id
+    ended = [r for r in records["runs"] if r["message"].startswith(f"run {outcome.run.run_id}: completed")]
+    assert ended and ended[0]["trace_id"] == trace_id and ended[0]["run_id"] == outcome.run.run_id

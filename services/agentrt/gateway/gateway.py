@@ -14,6 +14,10 @@ One model call, in order:
 
 Streams retry only until their first delta: once a delta has reached the caller, a
 failure ends the stream with the error and no final response.
+
+Steps 4 and 5 run inside one CLIENT span per call (`telemetry.provider_call_span`, "chat
+<model>"): the response id, model and usage as attributes, each retry a `model_retry`
+event on it (retry.log_retry), a failure its stable reason as `error.type`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from agentrt.gateway.limiter.count import input_token_bound
 from agentrt.gateway.provider import Call, Provider
 from agentrt.gateway.retry import RetryContext, RetryPolicy, log_retry, next_delay, with_retries
 from agentrt.gateway.validation import validate_request
+from agentrt.mesh import telemetry
 from agentrt.mesh.context import DEFAULT_TENANT
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
@@ -198,20 +203,25 @@ class ModelGateway:
         provider, call, deadline = self._prepare(request, time_remaining)
         reservation = await self._reserve(request, provider, call, deadline)
         where = RetryContext(provider.name, call.model, request.run_id)
-        try:
-            response, retries = await with_retries(
-                lambda: provider.generate(call),
-                self._retry,
-                deadline,
-                where,
-                on_retry=lambda err: self._on_retry(reservation.key, err),
-            )
-        except ProviderError as err:
-            await self._settle_failed(reservation, err)
-            raise
-        except BaseException:
-            _abandon(self._limiter, reservation)
-            raise
+        with telemetry.provider_call_span(
+            provider=provider.name, model=call.model, rpc="Generate", run_id=request.run_id
+        ) as span:
+            try:
+                response, retries = await with_retries(
+                    lambda: provider.generate(call),
+                    self._retry,
+                    deadline,
+                    where,
+                    on_retry=lambda err: self._on_retry(reservation.key, err),
+                )
+            except ProviderError as err:
+                span.fail(str(err.reason).lower(), err.message)
+                await self._settle_failed(reservation, err)
+                raise
+            except BaseException:
+                _abandon(self._limiter, reservation)
+                raise
+            _record_response(span, response, retries)
         await self._settle(reservation, response)
         out = g.GenerateResponse(response=response, retries=retries)
         out.queue_wait.FromNanoseconds(int(reservation.waited_seconds * 1e9))
@@ -232,41 +242,48 @@ class ModelGateway:
         reservation = await self._reserve(request, provider, call, deadline)
         where = RetryContext(provider.name, call.model, request.run_id)
         retries = 0
-        try:
-            while True:
-                sent = False
-                items = provider.stream(call)
-                try:
-                    async for item in items:
-                        if isinstance(item, c.ModelResponse):
-                            await self._settle(reservation, item)
-                            final = g.GenerateResponse(response=item, retries=retries)
-                            final.queue_wait.FromNanoseconds(int(reservation.waited_seconds * 1e9))
-                            yield g.StreamGenerateResponse(final=final)
-                            return
-                        sent = True
-                        yield item
-                    raise ProviderError(
-                        Status.INTERNAL, Reason.INTERNAL, f"{provider.name} stream yielded no final response"
-                    )
-                except ProviderError as err:
-                    delay = None if sent else next_delay(err, retries, self._retry, deadline)
-                    if delay is None:
-                        await self._settle_failed(reservation, err)
-                        raise
-                    retries += 1
-                    log_retry(err, retries, delay, self._retry, where)
-                    await self._on_retry(reservation.key, err)
-                    await asyncio.sleep(delay)
-                finally:
-                    with suppress(Exception):
-                        await items.aclose()  # type: ignore[attr-defined]
-        except ProviderError:
-            raise  # settled by _settle_failed
-        except BaseException:
-            # Cancelled or closed early: the reservation stays counted.
-            _abandon(self._limiter, reservation)
-            raise
+        with telemetry.provider_call_span(
+            provider=provider.name, model=call.model, rpc="StreamGenerate"
+        ) as span:
+            try:
+                while True:
+                    sent = False
+                    items = provider.stream(call)
+                    try:
+                        async for item in items:
+                            if isinstance(item, c.ModelResponse):
+                                _record_response(span, item, retries)
+                                await self._settle(reservation, item)
+                                final = g.GenerateResponse(response=item, retries=retries)
+                                final.queue_wait.FromNanoseconds(int(reservation.waited_seconds * 1e9))
+                                yield g.StreamGenerateResponse(final=final)
+                                return
+                            sent = True
+                            yield item
+                        raise ProviderError(
+                            Status.INTERNAL,
+                            Reason.INTERNAL,
+                            f"{provider.name} stream yielded no final response",
+                        )
+                    except ProviderError as err:
+                        delay = None if sent else next_delay(err, retries, self._retry, deadline)
+                        if delay is None:
+                            span.fail(str(err.reason).lower(), err.message)
+                            await self._settle_failed(reservation, err)
+                            raise
+                        retries += 1
+                        log_retry(err, retries, delay, self._retry, where)
+                        await self._on_retry(reservation.key, err)
+                        await asyncio.sleep(delay)
+                    finally:
+                        with suppress(Exception):
+                            await items.aclose()  # type: ignore[attr-defined]
+            except ProviderError:
+                raise  # settled by _settle_failed
+            except BaseException:
+                # Cancelled or closed early: the reservation stays counted.
+                _abandon(self._limiter, reservation)
+                raise
 
     async def count_tokens(
         self, request: g.ModelRequest, time_remaining: float | None = None
@@ -323,6 +340,21 @@ class ModelGateway:
         for provider in self._providers.values():
             with suppress(Exception):
                 await provider.close()
+
+
+def _record_response(span: telemetry.GenerationSpan, response: c.ModelResponse, retries: int) -> None:
+    """Put a provider's answer on its CLIENT span: ids and usage, never content."""
+    usage = response.usage
+    span.set_response(
+        response_id=response.response_id,
+        model=response.model.model,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=usage.cached_input_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        finish_reasons=[c.StopReason.Name(response.stop_reason)],
+    )
+    span.set("agentrt.gateway.retries", retries)
 
 
 def _abandon(limiter: TokenLimiter, reservation: Reservation) -> None:

@@ -36,21 +36,18 @@ readers registered with `add_gauge_reader`: a reader is a cheap synchronous func
 returning `Gauge` samples, called on the scrape thread (not the event loop), so it must
 only read state already in memory (e.g. the replica's last-known budget).
 
-`/metrics` is served by prometheus_client's WSGI app on a thread of its own when
-`AGENTRT_GATEWAY_METRICS_PORT` is set (see config.py; 0 = no endpoint).
+The registry is handed to the gateway's MeshServer (server.py), which adds the RPC series
+and serves `/metrics` on `server.metrics_port` when AGENTRT_GATEWAY_METRICS_PORT is set, as
+for every service (mesh/telemetry/metrics.py; 0 = no endpoint).
 """
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 from prometheus_client.registry import Collector
 
 from agentrt.core.errors import MeshError, Reason
@@ -187,13 +184,8 @@ class _GaugeCollector(Collector):
         return iter(())
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
-        pass
-
-
 class GatewayMetrics:
-    """The gateway's metrics and their `/metrics` endpoint (see the module docstring)."""
+    """The gateway's metrics (see the module docstring)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         """Create the metrics in registry (a new CollectorRegistry when None)."""
@@ -244,8 +236,6 @@ class GatewayMetrics:
         )
         self._gauges = _GaugeCollector()
         r.register(self._gauges)
-        self._server: ThreadingWSGIServer | None = None
-        self._thread: threading.Thread | None = None
 
     # ---------------------------------------------------------------- recording
 
@@ -290,42 +280,6 @@ class GatewayMetrics:
     def exposition(self) -> bytes:
         """Return the registry in the Prometheus text format."""
         return generate_latest(self.registry)
-
-    # ---------------------------------------------------------------- /metrics
-
-    @property
-    def http_port(self) -> int:
-        """The port /metrics listens on; 0 when it is not served."""
-        return self._server.server_port if self._server is not None else 0
-
-    def start_http(self, host: str, port: int) -> int:
-        """Serve the registry over HTTP on host:port (every path, e.g. /metrics); return the port.
-
-        Raises:
-            OSError: the address cannot be bound (e.g. the port is taken).
-        """
-        if self._server is not None:
-            return self.http_port
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
-        app = make_wsgi_app(self.registry)
-        server: ThreadingWSGIServer = make_server(host, port, app, server_class, handler_class=_QuietHandler)
-        thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="gateway-metrics", daemon=True
-        )
-        thread.start()
-        self._server, self._thread = server, thread
-        return self.http_port
-
-    def stop_http(self) -> None:
-        """Stop serving /metrics (no-op when not serving)."""
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
 
 
 def error_reason(err: MeshError) -> str:

@@ -6,7 +6,8 @@ A retryable error (rate limit, overload, 5xx, connection failure) is retried at 
 all of it), or the provider's Retry-After when that is longer. A retry that could not
 finish before the caller's deadline is not attempted, and a Retry-After beyond
 `max_retry_after_seconds` is not waited for: the error goes back to the caller with its
-RetryInfo instead. Every retry is logged as a diagnostic (004 §2.11d).
+RetryInfo instead. Every retry is logged as a diagnostic (004 §2.11d) and marked as a
+zero-duration `model_retry` event on the current span, the call's CLIENT span (004 §2.11e).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from agentrt.gateway.errors import ProviderError
+from agentrt.mesh.telemetry import record_model_retry
 
 log = logging.getLogger("agentrt.gateway")
 
@@ -100,7 +102,7 @@ def next_delay(
 
 
 def log_retry(err: ProviderError, retry: int, delay: float, policy: RetryPolicy, where: RetryContext) -> None:
-    """Log one retry as a diagnostic (004 §2.11d)."""
+    """Log one retry as a diagnostic (004 §2.11d) and mark it on the current span (004 §2.11e)."""
     log.warning(
         "gateway retry %d/%d after %s in %.2fs (provider=%s model=%s run=%s): %s",
         retry,
@@ -121,6 +123,7 @@ def log_retry(err: ProviderError, retry: int, delay: float, policy: RetryPolicy,
             "delay_seconds": delay,
         },
     )
+    record_model_retry(attempt=retry, reason=str(err.reason).lower(), delay_seconds=delay)
     observer = retry_observer.get()
     if observer is not None:
         observer(err)

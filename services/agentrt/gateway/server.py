@@ -4,14 +4,17 @@
 its configured store (`AGENTRT_LIMITER_BACKEND`: memory, postgres or redis) and the retry
 policy. The ready hook prepares the limiter's store (Alembic migrations on PostgreSQL, a
 ping on Redis; failing either fails the start) and loads the local model when it is
-configured, so the first turn does not pay for it, then serves `/metrics` when a metrics
-port is set (a taken one is `MetricsPortInUseError`, naming that port); the close hook
-closes the providers' HTTP clients and the limiter's store.
+configured, so the first turn does not pay for it; the close hook closes the providers' HTTP
+clients and the limiter's store.
+
+Metrics follow the scheme of every service (docs/decisions/0009): the gateway's series
+(GatewayMetrics) live in the registry it hands to its MeshServer, which adds the RPC series
+and serves them all on `server.metrics_port` (AGENTRT_GATEWAY_METRICS_PORT; a taken one is
+`mesh.server.MetricsPortInUseError`, naming that port).
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 
 from agentrt.gateway.anthropic_messages import AnthropicMessagesProvider
@@ -24,7 +27,7 @@ from agentrt.gateway.openai_responses import OpenAIResponsesProvider
 from agentrt.gateway.provider import Provider
 from agentrt.gateway.retry import RetryPolicy
 from agentrt.gateway.servicer import GatewayServicer
-from agentrt.mesh.server import MeshServer, PortInUseError, ServiceBinding, StartupError
+from agentrt.mesh.server import MeshServer, MetricsPortInUseError, ServiceBinding, StartupError
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.ModelGatewayService"
@@ -32,16 +35,7 @@ SERVICE_NAME = "agentrt.v1.ModelGatewayService"
 log = logging.getLogger("agentrt.gateway")
 
 
-class MetricsPortInUseError(PortInUseError):
-    """The `/metrics` port (AGENTRT_GATEWAY_METRICS_PORT) is taken.
-
-    Attributes:
-        port: the taken metrics port (not the gRPC port), for the caller's message.
-    """
-
-    def __init__(self, port: int, message: str) -> None:
-        super().__init__(message)
-        self.port = port
+__all__ = ["MetricsPortInUseError", "build_gateway", "build_providers", "build_server", "serve"]
 
 
 def build_providers(config: GatewayConfig) -> dict[str, Provider]:
@@ -116,20 +110,8 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
                 await local.warm()  # type: ignore[attr-defined]
             except Exception:  # noqa: BLE001 - a model that fails to load fails its calls, not the server
                 log.exception("the local model could not be loaded; local calls will fail")
-        if config.metrics_port:
-            where = f"{config.server.host}:{config.metrics_port}"
-            try:
-                port = metrics.start_http(config.server.host, config.metrics_port)
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    raise MetricsPortInUseError(
-                        config.metrics_port, f"cannot serve gateway metrics on {where}: {exc}"
-                    ) from exc
-                raise RuntimeError(f"cannot serve gateway metrics on {where}: {exc}") from exc
-            log.info("gateway metrics on http://%s:%d/metrics", config.server.host, port)
 
     async def close() -> None:
-        metrics.stop_http()
         await gateway.close()
         if owned is not None:
             await owned.close()

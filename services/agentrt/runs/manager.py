@@ -33,6 +33,7 @@ from agentrt.runs.events import run_topic, session_topic
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.executor import Deps, RunExecutor
 from agentrt.runs.loop.tools_phase import merge_answers
+from agentrt.runs.observe import store_gauges
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.runs.store import RunRecord, RunStore, SessionBusy, StoredEvent
 from agentrt.runs.stream import follow
@@ -108,8 +109,16 @@ class RunManager:
                     self._stop_local(run_id, "cancel", record.cancel_reason if record else "")
                 await self.expire_suspended()
                 await self.takeover()
+                await self.observe_store()
             except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
                 log.exception("lease renewal failed")
+
+    async def observe_store(self) -> None:
+        """Set the store-wide gauges (runs/observe.py) from one read of the runs store."""
+        suspended, approvals, waiting = await store_gauges(self.store)
+        self.deps.metrics.observe_store(
+            suspended=suspended, pending_approvals=approvals, waiting_for_replica=waiting
+        )
 
     def _stop_local(self, run_id: str, reason: str, message: str = "") -> None:
         entry = self._executors.get(run_id)
@@ -139,10 +148,14 @@ class RunManager:
         for run_id in await self.store.expired_runs():
             if run_id in self._executors or run_id in self._claiming:
                 continue
+            before = await self.store.get_run(run_id)
             token = await self.store.acquire_lease(run_id, self.deps.owner, self.deps.lease_seconds)
             record = await self.store.get_run(run_id) if token is not None else None
             if record is None or token is None:
                 continue
+            if before is not None:  # since the lease expired, or since the resume left it unheld
+                since = before.lease_expires_s or before.update_time_s
+                self.deps.metrics.replica_wait.observe(max(0.0, time.time() - since))
             seq, session_seq = await self.store.event_heads(run_id, record.tenant, record.session_id)
             log.info("run %s: taken over by %s", run_id, self.deps.owner)
             self._spawn(record, token, seq, session_seq)
@@ -247,6 +260,7 @@ class RunManager:
         if not stored:
             return stored_record  # the idempotency key was taken meanwhile
         self.deps.hub.deliver(stored)
+        self.deps.metrics.runs_started.inc()
         self._spawn(record, 1, stored[-1].seq, stored[-1].session_seq)
         return record
 

@@ -12,6 +12,7 @@ from agentrt.client.channels import MeshClient
 from agentrt.core.ids import new_id
 from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.events import EventHub
 from agentrt.runs.loop.executor import Deps, crash_at
@@ -38,6 +39,7 @@ def build_server(config: RunsConfig) -> MeshServer:
     peers = Peers(
         client, tool_grace_s=config.tool_call_grace_seconds, unavailable_s=config.peer_unavailable_seconds
     )
+    metrics = RunMetrics()  # the server's registry: one /metrics with the RPC series
     deps = Deps(
         store=store,
         peers=peers,
@@ -45,6 +47,7 @@ def build_server(config: RunsConfig) -> MeshServer:
         owner=config.replica_id or new_id("replica"),
         lease_seconds=config.lease_seconds,
         crash=crash_at(config.crash_points),
+        metrics=metrics,
     )
     manager = RunManager(deps, config.default_model, poll_seconds=config.poll_seconds)
     servicer = RunServicer(manager)
@@ -55,6 +58,7 @@ def build_server(config: RunsConfig) -> MeshServer:
         for stub in ("gateway_service", "tool_service", "session_service"):
             getattr(client, stub)
         await manager.start()
+        await manager.observe_store()
 
     async def close() -> None:
         await manager.stop(config.server.grace_seconds)
@@ -62,7 +66,7 @@ def build_server(config: RunsConfig) -> MeshServer:
         await db.close()
 
     binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_RunServiceServicer_to_server(servicer, s))
-    server = MeshServer(config.server, [binding], ready=ready, close=close)
+    server = MeshServer(config.server, [binding], ready=ready, close=close, registry=metrics.registry)
     server.manager = manager  # type: ignore[attr-defined]
     return server
 

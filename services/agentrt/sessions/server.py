@@ -1,13 +1,15 @@
 """Build and serve the SessionService process.
 
 The `ready` hook opens the database and migrates it to the newest schema (Alembic) before
-health turns SERVING; the `close` hook disposes of the engines.
+health turns SERVING; the `close` hook disposes of the engines. The servicer's series
+(SessionMetrics) share the server's registry: one /metrics with the RPC series.
 """
 
 from __future__ import annotations
 
 from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.telemetry.metrics import SessionMetrics
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.migrate import upgrade
 from agentrt.sessions.servicer import SessionServicer
@@ -25,7 +27,8 @@ def build_server(config: SessionsConfig) -> MeshServer:
     """
     db = Database(config.server.db_url)
     store = SessionStore(db, watch_poll_seconds=config.watch_poll_seconds)
-    servicer = SessionServicer(store)
+    metrics = SessionMetrics()
+    servicer = SessionServicer(store, metrics)
     binding = ServiceBinding(
         SERVICE_NAME, lambda s: pb_grpc.add_SessionServiceServicer_to_server(servicer, s)
     )
@@ -33,7 +36,7 @@ def build_server(config: SessionsConfig) -> MeshServer:
     async def ready() -> None:
         await upgrade(db)
 
-    return MeshServer(config.server, [binding], ready=ready, close=db.close)
+    return MeshServer(config.server, [binding], ready=ready, close=db.close, registry=metrics.registry)
 
 
 async def serve(config: SessionsConfig) -> None:

@@ -7,6 +7,10 @@ ErrorInfo. Statuses every method can return besides its own: INVALID_ARGUMENT/
 MISSING_FIELD (no session id), INVALID_ARGUMENT/INVALID_ID (malformed id),
 NOT_FOUND/SESSION_NOT_FOUND (unknown id, or another tenant's), NOT_FOUND/STALE_GENERATION
 (the generation named is not the current one).
+
+Metrics (`SessionMetrics`, mesh/telemetry/metrics.py): every AppendEntries by outcome ("ok",
+"seq_mismatch" for a lost compare-and-set, "refused" for any other refusal), the entries
+written, and the WatchSession streams open.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from agentrt.core.errors import Reason, invalid
+from agentrt.core.errors import MeshError, Reason, invalid
 from agentrt.mesh.context import current_tenant
+from agentrt.mesh.telemetry.metrics import SessionMetrics
 from agentrt.sessions import codec
 from agentrt.sessions.store import SessionStore
 from agentrt.v1 import session_service_pb2 as pb
@@ -29,9 +34,10 @@ _TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 class SessionServicer(pb_grpc.SessionServiceServicer):
     """SessionService over a `SessionStore` (see the module docstring)."""
 
-    def __init__(self, store: SessionStore) -> None:
-        """Serve `store`."""
+    def __init__(self, store: SessionStore, metrics: SessionMetrics | None = None) -> None:
+        """Serve `store`, counting into metrics (a private SessionMetrics when None)."""
         self._store = store
+        self.metrics = metrics if metrics is not None else SessionMetrics()
 
     async def CreateSession(
         self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext
@@ -96,9 +102,20 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         FAILED_PRECONDITION/USAGE_ALREADY_RECORDED (004 §2.7f).
         """
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
-        stored, generation = await self._store.append(
-            current_tenant(), codec.ref_in(request.session), codec.entries_in(list(request.entries)), expected
-        )
+        try:
+            stored, generation = await self._store.append(
+                current_tenant(),
+                codec.ref_in(request.session),
+                codec.entries_in(list(request.entries)),
+                expected,
+            )
+        except MeshError as err:
+            self.metrics.appends.labels(
+                "seq_mismatch" if err.reason == Reason.SEQ_MISMATCH else "refused"
+            ).inc()
+            raise
+        self.metrics.appends.labels("ok").inc()
+        self.metrics.entries_appended.inc(len(stored))
         return pb.AppendEntriesResponse(entries=[codec.entry_out(e) for e in stored], generation=generation)
 
     async def ListEntries(
@@ -207,7 +224,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         The stream ends (OK) when the session is deleted or recreated. Raises
         INVALID_ARGUMENT/INVALID_VALUE for a negative after_seq, and the common statuses.
         """
-        async for entry in self._store.watch(
-            current_tenant(), codec.ref_in(request.session), request.after_seq
-        ):
-            yield pb.WatchSessionResponse(entry=codec.entry_out(entry))
+        with self.metrics.watchers.track_inprogress():
+            async for entry in self._store.watch(
+                current_tenant(), codec.ref_in(request.session), request.after_seq
+            ):
+                yield pb.WatchSessionResponse(entry=codec.entry_out(entry))

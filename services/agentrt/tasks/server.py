@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from agentrt.client.channels import MeshClient
 from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.telemetry.metrics import TaskMetrics
 from agentrt.tasks.attempts import Attempts
 from agentrt.tasks.config import TasksConfig
 from agentrt.tasks.delivery import Deliverer
@@ -68,7 +69,8 @@ def build_server(config: TasksConfig) -> TaskServer:
     attempts = Attempts(deps)
     manager = TaskManager(deps, attempts, Trees(deps, attempts))
     deliverer = Deliverer(deps, manager.trees)
-    servicer = TaskServicer(manager)
+    metrics = TaskMetrics()  # the server's registry: one /metrics with the RPC series
+    servicer = TaskServicer(manager, metrics)
     binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_TaskServiceServicer_to_server(servicer, s))
 
     async def ready() -> None:
@@ -90,7 +92,7 @@ def build_server(config: TasksConfig) -> TaskServer:
         await db.close()
 
     return TaskServer(
-        config.server, [binding], ready=ready, close=close,
+        config.server, [binding], ready=ready, close=close, registry=metrics.registry,
         deps=deps, manager=manager, attempts=attempts, deliverer=deliverer,
     )  # fmt: skip
 

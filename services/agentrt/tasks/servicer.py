@@ -3,6 +3,9 @@
 Until the restart sweep has run (the server's ready hook), every RPC answers
 UNAVAILABLE/SERVICE_STARTING: the sweep must come before any request (004 §2.13), and a
 retry claimed ahead of it would have its fresh run declared dead.
+
+Metrics (`TaskMetrics`, mesh/telemetry/metrics.py): spawns by outcome, retries, stops by
+outcome, WatchTasks streams open.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import grpc
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import current_tenant
 from agentrt.mesh.durations import seconds_of
+from agentrt.mesh.telemetry.metrics import TaskMetrics
 from agentrt.tasks.domain import Task, TaskStatus
 from agentrt.tasks.manager import TaskManager
 from agentrt.tasks.stop import StopResult
@@ -62,9 +66,10 @@ def task_message(task: Task, with_result: bool = True) -> pb.Task:
 class TaskServicer(pb_grpc.TaskServiceServicer):
     """TaskService over a TaskManager (see the module docstring)."""
 
-    def __init__(self, manager: TaskManager) -> None:
-        """Serve manager's requests."""
+    def __init__(self, manager: TaskManager, metrics: TaskMetrics | None = None) -> None:
+        """Serve manager's requests, counting into metrics (a private TaskMetrics when None)."""
         self.manager = manager
+        self.metrics = metrics if metrics is not None else TaskMetrics()
         #: Set by the server once the restart sweep has run.
         self.ready = False
 
@@ -79,7 +84,13 @@ class TaskServicer(pb_grpc.TaskServiceServicer):
         self, request: pb.SpawnTaskRequest, context: grpc.aio.ServicerContext
     ) -> pb.SpawnTaskResponse:
         """Create a task and start its first run (see TaskManager.spawn for every error)."""
-        task, held = await self.manager.spawn(self._gate(), request)
+        tenant = self._gate()
+        try:
+            task, held = await self.manager.spawn(tenant, request)
+        except MeshError as err:
+            self.metrics.spawns.labels(str(err.reason).lower()).inc()
+            raise
+        self.metrics.spawns.labels("ok").inc()
         return pb.SpawnTaskResponse(task=task_message(task), held_delivery_id=held)
 
     async def GetTask(
@@ -111,6 +122,7 @@ class TaskServicer(pb_grpc.TaskServiceServicer):
     ) -> pb.RetryTaskResponse:
         """Reopen a failed task (see TaskManager.retry for every error)."""
         task, launched, held = await self.manager.retry(self._gate(), request.task_id, request.hold_delivery)
+        self.metrics.retries.labels("true" if launched else "false").inc()
         return pb.RetryTaskResponse(task=task_message(task), launched=launched, held_delivery_id=held)
 
     async def StopTask(
@@ -120,6 +132,7 @@ class TaskServicer(pb_grpc.TaskServiceServicer):
         outcome, task, held = await self.manager.stop(
             self._gate(), request.task_id, request.reason, request.hold_delivery
         )
+        self.metrics.stops.labels(outcome.value).inc()
         return pb.StopTaskResponse(outcome=_OUTCOME[outcome], task=task_message(task), held_delivery_id=held)
 
     async def WatchTasks(
@@ -127,8 +140,9 @@ class TaskServicer(pb_grpc.TaskServiceServicer):
     ) -> AsyncIterator[pb.WatchTasksResponse]:
         """Stream a parent session's task changes (see TaskManager.watch for every error)."""
         changes = await self.manager.watch(self._gate(), request.parent_session_id, request.after_change_seq)
-        async for task in changes:
-            yield pb.WatchTasksResponse(task=task_message(task, with_result=False))
+        with self.metrics.watchers.track_inprogress():
+            async for task in changes:
+                yield pb.WatchTasksResponse(task=task_message(task, with_result=False))
 
     async def AckTaskResult(
         self, request: pb.AckTaskResultRequest, context: grpc.aio.ServicerContext

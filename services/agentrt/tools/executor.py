@@ -47,12 +47,13 @@ from agentrt.tools import files
 from agentrt.tools.args import ArgError, CallInput
 from agentrt.tools.catalog import BY_NAME, EXEC_COMMAND, ToolDef
 from agentrt.tools.config import ToolsConfig
+from agentrt.tools.observe import ToolObserver
 from agentrt.tools.patch import apply_patch
 from agentrt.tools.paths import PathRefused, resolve_dir
 from agentrt.tools.results import Outcome, ResultStatus, interrupted, refused
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
-from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, ExecContext
+from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, ExecContext, Runner
 from agentrt.tools.shell.pool import Shells
 from agentrt.tools.store import FINISHED, STARTED, CallKey, ExecRecord, ToolStore, utcnow
 
@@ -199,10 +200,19 @@ class ToolExecutor:
     """Executes calls through the journal (see the module docstring)."""
 
     def __init__(
-        self, config: ToolsConfig, store: ToolStore, runner: LocalSandbox, sandboxes: SandboxManager
+        self,
+        config: ToolsConfig,
+        store: ToolStore,
+        runner: LocalSandbox,
+        sandboxes: SandboxManager,
+        observer: ToolObserver | None = None,
     ) -> None:
-        """Wire the executor to its journal, its command runner and the sandbox manager."""
+        """Wire the executor to its journal, runner, sandbox manager, spans and metrics.
+
+        observer: the spans and series (observe.py); a private ToolObserver when None.
+        """
         self.config = config
+        self.observer = observer if observer is not None else ToolObserver()
         self.store = store
         self.runner = runner
         self.sandboxes = sandboxes
@@ -289,6 +299,17 @@ class ToolExecutor:
                 CALLER_DEADLINE when the caller's deadline ended the command.
             asyncio.CancelledError: the request went away; the call itself runs on.
         """
+        self.validate(inp)  # before the span: its name is the tool's
+        call = inp.call
+        async with self.observer.tool_call(inp.run_id, call.name, call.call_id, call.arguments) as record:
+            outcome, replayed = await self._execute(tenant, inp, deadline, emit)
+            record.done(outcome, replayed)
+            return outcome, replayed
+
+    async def _execute(
+        self, tenant: str, inp: ExecuteInput, deadline: float | None, emit: Emit | None
+    ) -> tuple[Outcome, bool]:
+        """`execute`'s body, inside the call's span."""
         tool = self.validate(inp)
         key = CallKey(tenant, inp.run_id, inp.call.call_id, inp.attempt)
         fp = fingerprint(inp.call)
@@ -301,13 +322,20 @@ class ToolExecutor:
         ctx = replace(ctx, tenant=tenant)  # named shells are keyed by it
         early: Outcome | None = None
         if tool is EXEC_COMMAND:
-            (ctx.runner or self.runner).require()
+            backend = (ctx.runner or self.runner).mode
+            try:
+                (ctx.runner or self.runner).require()
+            except MeshError:
+                self.observer.unavailable_command(backend)
+                raise
             # Refused by its own arguments or a policy: nothing will run, so like a
             # read-only call it records FINISHED once and never STARTED.
             try:
                 early = self._exec_refusal(A.decode_object(inp.call), inp)
             except ArgError as exc:
                 early = refused(str(exc), "INVALID_ARGUMENTS")
+            if early is not None:
+                self.observer.refused_command(backend)
             if early is None and ctx.runner is None:
                 _require_writable(ctx)
         if tool.read_only or early is not None:
@@ -590,6 +618,7 @@ class ToolExecutor:
     ) -> Outcome:
         denied = self._exec_refusal(args, inp)
         if denied is not None:
+            self.observer.refused_command((ctx.runner or self.runner).mode)
             return denied
         cmd = A.required_str(args, "cmd")
         workdir = A.optional_str(args, "workdir")
@@ -605,11 +634,34 @@ class ToolExecutor:
             )
         if session and self.shells.enabled:
             shell_dir = host_workdir if workdir else ""  # no workdir: the shell stays where it is
-            return await self.shells.exec_command(
-                ctx, session, cmd, shell_dir, timeout, cap, deadline=deadline, emit=emit
+            return await self.observer.sandbox_command(
+                backend=self.runner.mode,
+                call_id=inp.call.call_id,
+                cmd=cmd,
+                shell=session,
+                run=lambda: self.shells.exec_command(
+                    ctx, session, cmd, shell_dir, timeout, cap, deadline=deadline, emit=emit
+                ),
             )
         req = CommandRequest(cmd, ctx.workspace, host_workdir, ctx.env, timeout, ctx.limits, cap, ctx.group)
         runner = ctx.runner or self.runner  # the sandbox's backend (local or docker)
+        return await self.observer.sandbox_command(
+            backend=runner.mode,
+            call_id=inp.call.call_id,
+            cmd=cmd,
+            run=lambda: self._fresh_command(runner, req, host_workdir, timeout, deadline, emit),
+        )
+
+    async def _fresh_command(
+        self,
+        runner: Runner,
+        req: CommandRequest,
+        host_workdir: str,
+        timeout: float,
+        deadline: float | None,
+        emit: Emit | None,
+    ) -> Outcome:
+        """Run one command in a fresh shell of the sandbox; its result as the model sees it."""
         result = await runner.run(req, emit=emit, deadline=deadline)
         content = result.output
         sep = "\n" if content and not content.endswith("\n") else ""

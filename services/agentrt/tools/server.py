@@ -5,7 +5,7 @@ checks from both sides that isolation holds (no root, no /etc/shadow, read-only 
 no network, writable workspace). When it does not, the service still serves (file tools
 need no sandbox) but exec_command answers FAILED_PRECONDITION/SANDBOX_UNAVAILABLE with the
 finding. Unconfined mode is announced loudly on stderr. The `close` hook kills running
-commands and disposes of the database.
+commands and disposes of the database. Spans and metrics: observe.py.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ import sys
 
 from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.telemetry.metrics import ToolMetrics
 from agentrt.tools.config import SANDBOX_UNCONFINED, ToolsConfig
 from agentrt.tools.executor import ToolExecutor
 from agentrt.tools.migrate import upgrade
+from agentrt.tools.observe import ToolObserver
 from agentrt.tools.paths import open_workspace
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
@@ -50,7 +52,8 @@ def build_server(config: ToolsConfig) -> MeshServer:
     store = ToolStore(db)
     runner = LocalSandbox(config.sandbox, config.max_progress_bytes, config.bwrap_path)
     sandboxes = SandboxManager(config, store, runner)
-    executor = ToolExecutor(config, store, runner, sandboxes)
+    metrics = ToolMetrics()  # its registry is the server's: one /metrics with the RPC series
+    executor = ToolExecutor(config, store, runner, sandboxes, ToolObserver(metrics))
     servicer = ToolServicer(executor, sandboxes)
     binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_ToolServiceServicer_to_server(servicer, s))
 
@@ -81,7 +84,7 @@ def build_server(config: ToolsConfig) -> MeshServer:
         await sandboxes.docker.close()  # kills in-flight docker commands; containers stay
         await db.close()
 
-    return MeshServer(config.server, [binding], ready=ready, close=close)
+    return MeshServer(config.server, [binding], ready=ready, close=close, registry=metrics.registry)
 
 
 async def serve(config: ToolsConfig) -> None:

@@ -18,13 +18,16 @@ from tests.emulators.providers import ProviderEmulator
 REMOTE = ["openai", "openai-chat", "anthropic"]
 
 
-def emulator_config(emu: ProviderEmulator, **overrides: object) -> GatewayConfig:
-    """Return a GatewayConfig whose remote providers all point at emu (local off)."""
+def emulator_config(emu: ProviderEmulator, *, metrics_port: int = 0, **overrides: object) -> GatewayConfig:
+    """Return a GatewayConfig whose remote providers all point at emu (local off).
+
+    metrics_port: the server's /metrics port (0 = none).
+    """
     openai = ProviderSettings(
         enabled=True, api_key="test-key", base_url=emu.base_url + "/v1", default_model="gpt-emu"
     )
     config = GatewayConfig(
-        server=ServerConfig(port=0),
+        server=ServerConfig(port=0, metrics_port=metrics_port),
         openai=openai,
         openai_chat=replace(openai, default_model="chat-emu"),
         anthropic=ProviderSettings(True, "test-key", emu.base_url, "claude-emu"),

@@ -246,9 +246,9 @@ async def test_two_gateways_in_one_process_keep_separate_counts(start_server, em
 
 async def test_metrics_endpoint_is_off_by_default_and_a_taken_port_is_refused(start_server, emu, monkeypatch):
     monkeypatch.delenv("AGENTRT_GATEWAY_METRICS_PORT", raising=False)
-    assert GatewayConfig.from_env().metrics_port == 0
+    assert GatewayConfig.from_env().server.metrics_port == 0
     monkeypatch.setenv("AGENTRT_GATEWAY_METRICS_PORT", "9464")
-    assert GatewayConfig.from_env().metrics_port == 9464
+    assert GatewayConfig.from_env().server.metrics_port == 9464
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -264,7 +264,7 @@ async def test_metrics_endpoint_is_off_by_default_and_a_taken_port_is_refused(st
 
 async def test_the_endpoint_stops_with_the_server(start_server, emu):
     port = _free_port()
-    server = build_server(replace(emulator_config(emu), metrics_port=port))
+    server = build_server(emulator_config(emu, metrics_port=port))
     await start_server(server)
     assert "# TYPE agentrt_gateway_requests_total counter" in await asyncio.to_thread(_scrape_text, port)
     await server.stop(grace=0)

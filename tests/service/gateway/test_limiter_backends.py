@@ -141,7 +141,9 @@ async def test_budget_and_consumption_are_shared_by_replicas(replicas):
 
 async def test_concurrent_reservations_through_three_replicas_never_exceed_the_budget(replicas):
     limiters = await replicas(3)
-    calls = [limiters[i % 3].reserve(KEY, 50, 0) for i in range(60)]
+    # A short wait, not 0: with no wait each store attempt gets only MIN_ATTEMPT_SECONDS, which a
+    # loaded machine's PostgreSQL row lock queue can exceed (UNAVAILABLE instead of an answer).
+    calls = [limiters[i % 3].reserve(KEY, 50, max_wait_seconds=3) for i in range(60)]
     results = await asyncio.gather(*calls, return_exceptions=True)
     admitted = [r for r in results if not isinstance(r, BaseException)]
     refused = [r for r in results if isinstance(r, MeshError)]

@@ -55,8 +55,9 @@ async def test_an_unacknowledged_hold_expires_into_a_notification(tm):
     await tm.wait_task(task.task_id, pb.TASK_STATUS_COMPLETED)
     got = await impatient.GetTask(pb.GetTaskRequest(task_id=task.task_id, hold_delivery=True))
     assert got.held_delivery_id
-    notes = await tm.wait_notes(parent, 1)
-    assert len(notes) == 1 and (await tm.get(task.task_id)).pending_delivery_id == ""
+    # the notification is appended first, then recorded on the task: wait for both
+    await tm.wait_notified(task.task_id)
+    assert len(await tm.notifications(parent)) == 1
 
 
 async def test_a_working_answer_holds_nothing(tm):

@@ -41,7 +41,7 @@ def test_the_flag_type_accepts_0_to_65535():
 
 def test_the_flag_lands_in_the_gateways_own_setting_and_in_the_server_config_elsewhere():
     gateway = with_metrics_port(GatewayConfig(), 9464)
-    assert gateway.metrics_port == 9464 and gateway.server.metrics_port == 0
+    assert gateway.server.metrics_port == 9464
     sessions = with_metrics_port(SessionsConfig(), 9465)
     assert sessions.server.metrics_port == 9465
     assert with_metrics_port(sessions, None) is sessions

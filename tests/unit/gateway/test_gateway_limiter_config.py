@@ -141,4 +141,4 @@ def test_well_formed_store_urls_and_metrics_ports_are_accepted(monkeypatch):
         monkeypatch.setenv("AGENTRT_LIMITER_BACKEND", backend)
         monkeypatch.setenv("AGENTRT_LIMITER_URL", url)
         config = GatewayConfig.from_env()
-        assert (config.limiter_url, config.metrics_port) == (url, 65535)
+        assert (config.limiter_url, config.server.metrics_port) == (url, 65535)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentrt.gateway.config import GatewayConfig
 from agentrt.mesh.config import edge_from_env, logging_from_env, metrics_port_from_env, tracing_from_env
 from agentrt.runs.config import RunsConfig
 from agentrt.sessions.config import SessionsConfig
@@ -112,11 +113,15 @@ def test_logging_settings(monkeypatch):
         logging_from_env()
 
 
-@pytest.mark.parametrize("config", [RunsConfig, ToolsConfig, SessionsConfig, TasksConfig])
+@pytest.mark.parametrize("config", [RunsConfig, ToolsConfig, SessionsConfig, TasksConfig, GatewayConfig])
 def test_every_service_reads_its_metrics_port(monkeypatch, config):
-    name = {RunsConfig: "RUNS", ToolsConfig: "TOOLS", SessionsConfig: "SESSIONS", TasksConfig: "TASKS"}[
-        config
-    ]
+    name = {
+        RunsConfig: "RUNS",
+        ToolsConfig: "TOOLS",
+        SessionsConfig: "SESSIONS",
+        TasksConfig: "TASKS",
+        GatewayConfig: "GATEWAY",
+    }[config]
     monkeypatch.delenv(f"AGENTRT_{name}_METRICS_PORT", raising=False)
     assert config.from_env().server.metrics_port == 0
     monkeypatch.setenv(f"AGENTRT_{name}_METRICS_PORT", "9464")
@@ -137,4 +142,4 @@ def test_a_bad_metrics_port_is_refused_by_name(monkeypatch, value, words):
         metrics_port_from_env("sessions")
     with pytest.raises(ValueError, match=words):
         edge_from_env("sessions")
-    assert "metrics_port" not in edge_from_env()  # the gateway keeps its own (GatewayConfig)
+    assert "metrics_port" not in edge_from_env()  # only a named service reads one

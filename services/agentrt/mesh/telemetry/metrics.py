@@ -2,7 +2,8 @@
 
 One `CollectorRegistry` per server (never prometheus_client's global one), so two servers in
 one process — as in the tests — keep separate counts. A service that has series of its own
-creates them in a registry (`RunMetrics()`, `ToolMetrics()`, `SessionMetrics()` below, or the
+creates them in a registry (`RunMetrics()`, `ToolMetrics()`, `SessionMetrics()`, `TaskMetrics()`
+below, or the
 gateway's `GatewayMetrics`) and hands that registry to its `MeshServer(registry=...)`, which
 adds the RPC series and serves the whole registry on the service's metrics port.
 
@@ -148,7 +149,8 @@ class ToolMetrics:
     Attributes:
         sandbox_commands: `agentrt_tools_sandbox_commands_total` {backend, outcome}: commands
             run, backend "bwrap", "unconfined" or "docker", outcome "exit_zero", "exit_nonzero",
-            "timeout", "refused" (policy) or "unavailable" (no sandbox).
+            "timeout", "interrupted" (the caller's deadline, a cancel, StopSandbox), "refused"
+            (a policy or its arguments: nothing ran) or "unavailable" (no sandbox).
         sandbox_command_duration: `agentrt_tools_sandbox_command_duration_seconds` {backend}.
         sandbox_commands_running: `agentrt_tools_sandbox_commands_running` {backend}, gauge.
         tool_calls: `agentrt_tools_calls_total` {tool, outcome}: ExecuteTool calls, outcome
@@ -209,6 +211,32 @@ class SessionMetrics:
         self.watchers = Gauge(
             "agentrt_sessions_watchers", "WatchSession streams open on this replica.", registry=r
         )
+
+
+class TaskMetrics:
+    """The task service's series (TaskService).
+
+    Attributes:
+        spawns: `agentrt_tasks_spawns_total` {outcome}: SpawnTask calls, outcome "ok" (a
+            task created or replayed by its idempotency key) or the refusal's lower-cased
+            reason (e.g. "task_limit", "task_depth_limit", "session_not_found").
+        retries: `agentrt_tasks_retries_total` {launched}: RetryTask calls that answered,
+            launched "true" when a new attempt started.
+        stops: `agentrt_tasks_stops_total` {outcome}: StopTask calls, outcome "canceled",
+            "after_turn", "already_finished" or "finished_first".
+        watchers: `agentrt_tasks_watchers`, gauge: WatchTasks streams open on this replica.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        """Create the series in registry (a new one when None: `self.registry`)."""
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.spawns = Counter("agentrt_tasks_spawns", "SpawnTask calls, by outcome.", ["outcome"], registry=r)
+        self.retries = Counter(
+            "agentrt_tasks_retries", "RetryTask calls, by whether one started.", ["launched"], registry=r
+        )
+        self.stops = Counter("agentrt_tasks_stops", "StopTask calls, by outcome.", ["outcome"], registry=r)
+        self.watchers = Gauge("agentrt_tasks_watchers", "WatchTasks streams open here.", registry=r)
 
 
 class MetricsPortTakenError(OSError):

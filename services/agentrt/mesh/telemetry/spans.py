@@ -12,6 +12,7 @@ Shape (docs/architecture.md "Observability"):
     run  (invoke_agent <agent>)                    runs
     └─ turn <n>                                    runs
        ├─ generation (chat <model>)                runs      └─ StreamGenerate RPC → gateway
+       │     └─ provider call (chat <model>, CLIENT) gateway
        │     model retries: events on the span that retried
        ├─ tool call (execute_tool <tool>)          runs      └─ ExecuteTool RPC → tools
        │     └─ sandbox command                    tools
@@ -87,6 +88,7 @@ def _domain_span(
     run_id: str | None = None,
     turn: int | None = None,
     parent: str = "",
+    kind: SpanKind = SpanKind.INTERNAL,
 ) -> Iterator[Any]:
     """Open a span as the current one for the body; bind run id and turn for the logs.
 
@@ -104,7 +106,7 @@ def _domain_span(
         span = active.start_span(
             name,
             context=parent_context,
-            kind=SpanKind.INTERNAL,
+            kind=kind,
             attributes={k: v for k, v in attributes.items() if v is not None},
             links=links,
         )
@@ -213,6 +215,38 @@ def generation_span(
     )
 
 
+def provider_call_span(*, provider: str, model: str, rpc: str, run_id: str = "") -> Any:
+    """Open the gateway's CLIENT span of one call to a provider ("chat <model>", 004 §2.11e).
+
+    One span for the call, its retries included: each retry is a `model_retry` event on it
+    (`record_model_retry`), not a span of its own. Opened inside the gateway's RPC server
+    span, so it is that span's child and the run's generation span's grandchild.
+
+    Args:
+        provider: the provider key ("openai", "anthropic", "local", ...), `gen_ai.provider.name`.
+        model: the resolved model id, `gen_ai.request.model`.
+        rpc: "Generate" or "StreamGenerate" (`agentrt.gateway.rpc`).
+        run_id: the run the call is for (the request's run_id), bound for the logs too.
+
+    Yields:
+        A GenerationSpan: `set_response(...)` with the response id, model and usage; a failed
+        call is marked by `fail(reason)` (the stable reason, e.g. "rate_limited").
+    """
+    return _domain_span(
+        f"chat {model}",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+            "agentrt.gateway.rpc": rpc,
+            "agentrt.run.id": run_id or current_run_id() or None,
+        },
+        GenerationSpan,
+        run_id=run_id or None,
+        kind=SpanKind.CLIENT,
+    )
+
+
 def tool_call_span(tool: str, call_id: str, *, tool_type: str = "function") -> Any:
     """Open the span of one tool call ("execute_tool <tool>"); the tool RPC nests under it.
 
@@ -306,7 +340,7 @@ def compaction_span(session_id: str, *, entries_before: int | None = None) -> An
     return _domain_span(
         "compaction",
         {
-            "gen_ai.conversation.id": session_id,
+            "gen_ai.conversation.id": session_id or None,
             "agentrt.compaction.entries_before": entries_before,
             "agentrt.run.id": current_run_id() or None,
         },

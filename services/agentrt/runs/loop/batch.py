@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from agentrt.core.decide import Call
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.core.truncate import byte_len, text_prefix
+from agentrt.mesh import telemetry
 from agentrt.runs.convert import call_out
 from agentrt.runs.loop.tools_phase import Planned, runtime_result
 from agentrt.runs.loop.turn import RunFailed, failure
+from agentrt.runs.observe import record_tool_result
 from agentrt.runs.peers import Peers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import tool_service_pb2 as tpb
@@ -194,6 +196,7 @@ async def execute_calls(
     on_progress: ProgressSink | None = None,
     stop: BatchStop | None = None,
     attempts: Mapping[str, int] | None = None,
+    on_queue_wait: Callable[[float], None] | None = None,
 ) -> BatchResult:
     """Run the runnable calls; return all results in call order (004 §2.2 step 5).
 
@@ -210,6 +213,10 @@ async def execute_calls(
             MAX_PROGRESS_BYTES per call (004 §2.7g).
         stop: lets the caller kill or abandon the batch (BatchStop).
         attempts: execution attempt per call id (0 when absent; a reconciliation's re-run).
+        on_queue_wait: called with each call's wait for the concurrency cap, in seconds.
+
+    Each runnable call is one tool call span ("execute_tool <tool>", mesh/telemetry), the
+    parent of its ExecuteTool RPC.
 
     Returns:
         A BatchResult: every planned call has exactly one result, also when the batch was
@@ -234,7 +241,10 @@ async def execute_calls(
             request.timeout.CopyFrom(p.spec.timeout)
         if p.policy is not None:
             request.command_policy.CopyFrom(p.policy)
+        queued = time.monotonic()
         async with gate:
+            if on_queue_wait is not None:
+                on_queue_wait(time.monotonic() - queued)
             if stop.mode == "abandon":
                 raise Abandoned()
             if stop.mode == "kill":
@@ -264,7 +274,14 @@ async def execute_calls(
         on_result(result)
         return result
 
-    tasks = {i: asyncio.ensure_future(run_one(p)) for i, p in enumerate(planned) if p.runs}
+    async def traced(p: Planned) -> cpb.ToolResult:
+        with telemetry.tool_call_span(p.call.name, p.call.call_id) as span:
+            span.set_content("gen_ai.tool.call.arguments", p.call.arguments)
+            result = await run_one(p)
+            record_tool_result(span, result)
+            return result
+
+    tasks = {i: asyncio.ensure_future(traced(p)) for i, p in enumerate(planned) if p.runs}
     try:
         if tasks:
             await asyncio.wait(tasks.values())

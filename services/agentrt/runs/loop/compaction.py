@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from agentrt.core import compaction as plan_of
 from agentrt.core.errors import MeshError, Status
+from agentrt.mesh import telemetry
 from agentrt.runs.convert import evidence_of, text_of, units_of
 from agentrt.runs.loop.turn import build_request
 from agentrt.runs.peers import Peers
@@ -168,6 +169,34 @@ class Compactor:
 
     async def summarize(self, view: list[spb.Entry], view_seq: int, turn: int, point: str) -> Summarized:
         """Plan a pass over the view and have the summary written (one Generate).
+
+        The pass is one compaction span (mesh/telemetry), the parent of its Generate call:
+        the entries before and after, the point, and a gave-up pass's code as `error.type`.
+
+        Raises:
+            CompactionSkipped, as `_summarize`.
+        """
+        with telemetry.compaction_span(
+            "", entries_before=len(view)
+        ) as span:  # the run's span names the session
+            span.set("agentrt.compaction.point", point)
+            try:
+                done = await self._summarize(view, view_seq, turn, point)
+            except CompactionSkipped as skip:
+                span.fail(skip.code or "nothing_to_fold", skip.message)
+                raise
+            span.set_many(
+                {
+                    "agentrt.compaction.entries_folded": len(done.folded),
+                    "agentrt.compaction.before_bytes": done.before_bytes,
+                    "agentrt.compaction.after_bytes": done.after_bytes,
+                    "gen_ai.response.id": done.response_id or None,
+                }
+            )
+            return done
+
+    async def _summarize(self, view: list[spb.Entry], view_seq: int, turn: int, point: str) -> Summarized:
+        """`summarize`'s pass.
 
         Raises:
             CompactionSkipped: nothing to fold (code ""), or the summary model failed or

@@ -18,9 +18,10 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs.convert import injected_only, injected_out
 from agentrt.runs.events import EventHub
 from agentrt.runs.loop.compaction import Compactor
@@ -84,7 +85,8 @@ def crash_at(points: tuple[str, ...]) -> Callable[[str], None]:
 class Deps:
     """What every executor shares: storage, peers, the event hub and run-level settings.
 
-    `crash` is called at each of CRASH_POINTS (a no-op unless a crash test asked for it).
+    `crash` is called at each of CRASH_POINTS (a no-op unless a crash test asked for it);
+    `metrics` are the replica's run series (its server's registry; a private one by default).
     """
 
     store: RunStore
@@ -93,6 +95,7 @@ class Deps:
     owner: str
     lease_seconds: float
     crash: Callable[[str], None] = _no_crash
+    metrics: RunMetrics = field(default_factory=RunMetrics)
 
 
 def b64(msg: Any) -> str:
@@ -119,6 +122,8 @@ class ExecutorCore:
         )
         self.stop_reason = ""
         self.cancel_message = ""
+        #: The terminal status once `_finish` ran (0 while the run has not ended here).
+        self.ended = 0
         self.turn = record.turns
         self._stopping = asyncio.Event()
         #: Log entries (and their run-row changes) recorded but not written yet: they ride
@@ -190,7 +195,8 @@ class ExecutorCore:
             setattr(self.r, name, value)
 
     def _diagnose(self, code: str, message: str, **details: Any) -> None:
-        """Record trouble the run survived (004 §2.11d): an event, the Run, the next batch."""
+        """Record trouble the run survived (004 §2.11d): an event, the Run, the next batch, a log line."""
+        log.info("diagnostic %s: %s", code, message, extra={"diagnostic": code})
         d = pb.Diagnostic(
             code=code, message=message, turn=self.turn, details_json=json.dumps(details) if details else ""
         )
@@ -333,6 +339,7 @@ class ExecutorCore:
             lease_owner="",
             lease_expires_s=0.0,
         )
+        self.ended = status
 
     async def _end_quietly(self, status: int, *, failure: cpb.FailureInfo | None = None) -> None:
         try:

@@ -27,11 +27,20 @@ runs/loop/housekeeping.py (compaction, overflow recovery), runs/loop/turns.py (t
 of a turn), and this module (the loop). Events: nothing is delivered before the write that
 records it has committed, except the provisional kinds (runs/events.py), which stay inside
 a durable seq reservation.
+
+Spans (mesh/telemetry, 004 §2.11e): one run span per segment the executor drives (start or
+resume to suspend or end). The first segment's is opened in the context the executor was
+spawned in (StartRun's server span), whose traceparent is stored with the run (its state), so
+every later segment (a resume, a takeover) continues that trace, linking the span that
+started it (ResumeRun's); a turn span per turn under it; the turn's
+generation, tool call and compaction spans come from the phases (loop/turns.py,
+loop/housekeeping.py). `agentrt_runs_running` counts the executors driving here.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -41,6 +50,7 @@ from agentrt.core.decide import Decision, DecisionKind
 from agentrt.core.errors import MeshError
 from agentrt.core.stopping import BudgetKind, on_refusal
 from agentrt.core.structured import KIND_INVALID_FINAL_OUTPUT, Kind
+from agentrt.mesh import telemetry
 from agentrt.runs.loop import handoff_phase, stopping_phase, structured_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import BatchResult
@@ -68,6 +78,44 @@ class RunExecutor(TurnSteps):
 
     async def run(self) -> None:
         """Drive the run until it ends, suspends, or is stopped; never raises."""
+        r, metrics = self.r, self.deps.metrics
+        metrics.runs_running.inc()
+        self._turn_spans = contextlib.ExitStack()
+        # Every segment continues the trace the first one was started in (stored with the run).
+        parent = str(r.state.get("traceparent", ""))
+        if not parent and (origin := telemetry.traceparent()):
+            self._defer_state(traceparent=origin)
+        try:
+            with telemetry.run_span(
+                r.run_id,
+                agent=r.agent.name,
+                agent_version=r.agent_version,
+                session_id=r.session_id,
+                tenant=r.tenant,
+                parent=parent,
+            ) as span:
+                await self._segment()
+                self._turn_spans.close()
+                status = self.ended or r.status
+                name = cpb.RunStatus.Name(status).lower()[11:]  # type: ignore[arg-type]
+                span.set("agentrt.run.status", name)
+                log.info("run %s: %s after %d turn(s)", r.run_id, name, r.turns)
+                if self.ended == cpb.RUN_STATUS_FAILED and r.failure is not None:
+                    span.fail(r.failure.kind or "failed", r.failure.message)
+        finally:
+            self._turn_spans.close()
+            metrics.runs_running.dec()
+            if self.ended:
+                metrics.runs_finished.labels(cpb.RunStatus.Name(self.ended).lower()[11:]).inc()  # type: ignore[arg-type]
+
+    def _turn_begun(self, turn: int) -> None:
+        """Close the previous turn's span and open turn `turn`'s (the loop calls it per turn)."""
+        self._turn_spans.close()
+        self._turn_spans.enter_context(telemetry.turn_span(turn, run_id=self.r.run_id))
+        self.deps.metrics.turns.inc()
+
+    async def _segment(self) -> None:
+        """`run`'s body: drive until the run ends, suspends or is stopped; never raises."""
         try:
             await self._drive()
         except Interrupted:
@@ -112,6 +160,7 @@ class RunExecutor(TurnSteps):
         while True:
             turn += 1
             self.turn = turn
+            self._turn_begun(turn)
             if stopping_phase.STOPPED_OUTPUT in r.state:  # stopped at the last save point
                 await self._finish_stopped()
                 return

@@ -21,6 +21,7 @@ from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.core.stopping import stop_output
+from agentrt.mesh import telemetry
 from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
 from agentrt.runs.domain import Answers
 from agentrt.runs.loop import disclosure_phase, handoff_phase, reconcile, structured_phase
@@ -39,6 +40,7 @@ from agentrt.runs.loop.persistence import (
 from agentrt.runs.loop.stopping_phase import STOPPED_OUTPUT
 from agentrt.runs.loop.tools_phase import pending_calls, plan_calls
 from agentrt.runs.loop.turn import ContextOverflow, RunFailed
+from agentrt.runs.observe import record_generation, record_request
 from agentrt.runs.spec.agents import Limits, command_policies, offered_specs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -104,15 +106,19 @@ class TurnSteps(Housekeeping):
             request = turnmod.build_request(
                 self.agent, r.run_id, r.tenant, context, self._shape(turn), r.state
             )
+            ref = request.model
             try:
-                final = await self._interruptible(
-                    turnmod.stream_model(
-                        self.deps.peers,
-                        r.tenant,
-                        request,
-                        lambda text: self._publish(model_delta=pb.ModelDelta(text=text)),
+                with telemetry.generation_span(provider=ref.provider, model=ref.model or "default") as gen:
+                    record_request(gen, request)
+                    final = await self._interruptible(
+                        turnmod.stream_model(
+                            self.deps.peers,
+                            r.tenant,
+                            request,
+                            lambda text: self._publish(model_delta=pb.ModelDelta(text=text)),
+                        )
                     )
-                )
+                    record_generation(gen, final)
             except ContextOverflow as exc:
                 if await self._recover_overflow(turn, limits, exc, context):
                     continue  # the same turn again, on the compacted context; no turn spent
@@ -213,6 +219,7 @@ class TurnSteps(Housekeeping):
                     if res.call_id in handoff_calls
                     else self._publish(tool_returned=pb.ToolReturned(result=res))
                 ),
+                on_queue_wait=self.deps.metrics.tool_queue_wait.observe,
                 on_progress=lambda call_id, stream, text: self._publish(
                     tool_progressed=pb.ToolProgressed(call_id=call_id, stream=stream, text=text)
                 ),

@@ -2392,7 +2392,8 @@ export type EventGap = Message<"agentrt.v1.EventGap"> & {
   lastGood: bigint;
 
   /**
-   * How many events were lost.
+   * How many seqs are skipped: an upper bound on the events lost. After a takeover it is
+   * the dead replica's whole unused seq reservation, most of which never held an event.
    *
    * @generated from field: int64 dropped = 2;
    */
