@@ -89,6 +89,7 @@ def _agent() -> pb.AgentSpec:
 
     return pb.AgentSpec(
         model=cpb.ModelRef(provider="openai", model="gpt-test"),
+        tools=[pb.AgentTool(name="read_file")],
         limits=pb.AgentLimits(max_turns=TURNS + 1),
     )
 
@@ -191,8 +192,9 @@ class _Phases:
         setattr(owner, attr, timed)
 
     def install(self) -> None:
-        from agentrt.runs import loop, turn
         from agentrt.runs.events import EventHub, RunChannel
+        from agentrt.runs.loop import executor as loop
+        from agentrt.runs.loop import turn
         from agentrt.runs.peers import Peers
         from agentrt.runs.store import RunStore
 

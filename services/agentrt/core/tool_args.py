@@ -3,7 +3,7 @@
 Schema validation (004 §2.7h) is split in two rooms, because `core/` is standard library
 only and jsonschema is not:
 
-- `agentrt.runs.schemas` compiles a schema once per schema text (jsonschema, no network)
+- `agentrt.runs.spec.schemas` compiles a schema once per schema text (jsonschema, no network)
   and reports its errors as `SchemaProblem`s, each with the JSON pointer of the offending
   value. It hands this module a `Validate` function.
 - This module decides what a call becomes: `check_arguments` validates the WHOLE value

@@ -343,6 +343,17 @@ _INJECTION_KINDS = {
 }
 
 
+#: The queue kind of a StopAfterTurn request (runs/loop/stopping_phase.py): it rides on the
+#: run's input queue so the save point that reads queued input reads it too, whichever
+#: replica owns the run; it is not input, so it is never shown or reported as such.
+STOP_KIND = "stop"
+
+
+def injected_only(items: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Return the queued items that are injected input (StopAfterTurn requests left out)."""
+    return [i for i in items if i.get("kind") != STOP_KIND]
+
+
 def injected_out(item: dict[str, object]) -> pb.InjectedInput:
     """Return the proto InjectedInput of a queued input ({"id", "kind", "text"})."""
     return pb.InjectedInput(
@@ -368,12 +379,21 @@ def run_out(r: RunRecord) -> pb.Run:
         labels=r.labels,
         workspace=r.workspace,
         suspension_reason=r.suspension_reason,  # type: ignore[arg-type]
-        pending_input=[injected_out(i) for i in r.pending_input],
+        pending_input=[injected_out(i) for i in injected_only(r.pending_input)],
+        stop_requested=any(i.get("kind") == STOP_KIND for i in r.pending_input)
+        or "stopped_output" in r.state,
         diagnostics=r.diagnostics(),
         overflow_retries=r.overflow_retries,
     )
     if r.failure is not None:
         run.failure.CopyFrom(r.failure)
+    disclosed = r.state.get("disclosure")  # runs/loop/disclosure_phase.py
+    if disclosed:
+        run.disclosed_tools.extend(json.loads(str(disclosed)).get("disclosed", []))
+    current = r.state.get("agent")  # the last handoff's target (runs/loop/handoff_phase.py)
+    if current:
+        snap = pb.AgentSpec.FromString(base64.b64decode(current))
+        run.current_agent_name, run.current_agent_version = snap.name, snap.version
     run.create_time.FromNanoseconds(int(r.create_time_s * 1e9))
     run.update_time.FromNanoseconds(int(r.update_time_s * 1e9))
     return run

@@ -27,15 +27,16 @@ from agentrt.core.errors import MeshError, Reason, invalid, missing, not_found, 
 from agentrt.core.ids import new_id, valid_id
 from agentrt.core.truncate import byte_len
 from agentrt.mesh.durations import check_duration
-from agentrt.runs import turn as turnmod
-from agentrt.runs.agents import limits_of, snapshot, validate_agent
-from agentrt.runs.convert import injected_out
+from agentrt.runs.convert import STOP_KIND, injected_only, injected_out
+from agentrt.runs.domain import Resume
 from agentrt.runs.events import run_topic, session_topic
-from agentrt.runs.loop import Deps, RunExecutor
+from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.loop.executor import Deps, RunExecutor
+from agentrt.runs.loop.tools_phase import merge_answers
 from agentrt.runs.observe import store_gauges
+from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.runs.store import RunRecord, RunStore, SessionBusy, StoredEvent
 from agentrt.runs.stream import follow
-from agentrt.runs.tools_phase import merge_answers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -312,13 +313,15 @@ class RunManager:
             raise not_found(Reason.RUN_NOT_FOUND, f"run {run_id!r} not found")
         return record
 
-    async def resume(self, tenant: str, req: pb.ResumeRunRequest) -> RunRecord:
+    async def resume(self, tenant: str, req: Resume) -> RunRecord:
         """Record answers to a suspended run's calls; continue it once every call is answered.
 
         Raises:
             MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION RUN_FINISHED or
                 RUN_NOT_SUSPENDED; INVALID_ARGUMENT MISSING_FIELD (nothing answered) or
-                INVALID_VALUE (a call that is not pending, or answered twice).
+                INVALID_VALUE (a call that is not pending, answered twice in one request, or
+                already answered by an earlier ResumeRun: an answered call leaves
+                `pending_calls` at once).
         """
         record = await self.get_run(tenant, req.run_id)
         if record.finished:
@@ -330,11 +333,7 @@ class RunManager:
         check_answers(req)
         answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
         waiting = {p.call.call_id for p in record.pending}
-        answered = (
-            {d.call_id for d in answers.decisions}
-            | {r.call_id for r in answers.results}
-            | {c.call_id for c in answers.reconciliations}
-        )
+        answered = answers.answered()
         # An "always" approval answers the turn's other waiting calls of the same tool too.
         answered |= {
             p.call.call_id for p in record.pending
@@ -342,6 +341,9 @@ class RunManager:
         }  # fmt: skip
         changes: dict[str, object] = {"answers": answers, "always_approved": sorted(always)}
         if not waiting <= answered:
+            # An answered call leaves pending_calls at once: a second answer for it is then
+            # refused by merge_answers (INVALID_VALUE), so a denial cannot be overturned.
+            changes["pending"] = [p for p in record.pending if p.call.call_id not in answered]
             done = await self.store.save(
                 record.run_id, changes=changes, expect_status=[cpb.RUN_STATUS_SUSPENDED]
             )
@@ -433,7 +435,8 @@ class RunManager:
             run_id=record.run_id,
             run_completed=pb.RunCompleted(
                 status=status, phase=phase, usage=record.usage, turns=record.turns,  # type: ignore[arg-type]
-                labels=record.labels, unconsumed_input=[injected_out(i) for i in record.pending_input],
+                labels=record.labels,
+                unconsumed_input=[injected_out(i) for i in injected_only(record.pending_input)],
             ),
         )  # fmt: skip
         if failure is not None:
@@ -477,6 +480,24 @@ class RunManager:
         if position is None:
             raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
         return position
+
+    async def stop_after_turn(self, tenant: str, run_id: str, reason: str) -> RunRecord:
+        """Ask a run to finish at its next save point (004 §2.3c); return its record.
+
+        The request is queued with the run's input (convert.STOP_KIND), so the save point
+        of whichever replica runs it reads it; a suspended run stops at the save point
+        after its resume. Asking twice is harmless.
+
+        Raises:
+            MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION/RUN_FINISHED.
+        """
+        record = await self.get_run(tenant, run_id)
+        if record.finished:
+            raise precondition(Reason.RUN_FINISHED, f"run {run_id!r} has finished")
+        item = {"id": uuid.uuid4().hex, "kind": STOP_KIND, "text": reason}
+        if await self.store.push_input(record.run_id, item) is None:
+            raise precondition(Reason.RUN_FINISHED, f"run {run_id!r} has finished")
+        return await self.get_run(tenant, run_id)
 
     async def events(self, tenant: str, req: pb.StreamRunEventsRequest) -> AsyncIterator[pb.RunEvent]:
         """Follow a run's or a session's events after req.after_seq (see stream.follow).
@@ -544,7 +565,7 @@ def check_text_bytes(text: str, field: str) -> None:
         )
 
 
-def check_answers(req: pb.ResumeRunRequest) -> None:
+def check_answers(req: Resume) -> None:
     """Refuse a ResumeRun whose decisions or results the session could not store.
 
     Raises:

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrt.runs.domain import Answers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -48,7 +49,7 @@ class RunRecord:
     final_output: str = ""
     failure: cpb.FailureInfo | None = None
     pending: list[pb.PendingCall] = field(default_factory=list)
-    answers: pb.ResumeRunRequest = field(default_factory=pb.ResumeRunRequest)
+    answers: Answers = field(default_factory=Answers)
     always_approved: list[str] = field(default_factory=list)
     pending_input: list[dict[str, Any]] = field(default_factory=list)
     session_last_seq: int = 0
@@ -128,7 +129,7 @@ def encode(name: str, value: Any) -> tuple[str, Any]:
     if name == "pending":
         return name, pb.RunSuspended(pending_calls=value).SerializeToString() if value else None
     if name == "answers":
-        return name, value.SerializeToString() if value is not None and value.ByteSize() else None
+        return name, value.to_bytes() if value else None
     if name == "agent":
         return name, value.SerializeToString()
     if name in ("always_approved", "pending_input", "labels", "state"):
@@ -141,7 +142,7 @@ def decode(row: Any) -> RunRecord:
     m = row._mapping
     failure = cpb.FailureInfo.FromString(m["failure"]) if m["failure"] else None
     pending = list(pb.RunSuspended.FromString(m["pending"]).pending_calls) if m["pending"] else []
-    answers = pb.ResumeRunRequest.FromString(m["answers"]) if m["answers"] else pb.ResumeRunRequest()
+    answers = Answers.from_bytes(m["answers"])
     return RunRecord(
         run_id=m["run_id"],
         tenant=m["tenant"],

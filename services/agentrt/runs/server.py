@@ -17,7 +17,7 @@ from agentrt.mesh.server import MeshServer, ServiceBinding
 from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.events import EventHub
-from agentrt.runs.loop import Deps, crash_at
+from agentrt.runs.loop.executor import Deps, crash_at
 from agentrt.runs.manager import RunManager
 from agentrt.runs.notify import EventListener
 from agentrt.runs.peers import Peers

@@ -11,12 +11,13 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from agentrt.core.errors import MeshError, Reason, Status, invalid, missing
+from agentrt.core.errors import Reason, invalid, missing
 from agentrt.core.ids import valid_id
 from agentrt.mesh.context import current_tenant
-from agentrt.runs import admission
 from agentrt.runs.convert import run_out
+from agentrt.runs.domain import Resume
 from agentrt.runs.manager import RunManager
+from agentrt.runs.spec import admission
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 
@@ -112,7 +113,8 @@ class RunServicer(pb_grpc.RunServiceServicer):
         NOT_IMPLEMENTED_YET for a result's `terminate` or `added_tools` (admission).
         """
         admission.refuse_unwired_resume(request)
-        return pb.ResumeRunResponse(run=run_out(await self.m.resume(current_tenant(), request)))
+        resume = Resume.of(request)
+        return pb.ResumeRunResponse(run=run_out(await self.m.resume(current_tenant(), resume)))
 
     async def CancelRun(
         self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
@@ -138,19 +140,15 @@ class RunServicer(pb_grpc.RunServiceServicer):
     async def StopAfterTurn(
         self, request: pb.StopAfterTurnRequest, context: grpc.aio.ServicerContext
     ) -> pb.StopAfterTurnResponse:
-        """Ask a run to finish at its next save point (004 §2.3c); not honored by the loop yet.
+        """Ask a run to finish at its next save point (004 §2.3c; manager.stop_after_turn).
 
         Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_ID, INVALID_VALUE for a reason over
-        1,024 characters), NOT_FOUND/RUN_NOT_FOUND, and for an existing run
-        UNIMPLEMENTED/NOT_IMPLEMENTED_YET (the run is left as it is).
+        1,024 characters), NOT_FOUND/RUN_NOT_FOUND, FAILED_PRECONDITION/RUN_FINISHED.
         """
         await self.m.get_run(current_tenant(), request.run_id)
         if len(request.reason) > MAX_STOP_REASON:
             raise invalid(
                 Reason.INVALID_VALUE, f"reason is longer than {MAX_STOP_REASON} characters", field="reason"
             )
-        raise MeshError(
-            Status.UNIMPLEMENTED,
-            Reason.NOT_IMPLEMENTED_YET,
-            "StopAfterTurn is not available on this server yet",
-        )
+        record = await self.m.stop_after_turn(current_tenant(), request.run_id, request.reason)
+        return pb.StopAfterTurnResponse(run=run_out(record))

@@ -298,7 +298,7 @@ class RunSandbox(_message.Message):
     def __init__(self, backend: _Optional[_Union[_tool_service_pb2.SandboxBackend, str]] = ..., image: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., user: _Optional[str] = ..., network: _Optional[str] = ..., limits: _Optional[_Union[_tool_service_pb2.SandboxLimits, _Mapping]] = ...) -> None: ...
 
 class AgentSpec(_message.Message):
-    __slots__ = ("name", "version", "instructions", "model", "settings", "tools", "handoffs", "output_json_schema", "limits", "tool_call_mode", "recent_results", "result_max_bytes", "handoff_targets", "guardrails", "output_strategy", "final_turn_without_tools", "error_handlers", "sandbox", "compaction", "max_overflow_retries")
+    __slots__ = ("name", "version", "instructions", "model", "settings", "tools", "handoffs", "output_json_schema", "limits", "tool_call_mode", "recent_results", "result_max_bytes", "handoff_targets", "guardrails", "output_strategy", "final_turn_without_tools", "error_handlers", "sandbox", "compaction", "max_overflow_retries", "default_tools")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -319,6 +319,7 @@ class AgentSpec(_message.Message):
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_FIELD_NUMBER: _ClassVar[int]
     MAX_OVERFLOW_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_TOOLS_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: int
     instructions: str
@@ -339,7 +340,8 @@ class AgentSpec(_message.Message):
     sandbox: RunSandbox
     compaction: CompactionPolicy
     max_overflow_retries: int
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., settings: _Optional[_Union[_common_pb2.ModelSettings, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[AgentTool, _Mapping]]] = ..., handoffs: _Optional[_Iterable[str]] = ..., output_json_schema: _Optional[str] = ..., limits: _Optional[_Union[AgentLimits, _Mapping]] = ..., tool_call_mode: _Optional[_Union[ToolCallMode, str]] = ..., recent_results: _Optional[int] = ..., result_max_bytes: _Optional[int] = ..., handoff_targets: _Optional[_Iterable[_Union[Handoff, _Mapping]]] = ..., guardrails: _Optional[_Iterable[_Union[Guardrail, _Mapping]]] = ..., output_strategy: _Optional[_Union[OutputStrategy, str]] = ..., final_turn_without_tools: _Optional[bool] = ..., error_handlers: _Optional[_Union[ErrorHandlers, _Mapping]] = ..., sandbox: _Optional[_Union[RunSandbox, _Mapping]] = ..., compaction: _Optional[_Union[CompactionPolicy, _Mapping]] = ..., max_overflow_retries: _Optional[int] = ...) -> None: ...
+    default_tools: bool
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., settings: _Optional[_Union[_common_pb2.ModelSettings, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[AgentTool, _Mapping]]] = ..., handoffs: _Optional[_Iterable[str]] = ..., output_json_schema: _Optional[str] = ..., limits: _Optional[_Union[AgentLimits, _Mapping]] = ..., tool_call_mode: _Optional[_Union[ToolCallMode, str]] = ..., recent_results: _Optional[int] = ..., result_max_bytes: _Optional[int] = ..., handoff_targets: _Optional[_Iterable[_Union[Handoff, _Mapping]]] = ..., guardrails: _Optional[_Iterable[_Union[Guardrail, _Mapping]]] = ..., output_strategy: _Optional[_Union[OutputStrategy, str]] = ..., final_turn_without_tools: _Optional[bool] = ..., error_handlers: _Optional[_Union[ErrorHandlers, _Mapping]] = ..., sandbox: _Optional[_Union[RunSandbox, _Mapping]] = ..., compaction: _Optional[_Union[CompactionPolicy, _Mapping]] = ..., max_overflow_retries: _Optional[int] = ..., default_tools: _Optional[bool] = ...) -> None: ...
 
 class CompactionPolicy(_message.Message):
     __slots__ = ("context_window_tokens", "trigger_input_tokens", "trigger_turns", "keep_turns", "summary_model", "summary_max_output_tokens", "count_tokens")

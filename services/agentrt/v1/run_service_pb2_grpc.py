@@ -158,8 +158,9 @@ class RunServiceServicer:
     def StopAfterTurn(self, request, context):
         """StopAfterTurn asks a run to finish at its next save point (004 §2.3c, §2.11b run
         control): the turn in flight completes and is persisted, then the run completes with
-        the turn's last message (else its last tool output) as the final output. Not yet
-        honored: answers UNIMPLEMENTED/NOT_IMPLEMENTED_YET for an existing run.
+        the turn's last message (else its last tool output) as the final output. A suspended
+        run stops at the save point after its resume. FAILED_PRECONDITION/RUN_FINISHED for a
+        finished run.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

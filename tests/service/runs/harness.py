@@ -148,7 +148,13 @@ class Mesh:
 
 
 def agent(provider: str = "openai", **kw: object) -> pb.AgentSpec:
-    """An inline agent on the emulator's model."""
+    """An inline agent on the emulator's model.
+
+    Without `tools` it asks for the default tools (`default_tools`), as every agent got them
+    before issue 11; pass `tools=[]` for an agent with no tools.
+    """
+    if "tools" not in kw:
+        kw.setdefault("default_tools", True)
     model = {"openai": "gpt-test", "anthropic": "claude-test", "openai-chat": "gpt-test"}[provider]
     return pb.AgentSpec(model=cpb.ModelRef(provider=provider, model=model), **kw)  # type: ignore[arg-type]
 

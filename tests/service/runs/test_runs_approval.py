@@ -154,3 +154,63 @@ async def test_external_tool_result_continues_the_run(mesh):
     ]
     assert results[0].content == "sunny, 21C" and results[0].name == "lookup_weather"
     assert "sunny, 21C" in json.dumps(mesh.emu.requests[-1][1])
+
+
+async def test_an_answered_approval_leaves_pending_and_cannot_be_answered_again(mesh):
+    """A denial stays a denial while a client result is still awaited (issue 11, step 0)."""
+    from agentrt.mesh.status import reason_of
+
+    lookup = cpb.ToolSpec(
+        name="lookup_weather", description="Weather for a city", external=True,
+        parameters_json_schema=json.dumps({"type": "object", "properties": {"city": {"type": "string"}}}),
+    )  # fmt: skip
+    mesh.emu.script(
+        [
+            Reply(
+                tool_calls=[
+                    ToolCallReply("exec_command", json.dumps({"cmd": "echo x > never.txt"})),
+                    ToolCallReply("lookup_weather", '{"city": "Oslo"}'),
+                ]
+            ),
+            Reply(text="done"),
+        ]
+    )
+    spec = agent(
+        tools=[
+            pb.AgentTool(name="exec_command", needs_approval=True),
+            pb.AgentTool(name="lookup_weather", spec=lookup),
+        ]
+    )
+    workspace = os.path.join(mesh.work, "twice")
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="go", workspace=workspace))
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED)
+    by_kind = {p.kind: p.call for p in run.pending_calls}
+    gated, client = by_kind[pb.PENDING_CALL_KIND_APPROVAL], by_kind[pb.PENDING_CALL_KIND_EXTERNAL_RESULT]
+
+    deny = pb.ApprovalDecision(call_id=gated.call_id, approved=False, message="no")
+    resumed = await mesh.runs.ResumeRun(pb.ResumeRunRequest(run_id=started.run_id, decisions=[deny]))
+    assert resumed.run.status == cpb.RUN_STATUS_SUSPENDED
+    assert [p.call.call_id for p in resumed.run.pending_calls] == [client.call_id]  # answered: gone at once
+
+    overturn = pb.ApprovalDecision(call_id=gated.call_id, approved=True)
+    try:
+        await mesh.runs.ResumeRun(pb.ResumeRunRequest(run_id=started.run_id, decisions=[overturn]))
+        raise AssertionError("expected INVALID_ARGUMENT")
+    except Exception as err:  # noqa: BLE001
+        assert reason_of(err) == "INVALID_VALUE"
+    run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert [p.call.call_id for p in run.pending_calls] == [client.call_id]  # nothing changed
+
+    await mesh.runs.ResumeRun(
+        pb.ResumeRunRequest(
+            run_id=started.run_id, results=[cpb.ToolResult(call_id=client.call_id, content="sunny")]
+        )
+    )
+    await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
+    assert not os.path.exists(os.path.join(workspace, "never.txt"))  # the denial held
+    results = {
+        e.item.tool_result.call_id: e.item.tool_result
+        for e in await mesh.entries(started.session_id)
+        if e.item.HasField("tool_result")
+    }
+    assert results[gated.call_id].status == cpb.TOOL_RESULT_STATUS_DENIED

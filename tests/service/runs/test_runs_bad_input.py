@@ -49,7 +49,9 @@ CASES = [
     ),
     (
         "RegisterAgent",
-        pb.RegisterAgentRequest(agent=pb.AgentSpec(name="a", handoffs=["b"])),
+        pb.RegisterAgentRequest(
+            agent=pb.AgentSpec(name="a", tools=[pb.AgentTool(name="ask", agent_name="b")])
+        ),
         UN,
         "NOT_IMPLEMENTED_YET",
     ),

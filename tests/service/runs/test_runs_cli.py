@@ -127,12 +127,12 @@ async def test_approve_leaves_client_results_to_the_client(mesh, capsys):
     assert "mine  waits for client result" in out
 
 
-async def test_stop_after_turn_says_the_server_does_not_support_it_yet(mesh, capsys):
+async def test_stop_after_turn_on_a_finished_run_and_bad_usage(mesh, capsys):
     mesh.emu.script([Reply(text="finished")])
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="x"))
     await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
     code, _, err = await cli(capsys, mesh, "stop", started.run_id, "--after-turn", "--reason", "enough")
-    assert code == 3 and "not supported by this server yet" in err
+    assert code == 1 and "has already finished" in err
     code, _, err = await cli(capsys, mesh, "stop", started.run_id)
     assert code == 2 and "--after-turn" in err
     code, _, err = await cli(capsys, mesh, "stop", "run_unknown", "--after-turn")

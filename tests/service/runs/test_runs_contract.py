@@ -226,16 +226,9 @@ BAD = [
 
 #: Well-formed uses of what the loop does not honor yet: (spec fields, metadata field).
 UNWIRED = [
-    ({"handoffs": ["b"]}, "handoffs"),
-    ({"handoff_targets": [H(agent_name="b", input_filter=F(drop_tool_calls=True))]}, "handoff_targets"),
     ({"guardrails": [pattern()]}, "guardrails"),
     ({"tools": [T(name="read_file", guardrails=[pattern(stages=(TOOL_IN,))])]}, "tools[0].guardrails"),
     ({"tools": [T(name="ask", agent_name="b")]}, "tools[0].agent_name"),
-    ({"tools": [T(name="read_file", deferred=True)]}, "tools[0].deferred"),
-    ({"tools": [T(name="read_file", terminates_run=True)]}, "tools[0].terminates_run"),
-    ({"output_json_schema": SCHEMA, "output_strategy": pb.OUTPUT_STRATEGY_TOOL}, "output_strategy"),
-    ({"final_turn_without_tools": True}, "final_turn_without_tools"),
-    ({"error_handlers": EH(refusal=fallback("I cannot help with that."))}, "error_handlers.refusal"),
     ({"sandbox": pb.RunSandbox(backend=tpb.SANDBOX_BACKEND_DOCKER, image="agentrt-sandbox:1")}, "sandbox"),
 ]
 
@@ -298,7 +291,7 @@ async def test_references_to_unregistered_agents_are_refused_at_start(mesh):
     # RegisterAgent does not require targets to exist (two agents may hand off to each
     # other); StartRun does, before anything else of the contract is refused.
     spec = agent(name="a", handoff_targets=[pb.Handoff(agent_name="billing", agent_version=3)])
-    await expect(mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=spec)), UN, "NOT_IMPLEMENTED_YET")
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=spec))
     await expect(
         mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="x")),
         IA,
@@ -316,32 +309,30 @@ async def test_references_to_unregistered_agents_are_refused_at_start(mesh):
     await expect(  # version 1 exists, version 3 does not
         mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="x")), IA, "UNKNOWN_AGENT"
     )
-    ok = agent(name="a", handoffs=["billing"])
-    await expect(mesh.runs.StartRun(pb.StartRunRequest(agent=ok, input="x")), UN, "NOT_IMPLEMENTED_YET")
     assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
+    mesh.emu.script([Reply(text="fine")])
+    ok = agent(name="a", handoffs=["billing"])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=ok, input="x"))
+    await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
 
 
-async def test_structured_output_with_tools_on_openai_is_refused_until_the_tool_strategy_is_wired(mesh):
+async def test_structured_output_with_tools_registers_and_runs_on_openai(mesh):
+    # (it used to be refused until the final-output tool was wired; test_runs_structured.py
+    # covers the strategy itself)
     spec = agent(name="a", output_json_schema=SCHEMA, tools=[pb.AgentTool(name="read_file")])
     registered = await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=spec))  # AUTO is valid
     assert registered.agent.version == 1
-    meta = await expect(
-        mesh.runs.StartRun(pb.StartRunRequest(agent_name="a", input="x")), UN, "NOT_IMPLEMENTED_YET"
-    )
-    assert meta["field"] == "agent.output_json_schema"
-    assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
-    # Anthropic combines tools with a response format: the same agent runs there.
-    mesh.emu.script([Reply(text='{"n": 3}')])
-    started = await mesh.runs.StartRun(
-        pb.StartRunRequest(agent=agent("anthropic", output_json_schema=SCHEMA, tools=spec.tools), input="x")
-    )
+    mesh.emu.script([Reply(tool_calls=[ToolCallReply("final_output", '{"n": 3}')])])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="a", input="x"))
     run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
     assert json.loads(run.final_output) == {"n": 3}
 
 
 async def test_native_structured_output_is_checked_against_the_default_model_at_start(mesh):
     # no provider named: RegisterAgent cannot know; StartRun resolves the default (openai here)
-    spec = pb.AgentSpec(name="a", output_json_schema=SCHEMA, output_strategy=pb.OUTPUT_STRATEGY_NATIVE)
+    spec = pb.AgentSpec(
+        name="a", output_json_schema=SCHEMA, output_strategy=pb.OUTPUT_STRATEGY_NATIVE, default_tools=True
+    )
     await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=spec))
     await expect(
         mesh.runs.StartRun(pb.StartRunRequest(agent_name="a", input="x")),
@@ -372,12 +363,6 @@ async def test_resume_results_with_unhonored_fields_are_refused_and_the_run_stil
         return pb.ResumeRunRequest(run_id=started.run_id, results=[result])
 
     await expect(
-        mesh.runs.ResumeRun(resume(terminate=True)), UN, "NOT_IMPLEMENTED_YET", "results[0].terminate"
-    )
-    await expect(
-        mesh.runs.ResumeRun(resume(added_tools=["x"])), UN, "NOT_IMPLEMENTED_YET", "results[0].added_tools"
-    )
-    await expect(
         mesh.runs.ResumeRun(resume(added_tools=["x y"])), IA, "INVALID_VALUE", "results[0].added_tools[0]"
     )
     await expect(
@@ -391,7 +376,7 @@ async def test_resume_results_with_unhonored_fields_are_refused_and_the_run_stil
     assert done.final_output == "thanks"
 
 
-async def test_stop_after_turn_answers_not_implemented_for_a_run_and_checks_its_input(mesh):
+async def test_stop_after_turn_checks_its_input_and_refuses_a_finished_run(mesh):
     await expect(mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest()), IA, "MISSING_FIELD", "run_id")
     await expect(mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest(run_id="bad id!")), IA, "INVALID_ID")
     await expect(mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest(run_id="run_unknown")), NF, "RUN_NOT_FOUND")
@@ -401,7 +386,9 @@ async def test_stop_after_turn_answers_not_implemented_for_a_run_and_checks_its_
     long = pb.StopAfterTurnRequest(run_id=started.run_id, reason="r" * 1025)
     await expect(mesh.runs.StopAfterTurn(long), IA, "INVALID_VALUE", "reason")
     await expect(
-        mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest(run_id=started.run_id)), UN, "NOT_IMPLEMENTED_YET"
+        mesh.runs.StopAfterTurn(pb.StopAfterTurnRequest(run_id=started.run_id)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "RUN_FINISHED",
     )
     run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
     assert run.status == cpb.RUN_STATUS_COMPLETED and not run.stop_requested

@@ -111,7 +111,9 @@ async def test_undecodable_arguments_never_wait_for_approval(mesh):
     assert run.status == cpb.RUN_STATUS_COMPLETED
     (result,) = await tool_results(mesh, started.session_id)
     assert result.is_error and result.status == cpb.TOOL_RESULT_STATUS_ERROR
-    assert json.loads(result.details_json)["reason"] == "INVALID_ARGUMENTS" and '"workdir"' in result.content
+    # refused by the run loop's check against the tool's whole schema (004 §2.7h), before
+    # the approval gate and before the tool service, naming the offending argument
+    assert json.loads(result.details_json) == {"source": "runtime"} and "/workdir" in result.content
     assert not os.path.exists(os.path.join(workspace, "w.txt"))
 
 

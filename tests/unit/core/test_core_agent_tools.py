@@ -14,7 +14,7 @@ from agentrt.core.agent_tools import (
     child_input,
     child_result,
 )
-from agentrt.runs.schemas import validator
+from agentrt.runs.spec.schemas import validator
 
 
 def test_the_tool_takes_an_input_string_checked_like_any_tool():

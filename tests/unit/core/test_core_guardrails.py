@@ -28,7 +28,7 @@ from agentrt.core.guardrails import (
     verdict_result,
 )
 from agentrt.core.policy import PatternError
-from agentrt.runs.schemas import validator
+from agentrt.runs.spec.schemas import validator
 
 SECRETS = PatternRule("no_secrets", (r"sk-[A-Za-z0-9]{8,}", r"(?i)password\s*="))
 

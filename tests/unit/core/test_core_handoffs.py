@@ -23,7 +23,7 @@ from agentrt.core.handoffs import (
     tool_parameters,
 )
 from agentrt.core.render import Observation, Step, UserTurn
-from agentrt.runs.schemas import validator
+from agentrt.runs.spec.schemas import validator
 
 TARGETS = {
     "transfer_to_billing": Target("transfer_to_billing", "billing"),

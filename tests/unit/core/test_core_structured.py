@@ -27,7 +27,7 @@ from agentrt.core.structured import (
 from agentrt.gateway import anthropic_messages, openai_chat, openai_responses
 from agentrt.gateway.errors import ProviderError
 from agentrt.gateway.provider import Call as ProviderCall
-from agentrt.runs.schemas import validator
+from agentrt.runs.spec.schemas import validator
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 

@@ -1,4 +1,4 @@
-"""Tool-call arguments against their schema (core/tool_args.py with runs/schemas.py): errors, defaults."""
+"""Tool-call arguments against their schema (core/tool_args.py, runs/spec/schemas.py): errors, defaults."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from agentrt.core.tool_args import (
     json_pointer,
     problems_text,
 )
-from agentrt.runs.schemas import validator
+from agentrt.runs.spec.schemas import validator
 
 SCHEMA = {
     "type": "object",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentrt.gateway.gateway import KNOWN_PROVIDERS as GATEWAY_PROVIDERS
-from agentrt.runs.agents import KNOWN_PROVIDERS
+from agentrt.runs.spec.agents import KNOWN_PROVIDERS
 
 
 def test_known_providers_match_the_gateway():
@@ -12,7 +12,7 @@ def test_known_providers_match_the_gateway():
 
 def test_max_tool_concurrency_zero_is_unlimited():
     from agentrt.core.tool_args import batch_concurrency
-    from agentrt.runs.agents import UNLIMITED_CONCURRENCY, limits_of
+    from agentrt.runs.spec.agents import UNLIMITED_CONCURRENCY, limits_of
     from agentrt.v1 import run_service_pb2 as pb
 
     assert limits_of(pb.AgentSpec()).concurrency == UNLIMITED_CONCURRENCY
@@ -25,7 +25,7 @@ def test_max_tool_concurrency_zero_is_unlimited():
 
 
 def test_an_agent_tool_sequential_override_reaches_the_offered_spec():
-    from agentrt.runs.agents import offered_specs
+    from agentrt.runs.spec.agents import offered_specs
     from agentrt.v1 import common_pb2 as cpb
     from agentrt.v1 import run_service_pb2 as pb
 
@@ -43,7 +43,7 @@ def test_an_agent_tool_is_offered_with_the_input_schema():
     import json
 
     from agentrt.core.agent_tools import PARAMETERS
-    from agentrt.runs.agents import snapshot
+    from agentrt.runs.spec.agents import snapshot
     from agentrt.v1 import common_pb2 as cpb
     from agentrt.v1 import run_service_pb2 as pb
 
@@ -55,7 +55,7 @@ def test_an_agent_tool_is_offered_with_the_input_schema():
 
 
 def test_run_sandbox_rules_are_the_tool_services():
-    from agentrt.runs import validation
+    from agentrt.runs.spec import validation
     from agentrt.tools.sandbox import manager as sandboxes
 
     assert validation.ENV_NAME.pattern == sandboxes._ENV_NAME.pattern

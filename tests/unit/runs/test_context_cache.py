@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentrt.runs.context_cache import ContextCache
+from agentrt.runs.loop.context_cache import ContextCache
 from agentrt.v1 import session_service_pb2 as spb
 
 

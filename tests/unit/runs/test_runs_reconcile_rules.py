@@ -9,7 +9,8 @@ import pytest
 from agentrt.core import render
 from agentrt.core.decide import Call
 from agentrt.core.errors import MeshError
-from agentrt.runs import reconcile
+from agentrt.runs.domain import Answers
+from agentrt.runs.loop import reconcile
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -39,10 +40,10 @@ def test_only_side_effects_the_tool_service_lost_wait():
         interrupted("CALLER_DEADLINE"),  # the run's own deadline: a timeout the model is told about
         cpb.ToolResult(status=cpb.TOOL_RESULT_STATUS_OK),
     ]
-    waiting = reconcile.waiting(calls, results, SPECS, pb.ResumeRunRequest())
+    waiting = reconcile.waiting(calls, results, SPECS, Answers())
     assert [p.call.call_id for p in waiting] == ["c0"]
     assert waiting[0].kind == pb.PENDING_CALL_KIND_RECONCILIATION and waiting[0].reason
-    answered = pb.ResumeRunRequest(reconciliations=[pb.Reconciliation(call_id="c0")])
+    answered = Answers(reconciliations={"c0": pb.Reconciliation(call_id="c0")})
     assert reconcile.waiting(calls, results, SPECS, answered) == []
 
 

@@ -1,4 +1,4 @@
-"""JSON Schemas through jsonschema (runs/schemas.py): meta-schema checks and compiled validators."""
+"""JSON Schemas through jsonschema (runs/spec/schemas.py): meta-schema checks and compiled validators."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from agentrt.core.errors import MeshError
-from agentrt.runs import schemas
+from agentrt.runs.spec import schemas
 
 NESTED = {
     "type": "object",

@@ -417,8 +417,7 @@ export type ToolResult = Message$1<"agentrt.v1.ToolResult"> & {
    * The tool asks the run to stop after this batch (004 §2.3c, §2.7b Terminate): honored
    * only when every call of the batch asks; the last call's output is then the final
    * output. Set by a client on a client-declared tool's result (ResumeRun); a catalog
-   * tool asks through AgentTool.terminates_run. Not yet honored: a ResumeRun result
-   * setting it is refused with UNIMPLEMENTED/NOT_IMPLEMENTED_YET.
+   * tool asks through AgentTool.terminates_run.
    *
    * @generated from field: bool terminate = 20;
    */
@@ -427,8 +426,7 @@ export type ToolResult = Message$1<"agentrt.v1.ToolResult"> & {
   /**
    * Deferred tools this result discloses to the model from the next turn on, by name (004
    * §2.7i); cumulative; names that are not deferred tools of the agent are ignored. At most
-   * 64 names. Not yet honored: a ResumeRun result setting it is refused with
-   * UNIMPLEMENTED/NOT_IMPLEMENTED_YET.
+   * 64 names.
    *
    * @generated from field: repeated string added_tools = 21;
    */
@@ -514,9 +512,8 @@ export type ToolSpec = Message$1<"agentrt.v1.ToolSpec"> & {
   sequential: boolean;
 
   /**
-   * True when withheld until revealed (004 §2.7i). Not yet honored: accepted on a
-   * client-declared tool and ignored (the tool is offered from the first turn); no catalog
-   * tool is deferred.
+   * True when withheld until revealed (004 §2.7i): not offered until a tool result's
+   * `added_tools` names it; AgentTool.deferred overrides it. No catalog tool is deferred.
    *
    * @generated from field: bool deferred = 9;
    */

@@ -113,6 +113,19 @@ class _Compiled:
         return tuple(SchemaProblem(json_pointer(e.absolute_path), e.message) for e in errors[:MAX_REPORTED])
 
 
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def decoded(text: str) -> dict[str, Any] | None:
+    """Return a schema text decoded once per distinct text (None: not a JSON object).
+
+    The result is shared: callers read it, never change it (core.tool_args copies defaults).
+    """
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def validator(text: str) -> Validate | None:
     """Return the compiled validator of a schema text, or None when it cannot be compiled.
 

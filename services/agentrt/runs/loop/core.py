@@ -1,6 +1,6 @@
 """The executor's foundation: its record, lease token, event channel and fenced writes.
 
-`ExecutorCore` holds what every phase of a run's executor uses (runs/loop.py composes
+`ExecutorCore` holds what every phase of a run's executor uses (runs/loop/executor.py composes
 them): the run record, the fencing token, the event channel (runs/events.py), the copy of
 the session's context view, and the one way to record a transition, `_save` (run row,
 run log and events in one fenced transaction; held events go out after the commit). A
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.mesh.telemetry.metrics import RunMetrics
-from agentrt.runs.compaction import Compactor
-from agentrt.runs.context_cache import ContextCache
-from agentrt.runs.convert import injected_out
+from agentrt.runs.convert import injected_only, injected_out
 from agentrt.runs.events import EventHub
+from agentrt.runs.loop.compaction import Compactor
+from agentrt.runs.loop.context_cache import ContextCache
 from agentrt.runs.peers import Peers
 from agentrt.runs.records import MAX_DIAGNOSTICS, diagnostic_out
 from agentrt.runs.store import RunRecord, RunStore
@@ -313,7 +313,7 @@ class ExecutorCore:
     ) -> None:
         r = self.r
         phase = _TERMINAL_PHASE[status]  # type: ignore[index]
-        left = await self.deps.store.pending_input(r.run_id)
+        left = injected_only(await self.deps.store.pending_input(r.run_id))
         if left:
             self._diagnose(
                 "injected_input_not_consumed",

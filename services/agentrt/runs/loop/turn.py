@@ -14,32 +14,50 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-
-import jsonschema
+from typing import Any
 
 from agentrt.core import render
 from agentrt.core.decide import is_overflow
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.runs.agents import limits_of, offered_specs
 from agentrt.runs.convert import history_of, messages_out, response_in
+from agentrt.runs.loop import handoff_phase
+from agentrt.runs.loop.structured_phase import TurnShape
 from agentrt.runs.peers import Peers
+from agentrt.runs.spec.agents import limits_of, offered_specs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb
 
 
-def build_request(snap: pb.AgentSpec, run_id: str, tenant: str, entries: list[spb.Entry]) -> gpb.ModelRequest:
+def build_request(
+    snap: pb.AgentSpec,
+    run_id: str,
+    tenant: str,
+    entries: list[spb.Entry],
+    shape: TurnShape | None = None,
+    state: dict[str, Any] | None = None,
+) -> gpb.ModelRequest:
     """Return the turn's ModelRequest rendered from the session's context entries.
+
+    `shape` (runs/loop/structured_phase.py) says which tools the turn offers and whether
+    it asks for the output schema as a response format; None = the snapshot's tools and
+    its schema as the format. `state` (the run's) carries the last handoff: its target's
+    input filter changes what is rendered, never the entries (runs/loop/handoff_phase.py).
 
     Raises:
         ValueError: the context does not open with a user message (a bug upstream).
     """
+    if shape is None:
+        shape = TurnShape(offered_specs(snap), response_format=snap.output_json_schema)
     limits = limits_of(snap)
-    history = history_of(entries)
+    history: list[Any] = history_of(entries)
+    cut_seq = handoff_phase.handoff_seq(state or {})
+    if cut_seq is not None:
+        until = len(history_of([e for e in entries if e.seq <= cut_seq]))
+        history = handoff_phase.view(history, until, state or {})
     messages = render.messages(
         history, recent_results=limits.recent_results, result_max_bytes=limits.result_max_bytes
     )
@@ -47,13 +65,17 @@ def build_request(snap: pb.AgentSpec, run_id: str, tenant: str, entries: list[sp
     settings.CopyFrom(snap.settings)
     if snap.tool_call_mode == pb.TOOL_CALL_MODE_SINGLE:
         settings.disable_parallel_tool_calls = True
-    if snap.output_json_schema and not settings.output_json_schema:
-        settings.output_json_schema = snap.output_json_schema
+    if shape.response_format and not settings.output_json_schema:
+        settings.output_json_schema = shape.response_format
+    elif not shape.response_format and snap.output_json_schema:
+        settings.output_json_schema = ""  # the final-output tool asks for it instead
+    if shape.tool_free and shape.tools:
+        settings.tool_choice.CopyFrom(cpb.ToolChoice(mode=cpb.TOOL_CHOICE_MODE_NONE))
     return gpb.ModelRequest(
         model=snap.model,
         system=snap.instructions,
         messages=messages_out(messages),
-        tools=offered_specs(snap),
+        tools=shape.tools,
         settings=settings,
         tenant=tenant,
         run_id=run_id,
@@ -223,21 +245,3 @@ def check_budget(turn: int, max_turns: int, budget_s: float, created_s: float) -
         raise RunFailed(failure("max_turns", f"The run used its {max_turns} turns without a final answer."))
     if budget_s and time.time() - created_s > budget_s:
         raise RunFailed(failure("timeout", "The run used its time budget.", retryable=True))
-
-
-def check_final_output(schema_text: str, text: str) -> None:
-    """Validate a final answer against the agent's output schema ("" = plain text, 004 §2.3).
-
-    Raises:
-        RunFailed: kind "invalid_final_output" when the text is not JSON matching the schema.
-    """
-    if not schema_text:
-        return
-    try:
-        jsonschema.validate(json.loads(text), json.loads(schema_text))
-    except (ValueError, jsonschema.ValidationError) as exc:
-        raise RunFailed(
-            failure(
-                "invalid_final_output", "The final answer did not match the output schema.", debug=str(exc)
-            )
-        ) from exc

@@ -11,7 +11,7 @@ are the same code path:
   started without a recorded end re-sends them to the tool service, which answers from
   its journal or attaches to the call still running there (idempotent on run id + call
   id + attempt); a side effect the tool service's own death interrupted suspends the run
-  for a reconciliation (runs/reconcile.py);
+  for a reconciliation (runs/loop/reconcile.py);
 - a compaction summary in the log that was never checkpointed is checkpointed, not
   requested again.
 
@@ -22,8 +22,8 @@ continue / final / fail. A context overflow compacts and retries the same turn w
 `max_overflow_retries` (004 §2.5g). A cancel or the time budget during the tool phase
 still gives every committed call exactly one result, written before the terminal event.
 
-The executor is layered: runs/loop_core.py (state, fenced writes, events, the end),
-runs/loop_housekeeping.py (compaction, overflow recovery), runs/loop_turns.py (the phases
+The executor is layered: runs/loop/core.py (state, fenced writes, events, the end),
+runs/loop/housekeeping.py (compaction, overflow recovery), runs/loop/turns.py (the phases
 of a turn), and this module (the loop). Events: nothing is delivered before the write that
 records it has committed, except the provisional kinds (runs/events.py), which stay inside
 a durable seq reservation.
@@ -33,28 +33,36 @@ resume to suspend or end). The first segment's is opened in the context the exec
 spawned in (StartRun's server span), whose traceparent is stored with the run (its state), so
 every later segment (a resume, a takeover) continues that trace, linking the span that
 started it (ResumeRun's); a turn span per turn under it; the turn's
-generation, tool call and compaction spans come from the phases (loop_turns.py,
-loop_housekeeping.py). `agentrt_runs_running` counts the executors driving here.
+generation, tool call and compaction spans come from the phases (loop/turns.py,
+loop/housekeeping.py). `agentrt_runs_running` counts the executors driving here.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from agentrt.core.decide import DecisionKind
+from agentrt.core.decide import Decision, DecisionKind
 from agentrt.core.errors import MeshError
+from agentrt.core.stopping import BudgetKind, on_refusal
+from agentrt.core.structured import KIND_INVALID_FINAL_OUTPUT, Kind
 from agentrt.mesh import telemetry
-from agentrt.runs import turn as turnmod
-from agentrt.runs.agents import limits_of
-from agentrt.runs.batch import BatchResult
-from agentrt.runs.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
-from agentrt.runs.loop_core import Deps, Interrupted, LeaseLost, crash_at
-from agentrt.runs.loop_turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
-from agentrt.runs.turn import RunFailed
+from agentrt.runs.loop import handoff_phase, stopping_phase, structured_phase
+from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.loop.batch import BatchResult
+from agentrt.runs.loop.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
+from agentrt.runs.loop.core import Deps, Interrupted, LeaseLost, crash_at
+from agentrt.runs.loop.persistence import runtime_user_entry
+from agentrt.runs.loop.structured_phase import Verdict
+from agentrt.runs.loop.turn import RunFailed
+from agentrt.runs.loop.turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
+from agentrt.runs.spec.agents import limits_of
 from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
 
 log = logging.getLogger("agentrt.runs")
 
@@ -153,12 +161,26 @@ class RunExecutor(TurnSteps):
             turn += 1
             self.turn = turn
             self._turn_begun(turn)
+            if stopping_phase.STOPPED_OUTPUT in r.state:  # stopped at the last save point
+                await self._finish_stopped()
+                return
             if self._stopping.is_set():
                 raise Interrupted()
             mine = recorded if turn == next_turn else {}
             response = self._recorded_response(mine)
             if response is None:
-                turnmod.check_budget(turn, limits.max_turns, limits.time_budget_s, r.create_time_s)
+                budget = stopping_phase.budget(turn, limits.max_turns, r.agent, r.state)
+                if budget.kind == BudgetKind.FALLBACK:
+                    await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=budget.output)
+                    return
+                closing = budget.kind == BudgetKind.CLOSING_CALL
+                if closing and r.state.get(stopping_phase.CLOSING_TURN) != turn:
+                    # The one tool-free closing call (004 §2.7d), recorded with the response.
+                    self._defer_state(
+                        **{stopping_phase.CLOSING_TURN: turn, structured_phase.TOOL_FREE_TURN: turn}
+                    )
+                max_turns = turn if closing else limits.max_turns
+                turnmod.check_budget(turn, max_turns, limits.time_budget_s, r.create_time_s)
                 response, decision = await self._model_turn(turn, limits)
             else:
                 decision = self._decide(turn, response)
@@ -169,29 +191,69 @@ class RunExecutor(TurnSteps):
                 )
             if decision.kind == DecisionKind.REFUSAL:
                 await self._save_turn(turn, response, decision, [], ())
+                handled = on_refusal(stopping_phase.handlers_of(r.agent).refusal)
+                if handled.kind == BudgetKind.FALLBACK:
+                    await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=handled.output)
+                    return
                 raise RunFailed(
                     turnmod.failure("refusal", "The model refused to answer.", debug=decision.reason)
                 )
-            if decision.kind == DecisionKind.FINAL:
-                turnmod.check_final_output(r.agent.output_json_schema, decision.final_output)
+            shape = self._shape(turn)
+            verdict = structured_phase.judge_turn(
+                self.agent,
+                shape,
+                decision,
+                recovery_used=bool(r.state.get(structured_phase.RECOVERY_USED)),
+                fallback=stopping_phase.handlers_of(r.agent).invalid_final_output.fallback_output,
+            )
+            if verdict is not None and verdict.kind == Kind.FINAL:
                 self._phase(cpb.RUN_PHASE_SYNTHESIZING)
-                if await self._save_turn(turn, response, decision, [], AT_FINAL):
+                if await self._save_turn(turn, response, decision, verdict.results, AT_FINAL):
                     continue  # queued input outranks the finish (004 §2.10)
                 await self._compact(AFTER_RUN, turn)
-                await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=decision.final_output)
+                await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=verdict.output)
                 return
+            if verdict is not None:
+                await self._rejected_output(turn, response, decision, verdict)
+                await self._compact(SAVE_POINT, turn)
+                continue
             results: list[cpb.ToolResult] = []
             batch: BatchResult | None = None
+            handoff, target = await self._plan_handoff(decision)
             if decision.calls:
                 finished = mine.get("tools_finished")
                 if finished is not None:
                     results = [cpb.ToolResult.FromString(base64.b64decode(x)) for x in finished["results"]]
                 else:
-                    batch = await self._tool_phase(turn, decision, limits, announced="tools_started" in mine)
+                    batch = await self._tool_phase(
+                        turn,
+                        decision,
+                        limits,
+                        announced="tools_started" in mine,
+                        preanswered={
+                            **structured_phase.preanswered(shape, decision),
+                            **(handoff.answered if handoff else {}),
+                        },
+                        handoff_calls=frozenset(handoff.answered if handoff else ()),
+                    )
                     if batch is None:
                         return  # suspended; ResumeRun continues the turn
                     results = batch.results
-            await self._save_turn(turn, response, decision, results, AT_SAVE_POINT)
+            switch = self._switch(handoff, target) if handoff is not None and target is not None else None
+            stop_with = None
+            if results and not (batch is not None and (batch.killed or batch.failure is not None)):
+                stop_with = stopping_phase.terminate_output(
+                    results, stopping_phase.terminating_tools(self.agent)
+                )
+            consume = AT_FINAL if stop_with is not None else AT_SAVE_POINT
+            extended = await self._save_turn(
+                turn, response, decision, results, consume, on_written=switch, stoppable=stop_with is None
+            )
+            if stop_with is not None and not extended:
+                # Every call of the batch asked to stop (004 §2.7b): its last output is final.
+                await self._compact(AFTER_RUN, turn)
+                await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=stop_with)
+                return
             if batch is not None and batch.killed == CANCELLED:
                 await self._finish(cpb.RUN_STATUS_CANCELED)
                 return
@@ -199,6 +261,9 @@ class RunExecutor(TurnSteps):
                 raise RunFailed(turnmod.failure("timeout", "The run used its time budget.", retryable=True))
             if batch is not None and batch.failure is not None:
                 raise batch.failure
+            if stopping_phase.STOPPED_OUTPUT in r.state:
+                await self._finish_stopped()
+                return
             if limits.max_error_turns >= 0 and r.consecutive_error_turns >= limits.max_error_turns:
                 raise RunFailed(
                     turnmod.failure(
@@ -207,3 +272,87 @@ class RunExecutor(TurnSteps):
                     )
                 )
             await self._compact(SAVE_POINT, turn)
+
+    async def _finish_stopped(self) -> None:
+        """Finish a run StopAfterTurn stopped at its last save point (004 §2.3c)."""
+        self.turn = self.r.turns
+        await self._compact(AFTER_RUN, self.r.turns)
+        await self._finish(
+            cpb.RUN_STATUS_COMPLETED, final_output=str(self.r.state[stopping_phase.STOPPED_OUTPUT])
+        )
+
+    async def _plan_handoff(
+        self, decision: Decision
+    ) -> tuple[handoff_phase.HandoffPlan | None, pb.AgentSpec | None]:
+        """Return the response's handoff and its target's fresh snapshot (004 §2.4), or Nones.
+
+        Raises:
+            RunFailed: the handoff's input was refused (`invalid_handoff_input`) or its
+                target cannot run (`handoff_failed`); nothing of the turn has run.
+        """
+        try:
+            handoff = handoff_phase.plan(self.agent, decision)
+            if handoff is None:
+                return None, None
+            target = await self._interruptible(
+                handoff_phase.resolve_target(
+                    self.deps.store.get_agent, self.deps.peers.catalog, self.r.tenant, handoff.target,
+                    self.r.agent.model,
+                )
+            )  # fmt: skip
+        except handoff_phase.HandoffFailed as failed:
+            raise RunFailed(failed.failure) from None
+        return handoff, target
+
+    def _switch(self, handoff: handoff_phase.HandoffPlan, target: pb.AgentSpec) -> Callable[[int], None]:
+        """Return the save-point hook that hands the run to `target` (state + handoff_requested)."""
+        source = self.agent.name
+
+        def switch(session_seq: int) -> None:
+            ignored = [c for c in handoff.answered if c != handoff.call.call_id]
+            self._publish(
+                handoff_requested=pb.HandoffRequested(
+                    call_id=handoff.call.call_id,
+                    from_agent=source,
+                    to_agent=target.name,
+                    to_agent_version=target.version,
+                    arguments=handoff.call.arguments or handoff.call.invalid_arguments,
+                    ignored_call_ids=ignored,
+                )
+            )
+            self._defer_state(
+                **handoff_phase.switched_state(target, handoff.call, handoff.target.input_filter, session_seq)
+            )
+
+        return switch
+
+    async def _rejected_output(
+        self, turn: int, response: cpb.ModelResponse, decision: Decision, verdict: Verdict
+    ) -> None:
+        """Save a turn whose final output did not match the schema (004 §2.3; decision 0006).
+
+        RECOVER: the next turn is tool-free and reads the problem (as the output call's
+        result, or as a runtime user message after a text answer); FAIL: the run fails
+        with kind `invalid_final_output`, details_json {"pointer", "error"}.
+
+        Raises:
+            RunFailed: FAIL.
+        """
+        r = self.r
+        if verdict.kind == Kind.FAIL:
+            await self._save_turn(turn, response, decision, verdict.results, ())
+            failed = turnmod.failure(
+                KIND_INVALID_FINAL_OUTPUT,
+                "The final answer did not match the output schema, also after one recovery turn.",
+                debug=verdict.failure_details.get("error", ""),
+            )
+            failed.details_json = json.dumps(verdict.failure_details)
+            raise RunFailed(failed)
+        extra = []
+        if not verdict.results:
+            extra = [runtime_user_entry(r.run_id, turn, r.agent.name, verdict.recovery_text, "recovery")]
+        self._defer_state(**{structured_phase.RECOVERY_USED: True, structured_phase.TOOL_FREE_TURN: turn + 1})
+        self._diagnose(
+            "final_output_rejected", "The final answer did not match the output schema; one recovery turn."
+        )
+        await self._save_turn(turn, response, decision, verdict.results, AT_SAVE_POINT, extra)

@@ -26,8 +26,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
-from agentrt.core.structured import FINAL_OUTPUT_TOOL, PROVIDERS_WITHOUT_TOOLS_AND_FORMAT
-from agentrt.runs import validation
+from agentrt.runs.spec import validation
 from agentrt.v1 import run_service_pb2 as pb
 
 #: Looks a registered agent up: (name, version; 0 = latest) -> the spec, or None.
@@ -58,19 +57,15 @@ def uses_contract(spec: pb.AgentSpec) -> bool:
 def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
     """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
 
-    Honored today, so not refused: AgentTool.sequential, `deferred` set to false, error
-    handlers whose action is FAIL (the behavior without a handler), output_strategy AUTO
-    or NATIVE (`refuse_unwired_snapshot` covers AUTO on a provider that would need the
-    final-output tool).
+    Honored today, so not refused: handoffs (runs/loop/handoff_phase.py),
+    AgentTool.sequential, `deferred`, error handlers (fail or fallback),
+    `final_turn_without_tools`, `terminates_run`, every output_strategy (the final-output tool,
+    runs/loop/structured_phase.py).
 
     Raises:
         MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET; metadata `field` names the first such
             field.
     """
-    if spec.handoffs:
-        raise _not_yet("handoffs", f"{field}.handoffs")
-    if spec.handoff_targets:
-        raise _not_yet("handoffs", f"{field}.handoff_targets")
     if spec.guardrails:
         raise _not_yet("guardrails", f"{field}.guardrails")
     for i, tool in enumerate(spec.tools):
@@ -79,42 +74,8 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
             raise _not_yet("agents as tools", f"{where}.agent_name")
         if tool.guardrails:
             raise _not_yet("guardrails", f"{where}.guardrails")
-        if tool.HasField("deferred") and tool.deferred:
-            raise _not_yet("deferred tools", f"{where}.deferred")
-        if tool.terminates_run:
-            raise _not_yet("tools that stop the run", f"{where}.terminates_run")
-    if spec.output_strategy == pb.OUTPUT_STRATEGY_TOOL:
-        raise _not_yet("final-output tool strategies", f"{field}.output_strategy")
-    if spec.final_turn_without_tools:
-        raise _not_yet("tool-free closing turns", f"{field}.final_turn_without_tools")
-    for name in ("max_turns", "refusal", "invalid_final_output"):
-        if getattr(spec.error_handlers, name).action == pb.ERROR_HANDLER_ACTION_FALLBACK:
-            raise _not_yet("error handler fallbacks", f"{field}.error_handlers.{name}")
     if spec.HasField("sandbox"):
         raise _not_yet("run sandboxes", f"{field}.sandbox")
-
-
-def refuse_unwired_snapshot(snap: pb.AgentSpec) -> None:
-    """Refuse a run whose snapshot would need the final-output tool strategy (not honored yet).
-
-    An output schema with tools on a provider that cannot combine the two (004 §2.3) gets
-    the final-output tool under AUTO; until the loop offers it, such a run would fail on
-    its first model call, so it is refused up front.
-
-    Raises:
-        MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET (field agent.output_json_schema).
-    """
-    if (
-        snap.output_json_schema
-        and snap.tools
-        and snap.model.provider in PROVIDERS_WITHOUT_TOOLS_AND_FORMAT
-        and snap.output_strategy in (pb.OUTPUT_STRATEGY_UNSPECIFIED, pb.OUTPUT_STRATEGY_AUTO)
-    ):
-        raise _not_yet(
-            f"structured output together with tools on provider {snap.model.provider!r} (the "
-            f"{FINAL_OUTPUT_TOOL!r} tool strategy)",
-            "agent.output_json_schema",
-        )
 
 
 def refuse_unwired_start(req: pb.StartRunRequest) -> None:
@@ -134,8 +95,7 @@ def refuse_unwired_resume(req: pb.ResumeRunRequest) -> None:
 
     Raises:
         MeshError: INVALID_ARGUMENT/INVALID_VALUE for `child_run_id` (set by the runtime,
-            never by a client), more than MAX_ADDED_TOOLS `added_tools` or a malformed name;
-            UNIMPLEMENTED/NOT_IMPLEMENTED_YET for `terminate` or `added_tools`.
+            never by a client), more than MAX_ADDED_TOOLS `added_tools` or a malformed name.
     """
     for i, result in enumerate(req.results):
         where = f"results[{i}]"
@@ -158,11 +118,6 @@ def refuse_unwired_resume(req: pb.ResumeRunRequest) -> None:
                     f"{where}.added_tools[{j}] must match [a-zA-Z0-9_-]{{1,64}}",
                     field=f"{where}.added_tools[{j}]",
                 )
-    for i, result in enumerate(req.results):
-        if result.terminate:
-            raise _not_yet("tool results that stop the run", f"results[{i}].terminate")
-        if result.added_tools:
-            raise _not_yet("deferred tools", f"results[{i}].added_tools")
 
 
 async def check_references(spec: pb.AgentSpec, lookup: AgentLookup, field: str) -> None:
@@ -200,7 +155,7 @@ async def check_start(req: pb.StartRunRequest, lookup: AgentLookup) -> None:
         MeshError: the spec's INVALID_ARGUMENT (see agents.validate_agent), UNKNOWN_AGENT,
             then UNIMPLEMENTED/NOT_IMPLEMENTED_YET for what is not honored.
     """
-    from agentrt.runs.agents import validate_agent  # agents imports this module's peers
+    from agentrt.runs.spec.agents import validate_agent  # agents imports this module's peers
 
     spec: pb.AgentSpec | None = None
     field = "agent"
@@ -211,7 +166,7 @@ async def check_start(req: pb.StartRunRequest, lookup: AgentLookup) -> None:
         spec = req.agent
     if spec is None:
         return  # the manager refuses the request itself
-    if uses_contract(spec):
+    if uses_contract(spec) or spec.handoffs or spec.handoff_targets:
         validate_agent(spec, require_name=bool(req.agent_name), field=field, refuse=False)
         await check_references(spec, lookup, field)
         refuse_unwired(spec, field)

@@ -5,6 +5,7 @@ Entry shapes (all kind "item", all with run_id and turn; see docs/services/runs.
 - per turn, in one AppendEntries call: the assistant message (the model's text and
   thinking blocks; display.extra_json carries {"decision", "reason"}), then one tool_call
   entry per executed call, then one tool_result entry per call in call order, then any
+  runtime's own user message (a recovery prompt, source RUNTIME), then any
   injected input consumed at this save point (user messages, source USER). The turn's
   usage rides on the last entry the model produced (004 §2.7f).
 
@@ -49,6 +50,19 @@ def injected_entry(run_id: str, turn: int, agent: str, text: str, injection_id: 
     item = spb.Item(message=msg, source=spb.ITEM_SOURCE_USER, agent=agent)
     entry = _entry(run_id, turn, item, f"turn:{turn}", injection_id=injection_id)
     entry.display.title = "injected input"
+    return entry
+
+
+def runtime_user_entry(run_id: str, turn: int, agent: str, text: str, title: str) -> spb.Entry:
+    """Return a user message the runtime itself writes at turn's save point (source RUNTIME).
+
+    Used for the recovery prompt after a rejected final output (004 §2.3): the next turn
+    reads it like any user message; the entry's title says what it is.
+    """
+    msg = cpb.Message(role=cpb.ROLE_USER, content=[cpb.ContentBlock(text=cpb.TextBlock(text=text))])
+    item = spb.Item(message=msg, source=spb.ITEM_SOURCE_RUNTIME, agent=agent)
+    entry = _entry(run_id, turn, item, f"turn:{turn}", runtime=title)
+    entry.display.title = title
     return entry
 
 

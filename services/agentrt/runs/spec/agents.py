@@ -7,8 +7,9 @@ that snapshot, so a re-registered agent or a changed catalog never changes a run
 
 Decisions where the contract is silent (see docs/services/runs.md):
 - an inline agent may leave `name` empty ("agent"); a registered one may not;
-- an agent with no tools gets the built-in workspace tools (exec_command, read_file,
-  write_file, list_files) that the tool service offers;
+- an agent is offered its `tools` only; `default_tools` adds the built-in workspace tools
+  (exec_command, read_file, write_file, list_files) that the tool service offers (a spec
+  with no tools has no tools, issue 11);
 - the turn contract (handoffs, agent tools, guardrails, output strategies, error handlers,
   sandboxes; issue 11) is validated in full (`runs.validation`), then what the loop does not
   honor yet is refused with UNIMPLEMENTED/NOT_IMPLEMENTED_YET (`runs.admission`);
@@ -30,7 +31,7 @@ from agentrt.core import agent_tools
 from agentrt.core.errors import MeshError, Reason, invalid
 from agentrt.core.policy import PatternError, validate_patterns
 from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
-from agentrt.runs import admission, validation
+from agentrt.runs.spec import admission, validation
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -180,7 +181,7 @@ def validate_agent(
     _validate_enums(spec, field)
     _validate_compaction(spec, field)
     validation.validate_contract(
-        spec, field, implicit_tools=() if spec.tools else DEFAULT_TOOLS, known_providers=KNOWN_PROVIDERS
+        spec, field, implicit_tools=implicit_tools(spec), known_providers=KNOWN_PROVIDERS
     )
     if refuse:
         admission.refuse_unwired(spec, field)
@@ -282,8 +283,8 @@ def _validate_model(spec: pb.AgentSpec, field: str) -> None:
                 f"{field}.settings.tool_choice.name is required when its mode is NAMED",
                 field=f"{field}.settings.tool_choice.name",
             )
-        # An agent with no tools gets the defaults; `snapshot` checks the name against those.
-        if spec.tools and choice.name not in {t.name for t in spec.tools}:
+        # With default_tools `snapshot` checks the name against the catalog's defaults too.
+        if not spec.default_tools and choice.name not in {t.name for t in spec.tools}:
             raise _unknown_choice(choice.name, field)
 
 
@@ -325,9 +326,7 @@ def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.T
             nor client-declared; INVALID_ARGUMENT/INVALID_VALUE for a NAMED tool choice
             that names none of the snapshot's tools; INVALID_ARGUMENT/UNSUPPORTED_CAPABILITY
             for output_strategy NATIVE where the resolved provider cannot combine it with
-            the tools (validation.validate_snapshot); UNIMPLEMENTED/NOT_IMPLEMENTED_YET for
-            structured output with tools on a provider that needs the final-output tool
-            (admission.refuse_unwired_snapshot).
+            the tools (validation.validate_snapshot).
     """
     snap = pb.AgentSpec()
     snap.CopyFrom(spec)
@@ -337,8 +336,7 @@ def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.T
         snap.model.provider = default.provider
         snap.model.model = snap.model.model or default.model
     snap.instructions = snap.instructions or DEFAULT_INSTRUCTIONS
-    if not snap.tools:
-        snap.tools.extend(pb.AgentTool(name=n) for n in DEFAULT_TOOLS if n in catalog)
+    snap.tools.extend(pb.AgentTool(name=n) for n in implicit_tools(snap) if n in catalog)
     for i, tool in enumerate(snap.tools):
         if tool.HasField("spec") and tool.spec.external:
             tool.spec.name = tool.name
@@ -358,8 +356,15 @@ def snapshot(spec: pb.AgentSpec, default_model: str, catalog: Mapping[str, cpb.T
     if choice.mode == cpb.TOOL_CHOICE_MODE_NAMED and choice.name not in {t.name for t in snap.tools}:
         raise _unknown_choice(choice.name, "agent")
     validation.validate_snapshot(snap)
-    admission.refuse_unwired_snapshot(snap)
     return snap
+
+
+def implicit_tools(spec: pb.AgentSpec) -> tuple[str, ...]:
+    """Return the default tools a spec asks for (`default_tools`) that it does not list itself."""
+    if not spec.default_tools:
+        return ()
+    listed = {t.name for t in spec.tools}
+    return tuple(n for n in DEFAULT_TOOLS if n not in listed)
 
 
 def agent_tool_spec(tool: pb.AgentTool) -> cpb.ToolSpec:

@@ -2,8 +2,9 @@
 
 `plan_calls` decides, per call and in call order, what happens to it:
 - the runtime answers it at once: an unknown tool ("Tool 'X' not found."), arguments that
-  were not a JSON object, a denied approval, a result the client submitted for its own
-  tool, or a call beyond the run's tool-call budget;
+  were not a JSON object or do not match the tool's whole schema (004 §2.7h: the problems
+  with their JSON pointers, `core.tool_args.problems_text`), a denied approval, a result
+  the client submitted for its own tool, or a call beyond the run's tool-call budget;
 - it waits: for an approval (catalog or agent policy, unless approved "always") or for
   the client's result (a client-declared tool);
 - it runs through the tool service.
@@ -19,23 +20,26 @@ A policy check that ran out of its time budget is not taken as proof either: the
 service's own check might finish, so such a call waits for approval too.
 Every exec_command request carries the agent's policy, so the tool service enforces it.
 
-A call answered by a reconciliation (an interrupted side effect, runs/reconcile.py) is
+A call answered by a reconciliation (an interrupted side effect, runs/loop/reconcile.py) is
 answered by it, or runs once more as a new attempt (RUN_AGAIN). `merge_answers` validates
-and accumulates a resume's answers. Execution is runs/batch.py.
+and accumulates a resume's answers. Execution is runs/loop/batch.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentrt.core.decide import Call
 from agentrt.core.errors import Reason, invalid
 from agentrt.core.policy import AGENT, check_exec_call, compile_policy
-from agentrt.runs import reconcile
-from agentrt.runs.agents import EXEC_COMMAND
+from agentrt.core.tool_args import ArgumentCheck, check_arguments, problems_text
 from agentrt.runs.convert import call_out
-from agentrt.runs.persistence import RUNTIME_DETAILS
+from agentrt.runs.domain import Answers, Resume
+from agentrt.runs.loop import reconcile
+from agentrt.runs.loop.persistence import RUNTIME_DETAILS
+from agentrt.runs.spec import schemas
+from agentrt.runs.spec.agents import EXEC_COMMAND
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -83,9 +87,10 @@ def plan_calls(
     calls: Sequence[Call],
     specs: Mapping[str, cpb.ToolSpec],
     always_approved: set[str],
-    answers: pb.ResumeRunRequest,
+    answers: Answers,
     budget_left: int | None,
     policies: Mapping[str, cpb.CommandPolicy] | None = None,
+    preanswered: Mapping[str, cpb.ToolResult] | None = None,
 ) -> list[Planned]:
     """Partition calls (see the module docstring); pure.
 
@@ -96,15 +101,19 @@ def plan_calls(
         answers: decisions and external results received so far.
         budget_left: calls the run may still execute; None = unlimited.
         policies: the agent's command policies by tool name (exec_command's).
+        preanswered: results the loop gives calls itself, by call id (runtime-only calls:
+            final_output made alongside other calls, handoffs); such a call never runs.
     """
-    decisions = {d.call_id: d for d in answers.decisions}
-    results = {r.call_id: r for r in answers.results}
-    reconciled = {r.call_id: r for r in answers.reconciliations}
+    decisions, results, reconciled = answers.decisions, answers.results, answers.reconciliations
     policies = policies or {}
     out = []
     for call in calls:
         spec = specs.get(call.name)
         plan = Planned(call, spec, policy=policies.get(call.name))
+        if preanswered and call.call_id in preanswered:
+            plan.result = preanswered[call.call_id]
+            out.append(plan)
+            continue
         if call.call_id in reconciled:
             # An interrupted side effect answered by a person: RUN_AGAIN runs it once more
             # (a new attempt; it was approved before, if it needed to be), the others
@@ -116,6 +125,9 @@ def plan_calls(
             plan.result = runtime_result(call, f"Tool '{call.name}' not found.", cpb.TOOL_RESULT_STATUS_ERROR)
         elif call.has_invalid_arguments:
             plan.result = runtime_result(call, INVALID_ARGS_TEXT, cpb.TOOL_RESULT_STATUS_ERROR)
+        elif (checked := _checked(call, spec)) is not None and not checked.ok:
+            text = problems_text(call.name, checked.problems)
+            plan.result = runtime_result(call, text, cpb.TOOL_RESULT_STATUS_ERROR)
         elif spec.external:
             given = results.get(call.call_id)
             if given is None:
@@ -140,6 +152,34 @@ def plan_calls(
                 plan.result = runtime_result(call, BUDGET_TEXT, cpb.TOOL_RESULT_STATUS_NOT_EXECUTED)
             budget_left -= 1
         out.append(plan)
+    return with_defaults(out)
+
+
+def _checked(call: Call, spec: cpb.ToolSpec) -> ArgumentCheck | None:
+    """Check a call's arguments against its tool's whole schema (004 §2.7h); None = no schema.
+
+    A call whose schema declares defaults it left out travels with them filled in
+    (`Planned.call` is replaced by the caller through `with_defaults`).
+    """
+    if not spec.parameters_json_schema:
+        return None
+    text = spec.parameters_json_schema
+    return check_arguments(call.arguments, schemas.decoded(text), schemas.validator(text))
+
+
+def with_defaults(planned: Sequence[Planned]) -> list[Planned]:
+    """Return the plan with schema defaults applied to the arguments of the calls that travel.
+
+    Only a call that runs or waits (approval, a client's result) is changed, and only when
+    a default was actually added (core.tool_args: the model's exact text otherwise).
+    """
+    out = []
+    for p in planned:
+        if p.result is None and p.spec is not None:
+            checked = _checked(p.call, p.spec)
+            if checked is not None and checked.defaults_applied:
+                p = replace(p, call=replace(p.call, arguments=checked.arguments))
+        out.append(p)
     return out
 
 
@@ -166,10 +206,10 @@ def pending_calls(planned: Sequence[Planned]) -> list[pb.PendingCall]:
 
 def merge_answers(
     pending: Sequence[pb.PendingCall],
-    previous: pb.ResumeRunRequest,
+    previous: Answers,
     always_approved: Sequence[str],
-    req: pb.ResumeRunRequest,
-) -> tuple[pb.ResumeRunRequest, set[str]]:
+    req: Resume,
+) -> tuple[Answers, set[str]]:
     """Validate a resume's answers against the pending calls; merge them with earlier ones.
 
     Returns:
@@ -181,17 +221,14 @@ def merge_answers(
     """
     kinds = {p.call.call_id: (p.kind, p.call.name) for p in pending}
     seen: set[str] = set()
-    merged = pb.ResumeRunRequest()
-    merged.CopyFrom(previous)
+    merged = previous.copy()
     always = set(always_approved)
     for i, d in enumerate(req.decisions):
         if kinds.get(d.call_id, (0,))[0] != pb.PENDING_CALL_KIND_APPROVAL or d.call_id in seen:
             raise invalid(Reason.INVALID_VALUE, f"call {d.call_id!r} is not waiting for an approval",
                           field=f"decisions[{i}].call_id")  # fmt: skip
         seen.add(d.call_id)
-        kept = [x for x in merged.decisions if x.call_id != d.call_id]
-        del merged.decisions[:]
-        merged.decisions.extend([*kept, d])
+        merged.decisions[d.call_id] = d
         if d.approved and d.always:
             always.add(kinds[d.call_id][1])
     for i, r in enumerate(req.results):
@@ -199,16 +236,12 @@ def merge_answers(
             raise invalid(Reason.INVALID_VALUE, f"call {r.call_id!r} is not waiting for an external result",
                           field=f"results[{i}].call_id")  # fmt: skip
         seen.add(r.call_id)
-        kept_r = [x for x in merged.results if x.call_id != r.call_id]
-        del merged.results[:]
-        merged.results.extend([*kept_r, r])
+        merged.results[r.call_id] = r
     for i, rec in enumerate(req.reconciliations):
         if kinds.get(rec.call_id, (0,))[0] != pb.PENDING_CALL_KIND_RECONCILIATION or rec.call_id in seen:
             raise invalid(Reason.INVALID_VALUE, f"call {rec.call_id!r} is not waiting for a reconciliation",
                           field=f"reconciliations[{i}].call_id")  # fmt: skip
         reconcile.validate(rec, i)
         seen.add(rec.call_id)
-        kept_c = [x for x in merged.reconciliations if x.call_id != rec.call_id]
-        del merged.reconciliations[:]
-        merged.reconciliations.extend([*kept_c, rec])
+        merged.reconciliations[rec.call_id] = rec
     return merged, always

@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from agentrt.core.errors import MeshError
-from agentrt.runs import turn as turnmod
-from agentrt.runs.agents import Limits
-from agentrt.runs.compaction import OVERFLOW, CompactionSkipped, Summarized, abandoned
 from agentrt.runs.convert import display_extra
-from agentrt.runs.loop_core import ExecutorCore
-from agentrt.runs.turn import ContextOverflow
+from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.loop.compaction import OVERFLOW, CompactionSkipped, Summarized, abandoned
+from agentrt.runs.loop.core import ExecutorCore
+from agentrt.runs.loop.turn import ContextOverflow
+from agentrt.runs.spec.agents import Limits
 from agentrt.v1 import session_service_pb2 as spb
 
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from agentrt.core import render
 from agentrt.core.decide import Call
 from agentrt.core.errors import Reason, invalid
+from agentrt.runs.domain import Answers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -64,7 +65,7 @@ def waiting(
     calls: Sequence[Call],
     results: Sequence[cpb.ToolResult],
     specs: Mapping[str, cpb.ToolSpec],
-    answers: pb.ResumeRunRequest,
+    answers: Answers,
 ) -> list[pb.PendingCall]:
     """Return the calls that wait for a reconciliation, in call order.
 
@@ -74,7 +75,7 @@ def waiting(
         specs: offered tool specs by name.
         answers: answers received so far (a call answered already does not wait again).
     """
-    answered = {r.call_id for r in answers.reconciliations}
+    answered = set(answers.reconciliations)
     out: list[pb.PendingCall] = []
     for call, result in zip(calls, results, strict=True):
         if (

@@ -5,7 +5,7 @@
   with the tool phase's first save, before any tool runs; its event is held until then);
   an overflow goes to `_recover_overflow`.
 - `_tool_phase`: plan the calls; a call that waits pauses the whole turn; otherwise run
-  them (runs/batch.py) while honouring a cancel, a shutdown and the time budget; a side
+  them (runs/loop/batch.py) while honouring a cancel, a shutdown and the time budget; a side
   effect the tool service's death interrupted suspends the run for a reconciliation.
 - `_save_turn`: the session batch where its request was built (docs/decisions/0003),
   with the injected input it consumes and the turn's diagnostics, then the save point.
@@ -16,19 +16,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
+from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
-from agentrt.runs import reconcile
-from agentrt.runs import turn as turnmod
-from agentrt.runs.agents import Limits, command_policies, offered_specs
-from agentrt.runs.batch import Abandoned, BatchResult, BatchStop, execute_calls
-from agentrt.runs.convert import call_out, kind_out, response_in
-from agentrt.runs.loop_core import Interrupted, b64
-from agentrt.runs.loop_housekeeping import Housekeeping
-from agentrt.runs.observe import record_generation, record_request
-from agentrt.runs.persistence import (
+from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
+from agentrt.runs.domain import Answers
+from agentrt.runs.loop import disclosure_phase, handoff_phase, reconcile, structured_phase
+from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
+from agentrt.runs.loop.core import Interrupted, b64
+from agentrt.runs.loop.housekeeping import Housekeeping
+from agentrt.runs.loop.persistence import (
     attach_diagnostics,
     injected_entry,
     input_entry,
@@ -36,10 +37,14 @@ from agentrt.runs.persistence import (
     turn_entries,
     write_batch,
 )
-from agentrt.runs.tools_phase import pending_calls, plan_calls
-from agentrt.runs.turn import ContextOverflow, RunFailed
+from agentrt.runs.loop.stopping_phase import STOPPED_OUTPUT
+from agentrt.runs.loop.tools_phase import pending_calls, plan_calls
+from agentrt.runs.loop.turn import ContextOverflow, RunFailed
+from agentrt.runs.observe import record_generation, record_request
+from agentrt.runs.spec.agents import Limits, command_policies, offered_specs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import session_service_pb2 as spb
 
 #: Why a killed tool batch ended, as its results say.
 CANCELLED, OUT_OF_TIME = "run cancelled", "the run's time budget ran out"
@@ -57,8 +62,13 @@ class TurnSteps(Housekeeping):
             return None
         return cpb.ModelResponse.FromString(base64.b64decode(payload["response"]))
 
+    @property
+    def agent(self) -> pb.AgentSpec:
+        """The snapshot whose turn it is: the entry agent, or the last handoff's target."""
+        return handoff_phase.current_agent(self.r.state, self.r.agent)
+
     def _decide(self, turn: int, response: cpb.ModelResponse) -> Decision:
-        single = self.r.agent.tool_call_mode == pb.TOOL_CALL_MODE_SINGLE
+        single = self.agent.tool_call_mode == pb.TOOL_CALL_MODE_SINGLE
         return decide(
             response_in(response), single_call=single, call_id=lambda i: mint_call_id(self.r.run_id, turn, i)
         )
@@ -93,7 +103,9 @@ class TurnSteps(Housekeeping):
         while True:
             context = await self._interruptible(self._read_context())
             self._request_at = (self._context.last_seq, self._context.leaf)
-            request = turnmod.build_request(r.agent, r.run_id, r.tenant, context)
+            request = turnmod.build_request(
+                self.agent, r.run_id, r.tenant, context, self._shape(turn), r.state
+            )
             ref = request.model
             try:
                 with telemetry.generation_span(provider=ref.provider, model=ref.model or "default") as gen:
@@ -151,8 +163,20 @@ class TurnSteps(Housekeeping):
             self.deps.crash("after_model_responded")
         return response, decision
 
+    def _shape(self, turn: int) -> structured_phase.TurnShape:
+        """Return what the turn offers (tools, output strategy; runs/loop/structured_phase.py)."""
+        tool_free = structured_phase.tool_free_turn(self.r.state, turn)
+        return structured_phase.shape_of(self.agent, tool_free=tool_free, state=self.r.state)
+
     async def _tool_phase(
-        self, turn: int, decision: Decision, limits: Limits, *, announced: bool = False
+        self,
+        turn: int,
+        decision: Decision,
+        limits: Limits,
+        *,
+        announced: bool = False,
+        preanswered: dict[str, cpb.ToolResult] | None = None,
+        handoff_calls: frozenset[str] = frozenset(),
     ) -> BatchResult | None:
         """Run the turn's calls, or suspend the run when one waits for an answer.
 
@@ -164,10 +188,12 @@ class TurnSteps(Housekeeping):
             The batch (every call's result, in call order), or None when the run suspended.
         """
         r = self.r
-        specs = {s.name: s for s in offered_specs(r.agent)}
+        specs = {s.name: s for s in disclosure_phase.visible(self.agent, r.state)}
         budget = limits.max_tool_calls - r.tool_calls if limits.max_tool_calls else None
-        policies = command_policies(r.agent)
-        planned = plan_calls(decision.calls, specs, set(r.always_approved), r.answers, budget, policies)
+        policies = command_policies(self.agent)
+        planned = plan_calls(
+            decision.calls, specs, set(r.always_approved), r.answers, budget, policies, preanswered
+        )
         waiting = pending_calls(planned)
         if waiting:
             await self._suspend(turn, waiting, pb.SUSPENSION_REASON_PENDING_CALLS)
@@ -175,7 +201,8 @@ class TurnSteps(Housekeeping):
         self._phase(cpb.RUN_PHASE_EXECUTING_TOOLS)
         if not announced:
             for p in planned:
-                self._publish(tool_called=pb.ToolCalled(call=call_out(p.call)))
+                flagged = p.call.call_id in handoff_calls  # no tool_returned follows (004 §2.4)
+                self._publish(tool_called=pb.ToolCalled(call=call_out(p.call), handoff=flagged))
         await self._save(
             "tools_started", {"turn": turn, "calls": [p.call.call_id for p in planned if p.runs]}
         )
@@ -188,7 +215,11 @@ class TurnSteps(Housekeeping):
                 run_id=r.run_id,
                 workspace=r.workspace,
                 concurrency=limits.concurrency,
-                on_result=lambda res: self._publish(tool_returned=pb.ToolReturned(result=res)),
+                on_result=lambda res: (
+                    None
+                    if res.call_id in handoff_calls
+                    else self._publish(tool_returned=pb.ToolReturned(result=res))
+                ),
                 on_queue_wait=self.deps.metrics.tool_queue_wait.observe,
                 on_progress=lambda call_id, stream, text: self._publish(
                     tool_progressed=pb.ToolProgressed(call_id=call_id, stream=stream, text=text)
@@ -247,21 +278,38 @@ class TurnSteps(Housekeeping):
         decision: Decision,
         results: list[cpb.ToolResult],
         consume: tuple[str, ...],
+        extra: list[spb.Entry] | None = None,
+        on_written: Callable[[int], None] | None = None,
+        stoppable: bool = False,
     ) -> bool:
         """Write the turn's batch and reach the save point (004 §2.3a).
+
+        `extra` entries (the runtime's own messages, e.g. a recovery prompt) follow the
+        turn's entries and come before the injected input it consumes. `on_written` is
+        called with the batch's last session seq once it is written, before the save
+        point, so what it defers is recorded with the save point (a handoff's switch).
+        `stoppable`: the turn would take another turn, so a queued StopAfterTurn is
+        honored here: the stop leaves the queue, `stop_requested` is published and the
+        stopped run's output (the turn's last message, else its last tool output) is
+        kept in the run state (`stopping_phase.STOPPED_OUTPUT`), in the same save.
 
         Returns True when injected input that extends a finishing run was consumed.
         """
         r = self.r
-        queued = [i for i in await self.deps.store.pending_input(r.run_id) if i.get("kind") in consume]
-        entries = turn_entries(r.run_id, turn, r.agent.name, response, decision, results)
-        entries += [injected_entry(r.run_id, turn, r.agent.name, i["text"], i["id"]) for i in queued]
+        inbox = await self.deps.store.pending_input(r.run_id)
+        queued = [i for i in inbox if i.get("kind") in consume]
+        stops = [i for i in inbox if i.get("kind") == STOP_KIND] if stoppable else []
+        entries = turn_entries(r.run_id, turn, self.agent.name, response, decision, results)
+        entries += extra or []
+        entries += [injected_entry(r.run_id, turn, self.agent.name, i["text"], i["id"]) for i in queued]
         attach_diagnostics(entries, self._unbatched)
         seq, leaf = self._request_at
         written = await write_batch(
             self.deps.peers, r.tenant, r.session_id, entries, seq, request_leaf=leaf or None
         )
         self.deps.crash("after_session_write")
+        if on_written is not None:
+            on_written(written.last_seq)
         self._unbatched = []
         self._wrote(written.stored)
         if written.branched:
@@ -278,16 +326,26 @@ class TurnSteps(Housekeeping):
             failed = [x.is_error and x.status != cpb.TOOL_RESULT_STATUS_DENIED for x in results]
             errors = errors + 1 if all(failed) else 0
         self._bytes_since += sum(len(x.content.encode()) for x in results)
+        if any(x.added_tools for x in results):
+            record, disclosed = disclosure_phase.disclose(self.agent, r.state, results)
+            for event in disclosed:
+                self._publish(tools_disclosed=event)
+            if disclosed:
+                self._defer_state(**{disclosure_phase.DISCLOSURE: record})
         consumed = written.injected  # what the session holds, not what this attempt meant to write
+        if stops:
+            self._publish(stop_requested=pb.StopRequested(reason=str(stops[0].get("text", ""))))
+            outputs = [x.content for x in results]
+            self._defer_state(**{STOPPED_OUTPUT: stop_output(text_of(response.content), outputs)})
         await self._save(
             "turn_persisted",
             {"turn": turn, "session_seq": written.last_seq, "entries": written.count, "injected": consumed},
             turns=turn,
             session_last_seq=written.last_seq,
             consecutive_error_turns=errors,
-            answers=pb.ResumeRunRequest(),
+            answers=Answers(),
             pending=[],
-            _drop_inputs=consumed,
+            _drop_inputs=[*consumed, *(str(i["id"]) for i in stops)],
         )
         return (
             any(i.get("kind") in ("steer", "follow_up") and i["id"] in consumed for i in queued)

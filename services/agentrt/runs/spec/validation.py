@@ -31,7 +31,7 @@ from agentrt.core.guardrails import PatternRule, check_pattern_rule
 from agentrt.core.policy import PatternError
 from agentrt.core.structured import FINAL_OUTPUT_TOOL, Requested, native_conflict
 from agentrt.core.tool_args import Validate
-from agentrt.runs import schemas
+from agentrt.runs.spec import schemas
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 
@@ -71,7 +71,7 @@ def validate_contract(
     Args:
         spec: the spec.
         field: its path in the request ("agent", "agent_name").
-        implicit_tools: tools the snapshot adds when the spec lists none (their names are taken).
+        implicit_tools: default tools the snapshot adds (`default_tools`; their names are taken).
         known_providers: model providers the gateway routes.
 
     Raises:
@@ -79,7 +79,7 @@ def validate_contract(
             INVALID_VALUE, MISSING_FIELD or UNSUPPORTED_CAPABILITY; metadata `field`.
     """
     _schemas(spec, field)
-    taken = [t.name for t in spec.tools] or list(implicit_tools)
+    taken = [t.name for t in spec.tools] + list(implicit_tools)
     for i, tool in enumerate(spec.tools):
         _agent_tool(tool, f"{field}.tools[{i}]", known_providers)
     handoff_names = _handoffs(spec, field, taken)
