@@ -35,6 +35,7 @@ from agentrt.runs.loop.executor import Deps, RunExecutor
 from agentrt.runs.loop.tools_phase import merge_answers
 from agentrt.runs.observe import store_gauges
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
+from agentrt.runs.spec.start import DIGEST_STATE, check_labels, check_replay, request_digest
 from agentrt.runs.store import RunRecord, RunStore, SessionBusy, StoredEvent
 from agentrt.runs.stream import follow
 from agentrt.v1 import common_pb2 as cpb
@@ -235,9 +236,12 @@ class RunManager:
             raise invalid(Reason.INVALID_VALUE, "workspace must be an absolute path", field="workspace")
         if len(req.idempotency_key) > 256:
             raise invalid(Reason.INVALID_VALUE, "idempotency_key is longer than 256 characters")
+        check_labels(dict(req.labels))
+        digest = request_digest(req) if req.idempotency_key else ""
         if req.idempotency_key:
             existing = await self.store.find_idempotent(tenant, req.idempotency_key)
             if existing is not None:
+                check_replay(req, str(existing.state.get(DIGEST_STATE, "")))
                 return existing
         snap = snapshot(spec, self.default_model, await self.deps.peers.catalog(tenant))
         session_id, last_seq = await self._session_for(tenant, req.session_id)
@@ -249,6 +253,7 @@ class RunManager:
             labels=dict(req.labels), idempotency_key=req.idempotency_key or None, session_last_seq=last_seq,
             lease_owner=self.deps.owner, lease_expires_s=now + self.deps.lease_seconds, fencing_token=1,
             create_time_s=now, update_time_s=now, deadline_s=now + budget if budget else 0.0,
+            state={DIGEST_STATE: digest} if digest else {},
         )  # fmt: skip
         started = pb.RunEvent(
             run_id=record.run_id,
@@ -267,8 +272,9 @@ class RunManager:
             raise precondition(
                 Reason.SESSION_BUSY, f"session {session_id!r} already has an unfinished run {busy}"
             ) from None
-        if not stored:
-            return stored_record  # the idempotency key was taken meanwhile
+        if not stored:  # the idempotency key was taken meanwhile
+            check_replay(req, str(stored_record.state.get(DIGEST_STATE, "")))
+            return stored_record
         self.deps.hub.deliver(stored)
         self.deps.metrics.runs_started.inc()
         self._spawn(record, 1, stored[-1].seq, stored[-1].session_seq)

@@ -39,8 +39,9 @@ class RunServicer(pb_grpc.RunServiceServicer):
     ) -> pb.RegisterAgentResponse:
         """Store a new version of an agent spec.
 
-        Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_AGENT, INVALID_JSON, INVALID_VALUE);
-        UNIMPLEMENTED/NOT_IMPLEMENTED_YET for handoffs.
+        Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_AGENT, INVALID_JSON, INVALID_SCHEMA,
+        INVALID_VALUE, UNKNOWN_AGENT); UNIMPLEMENTED/NOT_IMPLEMENTED_YET for a contract field
+        the loop does not honor yet (agents as tools, guardrails, run sandboxes).
         """
         if not request.HasField("agent"):
             raise missing("agent")
@@ -60,7 +61,8 @@ class RunServicer(pb_grpc.RunServiceServicer):
         """Record a run and start it; return once it is recorded.
 
         Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_AGENT, INVALID_JSON, INVALID_VALUE,
-        INVALID_ID, UNKNOWN_TOOL), NOT_FOUND (AGENT_NOT_FOUND, SESSION_NOT_FOUND),
+        INVALID_ID, UNKNOWN_TOOL, IDEMPOTENCY_KEY_REUSED; REQUEST_TOO_LARGE for the input or the
+        labels, runs/spec/start.py), NOT_FOUND (AGENT_NOT_FOUND, SESSION_NOT_FOUND),
         FAILED_PRECONDITION/SESSION_BUSY, UNAVAILABLE when a peer is down; for the turn
         contract (admission.check_start) INVALID_ARGUMENT/UNKNOWN_AGENT and
         UNIMPLEMENTED/NOT_IMPLEMENTED_YET.
@@ -109,8 +111,8 @@ class RunServicer(pb_grpc.RunServiceServicer):
         """Answer a suspended run's calls; continue it once all are answered.
 
         Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_VALUE), NOT_FOUND/RUN_NOT_FOUND,
-        FAILED_PRECONDITION (RUN_NOT_SUSPENDED, RUN_FINISHED); UNIMPLEMENTED/
-        NOT_IMPLEMENTED_YET for a result's `terminate` or `added_tools` (admission).
+        FAILED_PRECONDITION (RUN_NOT_SUSPENDED, RUN_FINISHED); INVALID_VALUE for a result's
+        runtime-only `child_run_id` or malformed `added_tools` (admission).
         """
         admission.refuse_unwired_resume(request)
         resume = Resume.of(request)

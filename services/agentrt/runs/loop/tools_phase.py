@@ -221,10 +221,17 @@ def merge_answers(
     """
     kinds = {p.call.call_id: (p.kind, p.call.name) for p in pending}
     seen: set[str] = set()
+
+    def twice(call_id: str, field: str) -> None:
+        if call_id in seen:
+            raise invalid(Reason.INVALID_VALUE, f"call {call_id!r} is answered more than once in this "
+                          "request; send one answer per call", field=field)  # fmt: skip
+
     merged = previous.copy()
     always = set(always_approved)
     for i, d in enumerate(req.decisions):
-        if kinds.get(d.call_id, (0,))[0] != pb.PENDING_CALL_KIND_APPROVAL or d.call_id in seen:
+        twice(d.call_id, f"decisions[{i}].call_id")
+        if kinds.get(d.call_id, (0,))[0] != pb.PENDING_CALL_KIND_APPROVAL:
             raise invalid(Reason.INVALID_VALUE, f"call {d.call_id!r} is not waiting for an approval",
                           field=f"decisions[{i}].call_id")  # fmt: skip
         seen.add(d.call_id)
@@ -232,13 +239,15 @@ def merge_answers(
         if d.approved and d.always:
             always.add(kinds[d.call_id][1])
     for i, r in enumerate(req.results):
-        if kinds.get(r.call_id, (0,))[0] != pb.PENDING_CALL_KIND_EXTERNAL_RESULT or r.call_id in seen:
+        twice(r.call_id, f"results[{i}].call_id")
+        if kinds.get(r.call_id, (0,))[0] != pb.PENDING_CALL_KIND_EXTERNAL_RESULT:
             raise invalid(Reason.INVALID_VALUE, f"call {r.call_id!r} is not waiting for an external result",
                           field=f"results[{i}].call_id")  # fmt: skip
         seen.add(r.call_id)
         merged.results[r.call_id] = r
     for i, rec in enumerate(req.reconciliations):
-        if kinds.get(rec.call_id, (0,))[0] != pb.PENDING_CALL_KIND_RECONCILIATION or rec.call_id in seen:
+        twice(rec.call_id, f"reconciliations[{i}].call_id")
+        if kinds.get(rec.call_id, (0,))[0] != pb.PENDING_CALL_KIND_RECONCILIATION:
             raise invalid(Reason.INVALID_VALUE, f"call {rec.call_id!r} is not waiting for a reconciliation",
                           field=f"reconciliations[{i}].call_id")  # fmt: skip
         reconcile.validate(rec, i)
