@@ -84,3 +84,20 @@ async def test_run_shows_a_tasks_spawn_and_its_result_card_live(tm, capsys, monk
     assert "⇢ task finder spawned" in out
     card = out[out.index("task finder: completed") :]
     assert "the child found 42" in card and "attempt 1/3" in card
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="at 80 columns (a terminal's default, and what a pipe gets) the task table squeezes "
+    "the kind / label and summary columns to nothing: the label is not printed at all",
+)
+async def test_the_list_keeps_the_label_on_an_80_column_terminal(tm, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    parent = await tm.parent()
+    tm.mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "sleep 30"}')])])
+    live = await tm.spawn(parent, label="long job", kind="research")
+    await tm.mesh.events(live.run_id, until="tool_called")
+    code, out, _ = await _agentrt(capsys, "tasks", "--session", parent, "--tasks-addr", tm.address)
+    assert code == 0 and live.task_id in out and "working" in out
+    assert "long job" in out, out
+    code, _, _ = await _agentrt(capsys, "tasks", "stop", live.task_id, "--tasks-addr", tm.address)
