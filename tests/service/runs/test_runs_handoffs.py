@@ -133,3 +133,26 @@ async def test_a_handoff_input_that_is_not_an_object_fails_the_run(mesh):
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="triage", input="hi"))
     run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_FAILED, cpb.RUN_STATUS_COMPLETED)
     assert run.status == cpb.RUN_STATUS_FAILED and run.failure.kind == "invalid_handoff_input"
+
+
+async def test_a_handoff_is_a_span_under_its_turn(start_server, tmp_path, emulator):
+    from tests.service.runs.harness import start_mesh
+    from tests.tracing import recorded
+
+    with recorded() as rec:
+        mesh = await start_mesh(start_server, tmp_path, emulator)
+        await register_pair(mesh, "openai")
+        mesh.emu.script([Reply(tool_calls=[ToolCallReply("transfer_to_billing", "{}")]), Reply(text="paid")])
+        started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="triage", input="my invoice?"))
+        run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED)
+        assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+        span = rec.named("handoff billing")
+        attrs = dict(span.attributes or {})
+        assert (attrs["agentrt.handoff.from_agent"], attrs["agentrt.handoff.to_agent"]) == (
+            "triage",
+            "billing",
+        )
+        assert attrs["agentrt.run.id"] == started.run_id and attrs["gen_ai.tool.call.id"]
+        assert attrs["agentrt.handoff.to_agent_version"] == 1
+        parent = next(s for s in rec.spans if span.parent and s.context.span_id == span.parent.span_id)
+        assert parent.name == "turn 1"

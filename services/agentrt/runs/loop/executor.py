@@ -294,12 +294,20 @@ class RunExecutor(TurnSteps):
             handoff = handoff_phase.plan(self.agent, decision)
             if handoff is None:
                 return None, None
-            target = await self._interruptible(
-                handoff_phase.resolve_target(
-                    self.deps.store.get_agent, self.deps.peers.catalog, self.r.tenant, handoff.target,
-                    self.r.agent.model,
-                )
-            )  # fmt: skip
+            with telemetry.handoff_span(
+                self.agent.name, handoff.target.agent_name, call_id=handoff.call.call_id
+            ) as span:
+                try:
+                    target = await self._interruptible(
+                        handoff_phase.resolve_target(
+                            self.deps.store.get_agent, self.deps.peers.catalog, self.r.tenant,
+                            handoff.target, self.r.agent.model,
+                        )
+                    )  # fmt: skip
+                except handoff_phase.HandoffFailed as failed:
+                    span.fail(failed.failure.kind or "handoff_failed", failed.failure.message)
+                    raise
+                span.set("agentrt.handoff.to_agent_version", target.version)
         except handoff_phase.HandoffFailed as failed:
             raise RunFailed(failed.failure) from None
         return handoff, target
