@@ -109,6 +109,10 @@ async def _command(args: argparse.Namespace, address: str, console: Console, err
         await client.close()
 
 
+#: Below this terminal width the list prints a block per task instead of a table.
+WIDE_COLUMNS = 120
+
+
 def _when(task: pb.Task) -> str:
     stamp = task.update_time.ToDatetime(tzinfo=datetime.UTC).astimezone()
     return stamp.strftime("%Y-%m-%d %H:%M:%S")
@@ -130,6 +134,19 @@ async def _list(client: MeshClient, session: str, console: Console) -> int:
             break
     if not tasks:
         console.print("no tasks" + (f" in session {escape(session)}" if session else ""))
+        return 0
+    if console.width < WIDE_COLUMNS:  # a table would squeeze label and summary to nothing
+        for task in tasks:
+            what = " / ".join(x for x in (task.kind, task.label) if x)
+            console.print(
+                f"[bold]{task.task_id}[/]  {_styled(task)}  attempt {task.attempt}/{task.max_attempts}"
+                f"  {_when(task)}",
+                highlight=False,
+            )
+            if what:
+                console.print(f"  {escape(what)}", highlight=False)
+            if task.summary:
+                console.print(f"  {escape(task.summary)}", highlight=False)
         return 0
     table = Table(show_edge=False, pad_edge=False)
     for name in ("task", "status", "attempt", "kind / label", "summary", "changed"):

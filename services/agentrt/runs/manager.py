@@ -35,7 +35,13 @@ from agentrt.runs.loop.executor import Deps, RunExecutor
 from agentrt.runs.loop.tools_phase import merge_answers
 from agentrt.runs.observe import store_gauges
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
-from agentrt.runs.spec.start import DIGEST_STATE, check_labels, check_replay, request_digest
+from agentrt.runs.spec.start import (
+    DIGEST_STATE,
+    check_idempotency_key,
+    check_labels,
+    check_replay,
+    request_digest,
+)
 from agentrt.runs.store import RunRecord, RunStore, SessionBusy, StoredEvent
 from agentrt.runs.stream import follow
 from agentrt.v1 import common_pb2 as cpb
@@ -234,8 +240,7 @@ class RunManager:
         check_text_bytes(req.input, "input")
         if req.workspace and not req.workspace.startswith("/"):
             raise invalid(Reason.INVALID_VALUE, "workspace must be an absolute path", field="workspace")
-        if len(req.idempotency_key) > 256:
-            raise invalid(Reason.INVALID_VALUE, "idempotency_key is longer than 256 characters")
+        check_idempotency_key(req.idempotency_key)
         check_labels(dict(req.labels))
         digest = request_digest(req) if req.idempotency_key else ""
         if req.idempotency_key:

@@ -134,6 +134,10 @@ def encode(name: str, value: Any) -> tuple[str, Any]:
         return name, value.SerializeToString()
     if name in ("always_approved", "pending_input", "labels", "state"):
         return f"{name}_json", json.dumps(value)
+    if isinstance(value, str) and "\x00" in value:
+        # PostgreSQL text cannot hold U+0000: a model answer or input holding one is stored
+        # with U+FFFD in its place, on every backend alike (JSON columns escape it instead).
+        return name, value.replace("\x00", "\ufffd")
     return name, value
 
 

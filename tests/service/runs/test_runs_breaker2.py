@@ -1,6 +1,6 @@
 """Defects found by a second breaker attacking a live mesh (bad input: a clear status, nothing changed).
 
-Each is marked xfail(strict=True) until its fix lands.
+Each failed before its fix.
 """
 
 from __future__ import annotations
@@ -15,11 +15,6 @@ from tests.emulators.providers import Reply
 from tests.service.runs.harness import agent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StartRun takes an idempotency_key with control characters (labels refuse them); on "
-    "PostgreSQL a NUL in it is INTERNAL 'internal error' from the store, not INVALID_ARGUMENT",
-)
 async def test_an_idempotency_key_with_control_characters_is_refused(store_mesh):
     mesh = store_mesh
     mesh.emu.script([Reply(text="a"), Reply(text="b")])
@@ -47,11 +42,6 @@ NUL_TEXT = "before\x00after"
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="a model answer holding a NUL character fails the run on PostgreSQL (failure kind "
-    "'internal', DBAPIError invalid byte sequence for encoding UTF8: 0x00); on SQLite it completes",
-)
 async def test_a_model_answer_with_a_nul_character_completes_on_postgres(pg_mesh):
     mesh = pg_mesh
     mesh.emu.script([Reply(text=NUL_TEXT)])
@@ -62,11 +52,6 @@ async def test_a_model_answer_with_a_nul_character_completes_on_postgres(pg_mesh
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="StartRun with a NUL character in its input is INTERNAL 'internal error' on PostgreSQL "
-    "(the store refuses the text); it must be refused as INVALID_ARGUMENT or run as on SQLite",
-)
 async def test_a_start_input_with_a_nul_character_is_not_an_internal_error_on_postgres(pg_mesh):
     mesh = pg_mesh
     mesh.emu.script([Reply(text="ok")])
@@ -81,11 +66,6 @@ async def test_a_start_input_with_a_nul_character_is_not_an_internal_error_on_po
         assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a StopAfterTurn honored at a handoff leaves Run.current_agent_name on the target, "
-    "though 004 §2.3c says stopping at a handoff means control never leaves the agent",
-)
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 async def test_stopping_at_a_handoff_keeps_control_with_the_agent(mesh, provider):
     import asyncio

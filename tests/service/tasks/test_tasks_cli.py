@@ -86,11 +86,6 @@ async def test_run_shows_a_tasks_spawn_and_its_result_card_live(tm, capsys, monk
     assert "the child found 42" in card and "attempt 1/3" in card
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="at 80 columns (a terminal's default, and what a pipe gets) the task table squeezes "
-    "the kind / label and summary columns to nothing: the label is not printed at all",
-)
 async def test_the_list_keeps_the_label_on_an_80_column_terminal(tm, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     parent = await tm.parent()

@@ -287,7 +287,8 @@ class TurnSteps(Housekeeping):
         `extra` entries (the runtime's own messages, e.g. a recovery prompt) follow the
         turn's entries and come before the injected input it consumes. `on_written` is
         called with the batch's last session seq once it is written, before the save
-        point, so what it defers is recorded with the save point (a handoff's switch).
+        point, so what it defers is recorded with the save point (a handoff's switch); not
+        when a StopAfterTurn is honored here, since stopping at a handoff keeps control.
         `stoppable`: the turn would take another turn, so a queued StopAfterTurn is
         honored here: the stop leaves the queue, `stop_requested` is published and the
         stopped run's output (the turn's last message, else its last tool output) is
@@ -308,7 +309,7 @@ class TurnSteps(Housekeeping):
             self.deps.peers, r.tenant, r.session_id, entries, seq, request_leaf=leaf or None
         )
         self.deps.crash("after_session_write")
-        if on_written is not None:
+        if on_written is not None and not stops:  # stopping at a handoff: control stays (004 §2.3c)
             on_written(written.last_seq)
         self._unbatched = []
         self._wrote(written.stored)

@@ -65,6 +65,24 @@ def check_labels(labels: dict[str, str]) -> None:
             )
 
 
+def check_idempotency_key(key: str) -> None:
+    """Refuse an idempotency key of more than 256 characters or with a control character.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/INVALID_VALUE (field `idempotency_key`).
+    """
+    if len(key) > 256:
+        raise invalid(
+            Reason.INVALID_VALUE, "idempotency_key is longer than 256 characters", field="idempotency_key"
+        )
+    if _control(key, allow_tab=False):
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"idempotency_key {quote(key)} holds a control character",
+            field="idempotency_key",
+        )
+
+
 def request_digest(req: pb.StartRunRequest) -> str:
     """Return the hex SHA-256 of the request without its idempotency key (deterministic bytes)."""
     copy = pb.StartRunRequest()
