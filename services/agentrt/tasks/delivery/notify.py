@@ -21,13 +21,13 @@ any other failure gives the claim back to be tried again later.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 
 from agentrt.core.errors import MeshError, Status
 from agentrt.core.tasknote import TaskLine, format_notification
+from agentrt.tasks.background import run_passes, stop_passes
 from agentrt.tasks.domain import Task, TaskStatus
 from agentrt.tasks.lifecycle.launch import Deps
 from agentrt.tasks.lifecycle.tree import Trees
@@ -163,21 +163,11 @@ class Deliverer:
 
     def start(self) -> None:
         """Deliver in the background, every poll interval."""
-
-        async def loop() -> None:
-            while True:
-                try:
-                    await self.pass_once()
-                except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
-                    log.exception("delivery pass failed")
-                await self.deps.hub.wait(self.deps.config.poll_seconds)
-                await asyncio.sleep(0)
-
-        self._loop = asyncio.create_task(loop(), name="agentrt-tasks-delivery")
+        poll = self.deps.config.poll_seconds
+        self._loop = run_passes(
+            "agentrt-tasks-delivery", "delivery pass", self.pass_once, lambda: self.deps.hub.wait(poll)
+        )
 
     async def stop(self) -> None:
         """Stop delivering (claims expire; another replica or a restart delivers)."""
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await stop_passes(self._loop)

@@ -27,11 +27,11 @@ InjectInput and recording it may queue a second wake line on a later pass.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 from agentrt.core.errors import MeshError, Reason
+from agentrt.tasks.background import run_passes, stop_passes
 from agentrt.tasks.callers import Callers
 from agentrt.tasks.domain import Task
 from agentrt.tasks.lifecycle.launch import Deps
@@ -139,21 +139,11 @@ class Waker:
 
     def start(self) -> None:
         """Wake in the background, every poll interval."""
-
-        async def loop() -> None:
-            while True:
-                try:
-                    await self.pass_once()
-                except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
-                    log.exception("wake pass failed")
-                await self.deps.hub.wait(self.deps.config.poll_seconds)
-                await asyncio.sleep(0)
-
-        self._loop = asyncio.create_task(loop(), name="agentrt-tasks-wake")
+        poll = self.deps.config.poll_seconds
+        self._loop = run_passes(
+            "agentrt-tasks-wake", "wake pass", self.pass_once, lambda: self.deps.hub.wait(poll)
+        )
 
     async def stop(self) -> None:
         """Stop waking (claims expire; another replica or a restart wakes)."""
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await stop_passes(self._loop)

@@ -25,6 +25,7 @@ import logging
 import time
 
 from agentrt.core.errors import MeshError
+from agentrt.tasks.background import run_passes, stop_passes
 from agentrt.tasks.lifecycle.attempts import Attempts
 from agentrt.tasks.lifecycle.launch import Deps, spawn_background
 from agentrt.tasks.peers import is_gone
@@ -95,21 +96,11 @@ class Trees:
 
     def start(self) -> None:
         """Check parents in the background, a few times per check period."""
-
-        async def loop() -> None:
-            period = max(self.deps.config.parent_check_seconds / 4, 0.05)
-            while True:
-                try:
-                    await self.pass_once()
-                except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
-                    log.exception("parent check failed")
-                await asyncio.sleep(period)
-
-        self._loop = asyncio.create_task(loop(), name="agentrt-tasks-parents")
+        period = max(self.deps.config.parent_check_seconds / 4, 0.05)
+        self._loop = run_passes(
+            "agentrt-tasks-parents", "parent check", self.pass_once, lambda: asyncio.sleep(period)
+        )
 
     async def stop(self) -> None:
         """Stop the background checks."""
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await stop_passes(self._loop)
