@@ -228,7 +228,6 @@ BAD = [
 UNWIRED = [
     ({"guardrails": [pattern()]}, "guardrails"),
     ({"tools": [T(name="read_file", guardrails=[pattern(stages=(TOOL_IN,))])]}, "tools[0].guardrails"),
-    ({"tools": [T(name="ask", agent_name="b")]}, "tools[0].agent_name"),
     ({"sandbox": pb.RunSandbox(backend=tpb.SANDBOX_BACKEND_DOCKER, image="agentrt-sandbox:1")}, "sandbox"),
 ]
 

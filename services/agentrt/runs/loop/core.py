@@ -86,7 +86,9 @@ class Deps:
     """What every executor shares: storage, peers, the event hub and run-level settings.
 
     `crash` is called at each of CRASH_POINTS (a no-op unless a crash test asked for it);
-    `metrics` are the replica's run series (its server's registry; a private one by default).
+    `metrics` are the replica's run series (its server's registry; a private one by default);
+    `children` is the manager's side of agent tools (runs/loop/child_phase.ChildHost: spawn a
+    child run here, cancel one), set by the RunManager.
     """
 
     store: RunStore
@@ -96,6 +98,7 @@ class Deps:
     lease_seconds: float
     crash: Callable[[str], None] = _no_crash
     metrics: RunMetrics = field(default_factory=RunMetrics)
+    children: Any = None
 
 
 def b64(msg: Any) -> str:

@@ -24,7 +24,7 @@ from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
 from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
 from agentrt.runs.domain import Answers
-from agentrt.runs.loop import disclosure_phase, handoff_phase, reconcile, structured_phase
+from agentrt.runs.loop import child_phase, disclosure_phase, handoff_phase, reconcile, structured_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
 from agentrt.runs.loop.core import Interrupted, b64
@@ -207,6 +207,7 @@ class TurnSteps(Housekeeping):
             "tools_started", {"turn": turn, "calls": [p.call.call_id for p in planned if p.runs]}
         )
         self.deps.crash("after_model_responded")
+        children = await child_phase.start(self, planned)  # agent tools: child runs (004 §2.8)
         batch = await self._watch(
             execute_calls(
                 planned,
@@ -226,12 +227,17 @@ class TurnSteps(Housekeeping):
                 ),
                 stop=(stop := BatchStop()),
                 attempts={p.call.call_id: r.attempt_of(p.call.call_id) for p in planned},
+                children=children,
             ),
             stop,
         )
         calls = [p.call for p in planned]
         if not batch.killed:
             pending = reconcile.waiting(calls, batch.results, specs, r.answers)
+            if children is not None and children.suspended:  # the parent waits too (004 §2.2 step 6)
+                kept = [p for p in pending if not children.withholds(p.call.call_id)]
+                await child_phase.suspend(self, turn, children, kept)
+                return None
             if pending:
                 await self._suspend(turn, pending, pb.SUSPENSION_REASON_RECONCILIATION)
                 return None
@@ -242,10 +248,14 @@ class TurnSteps(Housekeeping):
                 self._diagnose(
                     "tool_timeout", f"{call.name} timed out; the model was told.", call_id=call.call_id
                 )
+        usage, nested = child_phase.fold(r.usage, r.state, batch.results)  # 004 §2.7f nested usage
+        if nested:
+            self._defer_state(**nested)
         self._defer(
             "tools_finished",
             {"turn": turn, "results": [b64(x) for x in batch.results]},
             tool_calls=r.tool_calls + sum(1 for p in planned if p.runs),
+            usage=usage,
         )
         return batch
 

@@ -57,7 +57,8 @@ def uses_contract(spec: pb.AgentSpec) -> bool:
 def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
     """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
 
-    Honored today, so not refused: handoffs (runs/loop/handoff_phase.py),
+    Honored today, so not refused: handoffs (runs/loop/handoff_phase.py), agent tools
+    (`AgentTool.agent_name`: child runs, runs/loop/child_phase.py),
     AgentTool.sequential, `deferred`, error handlers (fail or fallback),
     `final_turn_without_tools`, `terminates_run`, every output_strategy (the final-output tool,
     runs/loop/structured_phase.py).
@@ -70,8 +71,6 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
         raise _not_yet("guardrails", f"{field}.guardrails")
     for i, tool in enumerate(spec.tools):
         where = f"{field}.tools[{i}]"
-        if tool.agent_name:
-            raise _not_yet("agents as tools", f"{where}.agent_name")
         if tool.guardrails:
             raise _not_yet("guardrails", f"{where}.guardrails")
     if spec.HasField("sandbox"):
@@ -166,7 +165,7 @@ async def check_start(req: pb.StartRunRequest, lookup: AgentLookup) -> None:
         spec = req.agent
     if spec is None:
         return  # the manager refuses the request itself
-    if uses_contract(spec) or spec.handoffs or spec.handoff_targets:
+    if uses_contract(spec) or spec.handoffs or spec.handoff_targets or any(t.agent_name for t in spec.tools):
         validate_agent(spec, require_name=bool(req.agent_name), field=field, refuse=False)
         await check_references(spec, lookup, field)
         refuse_unwired(spec, field)
