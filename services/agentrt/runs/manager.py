@@ -419,12 +419,16 @@ class RunManager:
     async def cancel(self, tenant: str, run_id: str, reason: str) -> RunRecord:
         """Cancel a run and its unfinished child runs (004 §2.8); see `_cancel_one`.
 
+        A canceled child whose parent waits on it wakes the parent: the call's result says
+        the agent's run was canceled.
+
         Raises:
             MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION/RUN_FINISHED.
         """
         record = await self._cancel_one(tenant, run_id, reason)
         if record.finished:
             await self.children.cancel_children(record, reason)
+            await self.children.sync_parent(record)  # a parent suspended on it goes on without it
         return await self.get_run(tenant, run_id)
 
     async def _cancel_one(self, tenant: str, run_id: str, reason: str) -> RunRecord:

@@ -8,6 +8,7 @@ an approval inside the child suspends both, answered through either (decision 00
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -366,3 +367,83 @@ async def test_bad_input_about_agent_tools_is_refused_and_changes_nothing(mesh):
         )
     )
     assert (await mesh.wait_status(started.run_id, *DONE)).status == cpb.RUN_STATUS_COMPLETED
+
+
+async def test_canceling_a_suspended_child_wakes_its_parent_with_an_error_result(mesh):
+    await register(mesh, "anthropic", [pb.AgentTool(name="exec_command", needs_approval=True)])
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ask("wait")]),
+            Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "echo c >> c.txt"}))]),
+            Reply(text="The helper was stopped."),
+        ]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go"))
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED, *DONE)
+    child_id = run.child_run_ids[0]
+    await mesh.wait_status(child_id, cpb.RUN_STATUS_SUSPENDED)
+    await mesh.runs.CancelRun(pb.CancelRunRequest(run_id=child_id, reason="not this one"))
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "The helper was stopped.", (
+        run.failure
+    )
+    results = [
+        e.item.tool_result for e in await mesh.entries(started.session_id) if e.item.HasField("tool_result")
+    ]
+    assert results[0].status == cpb.TOOL_RESULT_STATUS_INTERRUPTED and "canceled" in results[0].content
+    assert (await mesh.runs.GetRun(pb.GetRunRequest(run_id=child_id))).run.status == cpb.RUN_STATUS_CANCELED
+
+
+async def test_two_children_in_one_turn_suspend_the_parent_until_both_are_answered(mesh):
+    await register(mesh, "openai", [pb.AgentTool(name="exec_command", needs_approval=True)])
+
+    # the two children's model calls interleave: answer by request instead of a fixed script
+    def respond(path: str, body):
+        text = json.dumps(body)
+        if "You are the helper." in text:
+            which = "first" if "job first" in text else "second"
+            if "function_call_output" in text:
+                return Reply(text=f"{which} done")
+            cmd = f"echo {which} >> both.txt"
+            return Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))])
+        if "function_call_output" in text:
+            return Reply(text="both done")
+        return Reply(tool_calls=[ask("job first"), ask("job second")])
+
+    mesh.emu.responder = respond
+    workspace = os.path.join(mesh.work, "two")
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go", workspace=workspace))
+
+    async def both_shown() -> pb.Run:
+        while True:
+            run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+            if run.status == cpb.RUN_STATUS_SUSPENDED and len(run.pending_calls) == 2:
+                return run
+            assert run.status in (cpb.RUN_STATUS_RUNNING, cpb.RUN_STATUS_SUSPENDED), run.failure
+            await asyncio.sleep(0.05)
+
+    run = await asyncio.wait_for(both_shown(), 30)
+    assert {p.run_id for p in run.pending_calls} == set(run.child_run_ids) and len(run.child_run_ids) == 2
+    first, second = run.pending_calls
+    await mesh.runs.ResumeRun(
+        pb.ResumeRunRequest(
+            run_id=started.run_id, decisions=[pb.ApprovalDecision(call_id=first.call.call_id, approved=True)]
+        )
+    )
+    await mesh.wait_status(first.run_id, cpb.RUN_STATUS_COMPLETED)
+    run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert run.status == cpb.RUN_STATUS_SUSPENDED and [p.call.call_id for p in run.pending_calls] == [
+        second.call.call_id
+    ]
+    await mesh.runs.ResumeRun(
+        pb.ResumeRunRequest(
+            run_id=started.run_id, decisions=[pb.ApprovalDecision(call_id=second.call.call_id, approved=True)]
+        )
+    )
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "both done", run.failure
+    assert sorted(open(os.path.join(workspace, "both.txt")).read().split()) == ["first", "second"]
+    results = [
+        e.item.tool_result for e in await mesh.entries(started.session_id) if e.item.HasField("tool_result")
+    ]
+    assert [r.content for r in results] == ["first done", "second done"]
