@@ -5,7 +5,9 @@ a line to a file) needs approval, so the child and the parent suspend. The runs 
 killed with SIGKILL between the pause and the approval (real processes on PostgreSQL), started
 again, and the approval is given through the parent. Then: the command ran exactly once, both
 runs completed, the parent's usage includes the child's, and the emulator received each model
-request exactly once. On both providers.
+request exactly once. On both providers. Then the same without an approval, the runs process
+killed while the child's command runs: the restarted process takes both runs over, the parent
+waits for the same child (never a second one) and the command's line is written once.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def responder(path: str, body):
         if _answered(text):
             return Reply(text=f"child finished {cell}", input_tokens=41, output_tokens=4)
         cmd = f"echo line-{cell} >> lines.txt; echo ok-{cell}"
+        if "slow" in cell:  # killed while it runs
+            cmd = f"echo start-{cell} >> starts.txt; sleep 1.5; {cmd}"
         return Reply(
             tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))],
             input_tokens=40,
@@ -183,3 +187,55 @@ async def test_a_child_approval_survives_kill_9_and_runs_the_inner_tool_once(
     assert [(r.name, r.content, r.child_run_id) for r in results] == [
         ("ask_helper", f"child finished {cell}", child_id)
     ]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_kill_while_the_child_runs_its_command_takes_both_runs_over(
+    chaos: ChaosMesh, tmp_path: Path, provider: str
+):
+    cell = f"slow{provider}"
+    a = chaos.replicas["a"]
+    helper = pb.AgentSpec(
+        name=f"slowhelper-{provider}",
+        instructions=f"{HELPER} {cell}.",
+        model=_model(provider),
+        tools=[pb.AgentTool(name="exec_command")],
+    )
+    boss = pb.AgentSpec(
+        name=f"slowboss-{provider}",
+        instructions=f"{BOSS} {cell}.",
+        model=_model(provider),
+        tools=[pb.AgentTool(name="ask_helper", agent_name=helper.name)],
+    )
+    for spec in (helper, boss):
+        await _rpc(a.address, "RegisterAgent", pb.RegisterAgentRequest(agent=spec))
+    workspace = tmp_path / "ws"
+    started = await _rpc(
+        a.address,
+        "StartRun",
+        pb.StartRunRequest(agent_name=boss.name, input=f"do cell:{cell}", workspace=str(workspace)),
+    )
+
+    async def command_started() -> None:
+        while not (workspace / "starts.txt").exists():
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(command_started(), STATE_TIMEOUT)
+    chaos.kill(a)  # kill -9 while the child's command runs in the tool service
+    survivor = chaos.restart(a)
+    chaos.replicas["a"] = survivor
+
+    parent = await _until_status(
+        survivor.address, started.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED
+    )
+    assert parent.status == cpb.RUN_STATUS_COMPLETED, parent.failure
+    assert parent.final_output == f"parent finished {cell}" and len(parent.child_run_ids) == 1
+    child = await _run(survivor.address, parent.child_run_ids[0])
+    assert child.status == cpb.RUN_STATUS_COMPLETED and child.final_output == f"child finished {cell}"
+    assert (workspace / "starts.txt").read_text() == f"start-{cell}\n"
+    assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+    asked = [json.dumps(b, sort_keys=True) for _, b in chaos.emu.requests if f"cell:{cell}" in json.dumps(b)]
+    assert len(asked) == 4 and len(set(asked)) == 4, f"model requests of {cell}: {len(asked)}"
+    assert parent.usage.requests == 4 and parent.nested_usage.requests == 2
+    for session_id in (started.session_id, child.session_id):
+        check_session(await session_entries(chaos.sessions, session_id))
