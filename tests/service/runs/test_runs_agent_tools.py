@@ -137,7 +137,10 @@ async def test_the_link_and_the_childs_progress_are_on_the_parents_stream(mesh, 
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_an_approval_in_the_child_suspends_both_and_is_answered_through_the_parent(mesh, provider):
+async def test_an_approval_in_the_child_suspends_both_and_is_answered_through_the_parent(
+    store_mesh, provider
+):
+    mesh = store_mesh  # SQLite and PostgreSQL
     await register(mesh, provider, [pb.AgentTool(name="exec_command", needs_approval=True)])
     mesh.emu.script(
         [
