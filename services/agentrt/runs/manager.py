@@ -71,6 +71,8 @@ class RunManager:
         self._loop_task: asyncio.Task[None] | None = None
         #: Runs this process is resuming: the takeover scan leaves them to the resume.
         self._claiming: set[str] = set()
+        #: Background cancels of an ended run's unfinished children (kept referenced).
+        self._tails: set[asyncio.Task[None]] = set()
         #: Agents as tools: the executors' ChildHost, answers routed to children (runs/child_runs.py).
         self.children = ChildRuns(self)
         deps.children = self.children
@@ -197,6 +199,11 @@ class RunManager:
             entry = self._executors.get(run_id)
             if entry is not None and entry[1] is done:
                 del self._executors[run_id]
+            if executor.ended and executor.r.state.get("child_run_ids"):
+                # A run that ended leaves no child running (one its batch never reached).
+                tail = asyncio.create_task(self.children.cancel_children(executor.r, "the parent run ended"))
+                self._tails.add(tail)
+                tail.add_done_callback(self._tails.discard)
 
         task.add_done_callback(forget)
 

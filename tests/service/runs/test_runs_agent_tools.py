@@ -450,3 +450,39 @@ async def test_two_children_in_one_turn_suspend_the_parent_until_both_are_answer
         e.item.tool_result for e in await mesh.entries(started.session_id) if e.item.HasField("tool_result")
     ]
     assert [r.content for r in results] == ["first done", "second done"]
+
+
+async def test_a_childs_spans_join_the_parents_trace_under_the_calls_span(start_server, tmp_path, emulator):
+    from tests.service.runs.harness import start_mesh
+    from tests.tracing import recorded
+
+    with recorded() as rec:
+        mesh = await start_mesh(start_server, tmp_path, emulator)
+        await register(mesh, "openai", [pb.AgentTool(name="list_files")])
+        mesh.emu.script(
+            [
+                Reply(tool_calls=[ask("look")]),
+                Reply(tool_calls=[ToolCallReply("list_files", "{}")]),
+                Reply(text="nothing"),
+                Reply(text="Nothing there."),
+            ]
+        )
+        started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go"))
+        run = await mesh.wait_status(started.run_id, *DONE)
+        assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+        manager = mesh.runs_server.manager  # type: ignore[attr-defined]
+        await manager.wait_idle(started.run_id)
+        await manager.wait_idle(run.child_run_ids[0])
+        spans = rec.spans
+    by_id = {s.context.span_id: s for s in spans}
+    parent_span, child_span = rec.named("invoke_agent boss"), rec.named("invoke_agent helper")
+    assert child_span.context.trace_id == parent_span.context.trace_id
+    assert child_span.parent is not None
+    call_span = by_id[child_span.parent.span_id]
+    assert call_span.name == "execute_tool ask_helper"
+    ancestors, span = [], call_span
+    while span.parent is not None and span.parent.span_id in by_id:
+        span = by_id[span.parent.span_id]
+        ancestors.append(span)
+    assert parent_span in ancestors
+    assert dict(child_span.attributes or {})["agentrt.run.id"] == run.child_run_ids[0]

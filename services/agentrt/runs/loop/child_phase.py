@@ -10,8 +10,9 @@ the pure rules are `core/agent_tools.py`. This module is the executor's half:
   control character no client key may hold, so a resume or takeover that starts the batch
   again finds the same child rather than starting another. New links are one fenced save of
   the parent (`children_linked` in its log, the child's id appended to its `child_run_ids`
-  state, a durable `child_run_linked` event); only then is a new child spawned (the manager's
-  `ChildHost`), so the child's lease is renewed like every run's.
+  state, a durable `child_run_linked` event); a new child is spawned (the manager's
+  `ChildHost`, so its lease is renewed like every run's) when its call runs in the batch,
+  inside the call's span, so the child's spans join the parent's trace under it.
 - `ChildCalls.run`, inside the batch (runs/loop/batch.py): waits for the child's end or its
   suspension, following its events (live from the hub, polling storage for other replicas);
   its tool activity reaches the parent's stream as `tool_progressed` of the call. A finished
@@ -94,6 +95,8 @@ class _Child:
     run_id: str = ""
     fresh: bool = False
     answer: cpb.ToolResult | None = None
+    #: A new child not yet executing: spawned when its call runs (in the call's span).
+    spawn: tuple[RunRecord, list[StoredEvent]] | None = None
 
 
 def _error(p: Planned, text: str) -> cpb.ToolResult:
@@ -178,6 +181,13 @@ class ChildCalls:
         if child.answer is not None:
             return child.answer
         deps = self.ex.deps
+        if child.spawn is not None:
+            # Spawned here, in the call's span: the child's spans join the parent's trace under
+            # the function span that started it (004 §2.8 Trace), and the batch's concurrency
+            # cap holds for children too. A child never reached (a kill first) is taken over
+            # when its lease expires, and canceled with its parent.
+            deps.children.spawn_child(*child.spawn)
+            child.spawn = None
         work = asyncio.ensure_future(self._until_paused(child, relay))
         stopped = asyncio.ensure_future(stop.wait())
         try:
@@ -291,7 +301,6 @@ async def start(ex: Any, planned: Sequence[Planned]) -> ChildCalls | None:
         return None
     r = ex.r
     linked = list(r.state.get(CHILD_RUN_IDS, []))
-    fresh: list[tuple[RunRecord, list[StoredEvent]]] = []
     links = []
     for p in planned:
         child = children.get(p.call.call_id)
@@ -310,8 +319,8 @@ async def start(ex: Any, planned: Sequence[Planned]) -> ChildCalls | None:
                 continue
             found, stored = made
             if stored:
-                fresh.append((found, stored))
-        child.run_id, child.fresh = found.run_id, any(f.run_id == found.run_id for f, _ in fresh)
+                child.spawn, child.fresh = (found, stored), True
+        child.run_id = found.run_id
         if found.run_id not in linked:
             linked.append(found.run_id)
             links.append(run_events.child_run_linked(p.call.call_id, found))
@@ -320,8 +329,6 @@ async def start(ex: Any, planned: Sequence[Planned]) -> ChildCalls | None:
             ex._publish(child_run_linked=link)
         ex._defer_state(**{CHILD_RUN_IDS: linked})
         await ex._save("children_linked", {"turn": ex.turn, "children": [x.child_run_id for x in links]})
-    for record, stored in fresh:
-        ex.deps.children.spawn_child(record, stored)
     return ChildCalls(ex, children)
 
 
