@@ -486,3 +486,46 @@ async def test_a_childs_spans_join_the_parents_trace_under_the_calls_span(start_
         ancestors.append(span)
     assert parent_span in ancestors
     assert dict(child_span.attributes or {})["agentrt.run.id"] == run.child_run_ids[0]
+
+
+async def test_a_sibling_of_a_suspended_child_keeps_its_output_and_runs_once(mesh):
+    # 004 §2.2 step 6: completed siblings keep their outputs; the interrupted call's is withheld
+    await register(
+        mesh,
+        "openai",
+        [pb.AgentTool(name="exec_command", needs_approval=True)],
+        tools=[pb.AgentTool(name="exec_command")],
+    )
+    sibling = ToolCallReply("exec_command", json.dumps({"cmd": "echo sib >> sib.txt; echo sib-ok"}))
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[sibling, ask("gate")]),
+            Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "echo kid >> kid.txt"}))]),
+            Reply(text="kid done"),
+            Reply(text="all done"),
+        ]
+    )
+    workspace = os.path.join(mesh.work, "sib")
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go", workspace=workspace))
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED, *DONE)
+    assert run.status == cpb.RUN_STATUS_SUSPENDED, run.failure
+    assert open(os.path.join(workspace, "sib.txt")).read() == "sib\n"  # the sibling ran before the pause
+    events = await mesh.events(started.run_id, until="run_suspended")
+    returned = [e.tool_returned.result.name for e in events if e.WhichOneof("payload") == "tool_returned"]
+    assert returned == ["exec_command"]  # the child's call is withheld
+    await mesh.runs.ResumeRun(
+        pb.ResumeRunRequest(
+            run_id=started.run_id,
+            decisions=[pb.ApprovalDecision(call_id=run.pending_calls[0].call.call_id, approved=True)],
+        )
+    )
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "all done", run.failure
+    assert open(os.path.join(workspace, "sib.txt")).read() == "sib\n"  # not again: the journal answered
+    results = [
+        e.item.tool_result for e in await mesh.entries(started.session_id) if e.item.HasField("tool_result")
+    ]
+    assert [(r.name, r.content) for r in results] == [
+        ("exec_command", "sib-ok\n"),
+        ("ask_helper", "kid done"),
+    ]
