@@ -2,7 +2,9 @@
 
 `RunRenderer.show(event)` prints, as they arrive: the run header, phases (002 Run Phases,
 non-terminal ones only), each turn, streamed model text, each tool call with its exact
-argument string, each result (shortened to `RESULT_PREVIEW_CHARS`), suspensions,
+argument string, each result (shortened to `RESULT_PREVIEW_CHARS`), the child run an agent
+tool's call started (its activity arrives as the call's progress), suspensions (a call that
+waits in a child run names it),
 diagnostics, gaps (never hidden, 004 §2.11), and the terminal outcome with usage.
 It holds no run state beyond what it needs to lay the text out; the caller decides when
 the run is over.
@@ -172,8 +174,21 @@ class RunRenderer:
         if body.strip():
             self.console.print(Text("  " + shorten(body.strip(), RESULT_PREVIEW_CHARS).replace("\n", "\n  ")))
 
+    def _on_child_run_linked(
+        self, event: run_service_pb2.RunEvent, p: run_service_pb2.ChildRunLinked
+    ) -> None:
+        self.console.print(
+            Text(
+                f"  ↳ child run {p.child_run_id} · agent {p.agent_name} v{p.agent_version} [{p.call_id}]",
+                style="cyan",
+            )
+        )
+
     def _on_run_suspended(self, event: run_service_pb2.RunEvent, p: run_service_pb2.RunSuspended) -> None:
-        names = ", ".join(f"{c.call.name} [{c.call.call_id}]" for c in p.pending_calls)
+        names = ", ".join(
+            f"{c.call.name} [{c.call.call_id}]" + (f" in child run {c.run_id}" if c.run_id else "")
+            for c in p.pending_calls
+        )
         self.console.print(Text(f"run suspended, waiting on: {names}", style="bold yellow"))
 
     def _on_run_resumed(self, event: run_service_pb2.RunEvent, p: run_service_pb2.RunResumed) -> None:
