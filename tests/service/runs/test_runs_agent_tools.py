@@ -529,3 +529,43 @@ async def test_a_sibling_of_a_suspended_child_keeps_its_output_and_runs_once(mes
         ("exec_command", "sib-ok\n"),
         ("ask_helper", "kid done"),
     ]
+
+
+async def test_an_approval_two_levels_down_bubbles_up_and_is_answered_at_the_top(mesh):
+    deep = agent(
+        "openai",
+        name="deep",
+        instructions="You are deep.",
+        tools=[pb.AgentTool(name="exec_command", needs_approval=True)],
+    )
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=deep))
+    await register(mesh, "openai", [pb.AgentTool(name="ask_deep", agent_name="deep")])
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ask("go deeper")]),  # boss
+            Reply(tool_calls=[ToolCallReply("ask_deep", json.dumps({"input": "do it"}))]),  # helper
+            Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "echo deep >> deep.txt"}))]),
+            Reply(text="deep done"),
+            Reply(text="helper done"),
+            Reply(text="boss done"),
+        ]
+    )
+    workspace = os.path.join(mesh.work, "deep")
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go", workspace=workspace))
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED, *DONE)
+    assert run.status == cpb.RUN_STATUS_SUSPENDED, run.failure
+    helper = await mesh.wait_status(run.child_run_ids[0], cpb.RUN_STATUS_SUSPENDED)
+    (shown,) = run.pending_calls
+    assert (
+        shown.run_id == helper.child_run_ids[0]
+        and shown.parent_call_id == helper.pending_calls[0].parent_call_id
+    )
+    await mesh.runs.ResumeRun(
+        pb.ResumeRunRequest(
+            run_id=started.run_id, decisions=[pb.ApprovalDecision(call_id=shown.call.call_id, approved=True)]
+        )
+    )
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "boss done", run.failure
+    assert open(os.path.join(workspace, "deep.txt")).read() == "deep\n"
+    assert run.usage.requests == 6 and run.nested_usage.requests == 4  # the helper's total includes deep's
