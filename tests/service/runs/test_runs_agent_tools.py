@@ -207,6 +207,16 @@ async def test_an_approval_in_the_child_can_be_answered_on_the_child(mesh):
             decisions=[pb.ApprovalDecision(call_id=child.pending_calls[0].call.call_id, approved=True)],
         )
     )
+    # the parent woke in the same call: the answer cannot be given again through it
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await mesh.runs.ResumeRun(
+            pb.ResumeRunRequest(
+                run_id=started.run_id,
+                decisions=[pb.ApprovalDecision(call_id=child.pending_calls[0].call.call_id, approved=False)],
+            )
+        )
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert details_of(info.value)[0] in ("RUN_NOT_SUSPENDED", "RUN_FINISHED")
     run = await mesh.wait_status(started.run_id, *DONE)
     assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "parent done", run.failure
     assert open(os.path.join(workspace, "l.txt")).read() == "two\n"
