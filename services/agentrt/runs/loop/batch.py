@@ -192,6 +192,7 @@ async def execute_calls(
     run_id: str,
     workspace: str,
     concurrency: int,
+    sandbox_id: str = "",
     on_result: Callable[[cpb.ToolResult], None],
     on_progress: ProgressSink | None = None,
     stop: BatchStop | None = None,
@@ -207,6 +208,7 @@ async def execute_calls(
         run_id: the run (with the call id and attempt, the tool service's idempotency key).
         workspace: absolute directory the calls run in; "" = the tool service's default.
         concurrency: calls executing at once (>= 1).
+        sandbox_id: the run's sandbox the calls run in ("" = none; then `workspace` is "").
         on_result: called with each result as it completes (for live events).
         on_progress: called with (call_id, stream, text) for output chunks of calls that
             change things (read-only calls finish quickly and stream nothing), at most
@@ -235,7 +237,7 @@ async def execute_calls(
     async def run_one(p: Planned) -> cpb.ToolResult:
         attempt = attempts.get(p.call.call_id, 0)
         request = tpb.ExecuteToolRequest(
-            run_id=run_id, call=call_out(p.call), workspace=workspace, attempt=attempt
+            run_id=run_id, call=call_out(p.call), workspace=workspace, sandbox_id=sandbox_id, attempt=attempt
         )
         if p.spec is not None and p.spec.HasField("timeout"):
             request.timeout.CopyFrom(p.spec.timeout)

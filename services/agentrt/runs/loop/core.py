@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.mesh.telemetry.metrics import RunMetrics
+from agentrt.runs import sandboxes
 from agentrt.runs.convert import injected_only, injected_out
 from agentrt.runs.events import EventHub
 from agentrt.runs.loop.compaction import Compactor
@@ -141,6 +142,8 @@ class ExecutorCore:
         self._unbatched: list[dict[str, Any]] = []
         self.compactor = Compactor(deps.peers, record.agent, record.tenant, record.run_id)
         self._last_usage: cpb.Usage | None = None
+        #: The run's sandbox id once this executor created or adopted it (runs/sandboxes.py).
+        self._sandbox_id: str | None = None
         self._bytes_since = 0
 
     def stop(self, reason: str, message: str = "") -> None:
@@ -352,6 +355,7 @@ class ExecutorCore:
             lease_expires_s=0.0,
         )
         self.ended = status
+        await sandboxes.release(self.deps.peers, r)
 
     async def _end_quietly(self, status: int, *, failure: cpb.FailureInfo | None = None) -> None:
         try:

@@ -22,6 +22,7 @@ from typing import Any
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
+from agentrt.runs import sandboxes
 from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
 from agentrt.runs.domain import Answers
 from agentrt.runs.loop import disclosure_phase, handoff_phase, reconcile, structured_phase
@@ -199,6 +200,7 @@ class TurnSteps(Housekeeping):
             await self._suspend(turn, waiting, pb.SUSPENSION_REASON_PENDING_CALLS)
             return None
         self._phase(cpb.RUN_PHASE_EXECUTING_TOOLS)
+        sandbox_id = await self._sandbox() if any(p.runs for p in planned) else ""
         if not announced:
             for p in planned:
                 flagged = p.call.call_id in handoff_calls  # no tool_returned follows (004 §2.4)
@@ -213,7 +215,8 @@ class TurnSteps(Housekeeping):
                 peers=self.deps.peers,
                 tenant=r.tenant,
                 run_id=r.run_id,
-                workspace=r.workspace,
+                workspace="" if sandbox_id else r.workspace,
+                sandbox_id=sandbox_id,
                 concurrency=limits.concurrency,
                 on_result=lambda res: (
                     None
@@ -248,6 +251,28 @@ class TurnSteps(Housekeeping):
             tool_calls=r.tool_calls + sum(1 for p in planned if p.runs),
         )
         return batch
+
+    async def _sandbox(self) -> str:
+        """Return the run's sandbox id, created or adopted once per executor ("" = none).
+
+        Raises:
+            RunFailed: kind `sandbox_unavailable` when the tool service refuses the sandbox.
+            Interrupted: a stop came while the sandbox was being created.
+        """
+        if self._sandbox_id is None:
+            try:
+                self._sandbox_id = await self._interruptible(sandboxes.ensure(self.deps.peers, self.r))
+            except sandboxes.SandboxRefused as refused:
+                err = refused.error
+                raise RunFailed(
+                    turnmod.failure(
+                        "sandbox_unavailable",
+                        f"The run's sandbox could not be created: {err.message}",
+                        debug=str(err),
+                        reason=str(err.reason),
+                    )
+                ) from err
+        return self._sandbox_id
 
     async def _watch(self, work: Any, stop: BatchStop) -> BatchResult:
         """Await a tool batch while honouring a stop and the time budget (004 §2.9, §2.11b)."""
