@@ -25,7 +25,7 @@ from agentrt.v1 import tool_service_pb2 as tpb
 from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.needs import unavailable
-from tests.service.runs.harness import Mesh, agent, start_mesh
+from tests.service.runs.harness import WAIT_S, Mesh, agent, start_mesh
 
 LOCAL, DOCKER = tpb.SANDBOX_BACKEND_LOCAL, tpb.SANDBOX_BACKEND_DOCKER
 ABSENT, RUNNING = tpb.SANDBOX_STATE_ABSENT, tpb.SANDBOX_STATE_RUNNING
@@ -42,6 +42,17 @@ def tools(mesh: Mesh) -> tpb_grpc.ToolServiceStub:
 
 async def sandbox_state(mesh: Mesh, sandbox_id: str) -> tpb.Sandbox:
     return (await tools(mesh).GetSandbox(tpb.GetSandboxRequest(sandbox_id=sandbox_id))).sandbox
+
+
+async def released(mesh: Mesh, sandbox_id: str) -> None:
+    """Wait until the tool service no longer has the sandbox (the run releases it once its
+    end is stored, so right after GetRun says it ended it may still be going; WAIT_S bound)."""
+
+    async def poll() -> None:
+        while (await sandbox_state(mesh, sandbox_id)).state != ABSENT:
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), WAIT_S)
 
 
 async def outputs(mesh: Mesh, session_id: str) -> list[str]:
@@ -81,7 +92,7 @@ async def test_a_runs_commands_run_in_its_local_sandbox_with_its_env_then_it_is_
     assert "greeting=from-the-sandbox" in out
     # the command ran in the sandbox's own workspace, not the run's default one
     assert os.path.join("sandboxes", started.sandbox_id) in out, out
-    assert (await sandbox_state(mesh, started.sandbox_id)).state == ABSENT  # released at the end
+    await released(mesh, started.sandbox_id)  # released at the end
     assert not os.path.exists(os.path.join(mesh.workspace_root, "default", "sandboxes", started.sandbox_id))
 
 
@@ -148,7 +159,7 @@ async def test_a_resume_after_approval_uses_the_same_local_sandbox(mesh):
     await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
     first, second = await outputs(mesh, started.session_id)
     assert "kept" in second and os.path.realpath(workspace) in second and os.path.realpath(workspace) in first
-    assert (await sandbox_state(mesh, started.sandbox_id)).state == ABSENT
+    await released(mesh, started.sandbox_id)
     # the run's own workspace was given: releasing the sandbox leaves the files
     assert open(os.path.join(workspace, "note.txt")).read() == "kept\n"
 
@@ -171,7 +182,7 @@ async def test_canceling_a_suspended_run_releases_its_sandbox(mesh):
     assert (await sandbox_state(mesh, started.sandbox_id)).state == RUNNING
     await mesh.runs.CancelRun(pb.CancelRunRequest(run_id=started.run_id, reason="enough"))
     await mesh.wait_status(started.run_id, cpb.RUN_STATUS_CANCELED)
-    assert (await sandbox_state(mesh, started.sandbox_id)).state == ABSENT
+    await released(mesh, started.sandbox_id)
 
 
 async def test_a_failed_run_releases_its_sandbox(mesh):
@@ -184,7 +195,7 @@ async def test_a_failed_run_releases_its_sandbox(mesh):
     run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_FAILED)
     assert run.failure.kind == "max_turns", run.failure
     assert "ran" in (await outputs(mesh, started.session_id))[0]
-    assert (await sandbox_state(mesh, started.sandbox_id)).state == ABSENT
+    await released(mesh, started.sandbox_id)
 
 
 @pytest.mark.parametrize(
@@ -305,11 +316,8 @@ async def test_a_runs_commands_run_in_its_container_offline_with_its_env(docker_
     (out,) = await outputs(mesh, started.session_id)
     assert "in-the-image" in out and "token=t-123" in out, out
     # network off by default: the container has the loopback interface only
-    interfaces = out.split("token=t-123", 1)[1].split()
-    assert "lo" in interfaces and not [i for i in interfaces if i not in ("lo",) and not i.startswith("[")], (
-        out
-    )
-    assert (await sandbox_state(mesh, started.sandbox_id)).state == ABSENT
+    assert out.split("token=t-123", 1)[1].split() == ["lo"], out
+    await released(mesh, started.sandbox_id)
     assert await asyncio.to_thread(owned_containers, mesh.docker_owner) == []  # the container is gone
 
 
@@ -339,4 +347,92 @@ async def test_a_resume_after_approval_uses_the_same_container(docker_mesh):
     # /tmp is the container's own (not the workspace): the same container answered both calls
     assert "kept" in second, second
     assert first.split()[-1] == second.split()[-1], (first, second)
+    await released(mesh, started.sandbox_id)
     assert await asyncio.to_thread(owned_containers, mesh.docker_owner) == []
+
+
+# -- takeover -----------------------------------------------------------------------------------
+
+
+async def _takeover(start_server, mesh: Mesh, backend: int, first: str, second: str) -> tuple[str, str]:
+    """Crash the runs replica while the run's first command runs; a second replica takes the
+    run over and runs the second command. Return both results."""
+    from agentrt.core.decide import mint_call_id
+    from agentrt.mesh.config import ServerConfig
+    from agentrt.runs.config import RunsConfig
+    from agentrt.runs.server import build_server as build_runs
+    from agentrt.v1 import run_service_pb2_grpc as pb_grpc
+    from tests.service.runs.test_runs_takeover import crash, until
+
+    mesh.emu.script([Reply(tool_calls=[sh(first)]), Reply(tool_calls=[sh(second)]), Reply(text="done")])
+    started = await start(
+        mesh,
+        pb.StartRunRequest(
+            agent=agent(tools=[pb.AgentTool(name="exec_command")]),
+            input="go",
+            sandbox=pb.RunSandbox(backend=backend),
+        ),
+    )
+    call_id = mint_call_id(started.run_id, 1, 0)
+
+    async def tool_running() -> bool:
+        got = await tools(mesh).GetExecution(tpb.GetExecutionRequest(run_id=started.run_id, call_id=call_id))
+        return got.state == tpb.EXECUTION_STATE_STARTED
+
+    await until(tool_running, "the first command to be running in the tool service")
+    crash(mesh.runs_server)
+    replica_b = build_runs(
+        RunsConfig(
+            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),  # type: ignore[attr-defined]
+            gateway_address=mesh.addresses["gateway"],
+            tools_address=mesh.addresses["tools"],
+            sessions_address=mesh.addresses["sessions"],
+            tasks_address="",
+            lease_seconds=0.6,
+            replica_id="replica-b",
+        )
+    )
+    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+
+    async def completed() -> bool:
+        run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+        return run.status == cpb.RUN_STATUS_COMPLETED
+
+    await until(completed, "replica b to complete the run")
+    run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert run.sandbox_id == started.sandbox_id
+    await released(mesh, started.sandbox_id)
+    one, two = await outputs(mesh, started.session_id)
+    return one, two
+
+
+async def test_a_takeover_continues_in_the_same_local_sandbox(start_server, tmp_path, emulator):
+    mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
+    one, two = await _takeover(
+        start_server, mesh, LOCAL, "echo kept > note.txt; sleep 1; pwd", "cat note.txt; pwd"
+    )
+    assert "kept" in two and one.split()[-1] == two.split()[-1], (one, two)
+
+
+@pytest.mark.slow
+async def test_a_takeover_continues_in_the_same_container(start_server, tmp_path, emulator):
+    problem = await asyncio.to_thread(docker_problem)
+    if problem:
+        unavailable(problem)
+    owner = f"agentrt-test-{os.urandom(4).hex()}"
+    mesh = await start_mesh(
+        start_server,
+        tmp_path,
+        emulator,
+        lease_seconds=0.6,
+        replica_id="replica-a",
+        tools_kw={"docker": DockerSettings(owner=owner)},
+    )
+    try:
+        one, two = await _takeover(
+            start_server, mesh, DOCKER, "echo kept > /tmp/note; sleep 1; hostname", "cat /tmp/note; hostname"
+        )
+        assert "kept" in two and one.split()[-1] == two.split()[-1], (one, two)
+        assert await asyncio.to_thread(owned_containers, owner) == []
+    finally:
+        await asyncio.to_thread(remove_owned, owner)
