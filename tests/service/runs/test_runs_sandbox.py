@@ -240,7 +240,13 @@ async def test_a_sandbox_the_tool_service_refuses_fails_the_run_with_its_reason(
     assert run.failure.kind == "sandbox_unavailable" and not run.failure.retryable, run.failure
     assert run.failure.reason == "SANDBOX_UNAVAILABLE", run.failure
     assert "sandbox could not be created" in run.failure.message
-    assert await outputs(mesh, started.session_id) == []  # nothing ran
+    # the committed call got its one result, recorded with the turn, then the run failed
+    assert await outputs(mesh, started.session_id) == [
+        "Not executed: the run's sandbox could not be created."
+    ]
+    events = await mesh.events(started.run_id)
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds.index("tool_called") < kinds.index("tool_returned") < kinds.index("run_completed")
 
 
 # -- docker backend -----------------------------------------------------------------------------
@@ -436,3 +442,59 @@ async def test_a_takeover_continues_in_the_same_container(start_server, tmp_path
         assert await asyncio.to_thread(owned_containers, owner) == []
     finally:
         await asyncio.to_thread(remove_owned, owner)
+
+
+async def test_a_drain_during_the_model_call_of_a_sandboxed_run_asks_the_model_once(
+    start_server, tmp_path, emulator
+):
+    """The drain lets the model call finish; its response is logged before the sandbox is
+    asked for, so the replica that continues runs the call in the sandbox, never asking again."""
+    from agentrt.mesh.config import ServerConfig
+    from agentrt.runs.config import RunsConfig
+    from agentrt.runs.server import build_server as build_runs
+    from agentrt.v1 import run_service_pb2_grpc as pb_grpc
+    from tests.service.runs.test_runs_takeover import until
+
+    mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
+    slow = Reply(text="x" * 60, tool_calls=[sh('echo "in=$WHERE"')], chunk_chars=2, event_delay=0.02)
+
+    def by_turn(path, body):
+        return Reply(text="after the drain") if "function_call_output" in json.dumps(body) else slow
+
+    emulator.responder = by_turn
+    started = await start(
+        mesh,
+        pb.StartRunRequest(
+            agent=agent(tools=[pb.AgentTool(name="exec_command")]),
+            input="go",
+            sandbox=pb.RunSandbox(backend=LOCAL, env={"WHERE": "the-sandbox"}),
+        ),
+    )
+
+    async def asked() -> bool:
+        return len(emulator.requests) >= 1
+
+    await until(asked, "the model call to be in flight")
+    await mesh.runs_server.manager.stop(10)  # type: ignore[attr-defined]
+    replica_b = build_runs(
+        RunsConfig(
+            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),  # type: ignore[attr-defined]
+            gateway_address=mesh.addresses["gateway"],
+            tools_address=mesh.addresses["tools"],
+            sessions_address=mesh.addresses["sessions"],
+            tasks_address="",
+            lease_seconds=0.6,
+            replica_id="replica-b",
+        )
+    )
+    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+
+    async def completed() -> bool:
+        run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+        return run.status == cpb.RUN_STATUS_COMPLETED
+
+    await until(completed, "replica b to finish the run")
+    turns = ["function_call_output" in json.dumps(b) for _, b in emulator.requests]
+    assert turns == [False, True]  # turn 1 once (finished during the drain), turn 2 once
+    assert ["in=the-sandbox" in out for out in await outputs(mesh, started.session_id)] == [True]
+    await released(mesh, started.sandbox_id)

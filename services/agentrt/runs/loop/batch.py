@@ -172,6 +172,23 @@ def not_executed_result(call: Call, why: str) -> cpb.ToolResult:
     return runtime_result(call, f"Not executed: {why}.", cpb.TOOL_RESULT_STATUS_NOT_EXECUTED)
 
 
+def not_run(
+    planned: Sequence[Planned], failure: BaseException, why: str, on_result: Callable[[cpb.ToolResult], None]
+) -> BatchResult:
+    """Answer a batch none of whose calls could start (the run's sandbox could not be had).
+
+    Every runnable call gets a "Not executed: <why>." result, the others their planned
+    result, in call order, each passed to on_result; `failure` ends the run once the turn
+    is recorded, as a tool service failing mid-batch does.
+    """
+    out = []
+    for p in planned:
+        result = not_executed_result(p.call, why) if p.runs or p.result is None else p.result
+        on_result(result)
+        out.append(result)
+    return BatchResult(out, failure)
+
+
 def unknown_outcome_result(call: Call, err: BaseException) -> cpb.ToolResult:
     """The result of a call whose execution failed in the infrastructure (outcome unknown)."""
     message = err.message if isinstance(err, MeshError) else str(err)

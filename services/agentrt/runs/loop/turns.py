@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
+from agentrt.core.errors import MeshError
 from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
-from agentrt.runs import sandboxes
 from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
 from agentrt.runs.domain import Answers
 from agentrt.runs.loop import disclosure_phase, handoff_phase, reconcile, structured_phase
@@ -38,6 +38,7 @@ from agentrt.runs.loop.persistence import (
     turn_entries,
     write_batch,
 )
+from agentrt.runs.loop.sandbox_phase import SandboxSteps
 from agentrt.runs.loop.stopping_phase import STOPPED_OUTPUT
 from agentrt.runs.loop.tools_phase import pending_calls, plan_calls
 from agentrt.runs.loop.turn import ContextOverflow, RunFailed
@@ -54,7 +55,7 @@ AT_SAVE_POINT = ("steer", "next_turn")
 AT_FINAL = ("steer", "follow_up")
 
 
-class TurnSteps(Housekeeping):
+class TurnSteps(SandboxSteps, Housekeeping):
     """The phases of a turn (see the module docstring)."""
 
     def _recorded_response(self, recorded: dict[str, dict[str, Any]]) -> cpb.ModelResponse | None:
@@ -200,7 +201,6 @@ class TurnSteps(Housekeeping):
             await self._suspend(turn, waiting, pb.SUSPENSION_REASON_PENDING_CALLS)
             return None
         self._phase(cpb.RUN_PHASE_EXECUTING_TOOLS)
-        sandbox_id = await self._sandbox() if any(p.runs for p in planned) else ""
         if not announced:
             for p in planned:
                 flagged = p.call.call_id in handoff_calls  # no tool_returned follows (004 §2.4)
@@ -209,6 +209,16 @@ class TurnSteps(Housekeeping):
             "tools_started", {"turn": turn, "calls": [p.call.call_id for p in planned if p.runs]}
         )
         self.deps.crash("after_model_responded")
+
+        def on_result(res: cpb.ToolResult) -> None:
+            if res.call_id not in handoff_calls:
+                self._publish(tool_returned=pb.ToolReturned(result=res))
+
+        # After tools_started: the response is logged before this wait, which a drain may cut.
+        try:
+            sandbox_id = await self._sandbox() if any(p.runs for p in planned) else ""
+        except (RunFailed, MeshError) as err:
+            return self._sandbox_lost(turn, planned, err, on_result)
         batch = await self._watch(
             execute_calls(
                 planned,
@@ -218,11 +228,7 @@ class TurnSteps(Housekeeping):
                 workspace="" if sandbox_id else r.workspace,
                 sandbox_id=sandbox_id,
                 concurrency=limits.concurrency,
-                on_result=lambda res: (
-                    None
-                    if res.call_id in handoff_calls
-                    else self._publish(tool_returned=pb.ToolReturned(result=res))
-                ),
+                on_result=on_result,
                 on_queue_wait=self.deps.metrics.tool_queue_wait.observe,
                 on_progress=lambda call_id, stream, text: self._publish(
                     tool_progressed=pb.ToolProgressed(call_id=call_id, stream=stream, text=text)
@@ -251,28 +257,6 @@ class TurnSteps(Housekeeping):
             tool_calls=r.tool_calls + sum(1 for p in planned if p.runs),
         )
         return batch
-
-    async def _sandbox(self) -> str:
-        """Return the run's sandbox id, created or adopted once per executor ("" = none).
-
-        Raises:
-            RunFailed: kind `sandbox_unavailable` when the tool service refuses the sandbox.
-            Interrupted: a stop came while the sandbox was being created.
-        """
-        if self._sandbox_id is None:
-            try:
-                self._sandbox_id = await self._interruptible(sandboxes.ensure(self.deps.peers, self.r))
-            except sandboxes.SandboxRefused as refused:
-                err = refused.error
-                raise RunFailed(
-                    turnmod.failure(
-                        "sandbox_unavailable",
-                        f"The run's sandbox could not be created: {err.message}",
-                        debug=str(err),
-                        reason=str(err.reason),
-                    )
-                ) from err
-        return self._sandbox_id
 
     async def _watch(self, work: Any, stop: BatchStop) -> BatchResult:
         """Await a tool batch while honouring a stop and the time budget (004 §2.9, §2.11b)."""
