@@ -14,6 +14,7 @@ import json
 from rich.cells import cell_len
 
 from agentrt.cli.main import main
+from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 from tests.emulators.providers import Reply, ToolCallReply
@@ -140,3 +141,39 @@ async def test_agentrt_run_a_bad_sandbox_is_refused_before_anything_runs(mesh, c
     assert code == 4 and "INVALID_ARGUMENT INVALID_VALUE" in err and "sandbox.env" in err, err
     assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
     assert tpb.SANDBOX_BACKEND_LOCAL  # the flag's backend name maps to this enum
+
+
+async def test_runs_show_names_the_sandbox_and_approve_resumes_in_it(mesh, capsys, monkeypatch):
+    mesh.emu.script(
+        [
+            Reply(
+                tool_calls=[ToolCallReply("write_file", json.dumps({"path": "note.txt", "content": "kept"}))]
+            ),
+            Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "cat note.txt; pwd"}))]),
+            Reply(text="done"),
+        ]
+    )
+    spec = agent(
+        tools=[pb.AgentTool(name="write_file"), pb.AgentTool(name="exec_command", needs_approval=True)]
+    )
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=spec, input="go", sandbox=pb.RunSandbox(backend=tpb.SANDBOX_BACKEND_LOCAL))
+    )
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED)
+    monkeypatch.setenv("COLUMNS", "80")
+
+    async def cli(*argv: str) -> tuple[int, str]:
+        code = await asyncio.to_thread(main, [*argv, "--runs-addr", mesh.runs_address])
+        return code, capsys.readouterr().out
+
+    code, out = await cli("runs", "show", started.run_id)
+    assert code == 0 and f"sandbox {run.sandbox_id}\n" in out
+    code, out = await cli("approve", started.run_id)
+    assert code == 0, out
+    await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
+    code, out = await cli("runs", "show", started.run_id)
+    assert f"sandbox {run.sandbox_id} (released when the run ended)" in out
+    entries = await mesh.entries(started.session_id)
+    cat = [e.item.tool_result.content for e in entries if e.item.HasField("tool_result")][-1]
+    # written by the first executor, read after the approval by the next: one sandbox's workspace
+    assert "kept" in cat and f"sandboxes/{run.sandbox_id}" in cat, cat
