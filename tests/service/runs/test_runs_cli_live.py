@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from rich.cells import cell_len
 
 from agentrt.cli.main import main
@@ -19,6 +20,11 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.service.runs.harness import agent
+from tests.service.runs.test_runs_sandbox import (
+    docker_mesh,  # noqa: F401 - the fixture
+    owned_containers,
+    released,
+)
 
 
 async def run_cli(capsys, monkeypatch, mesh, *argv: str) -> tuple[int, list[str], str]:
@@ -177,3 +183,30 @@ async def test_runs_show_names_the_sandbox_and_approve_resumes_in_it(mesh, capsy
     cat = [e.item.tool_result.content for e in entries if e.item.HasField("tool_result")][-1]
     # written by the first executor, read after the approval by the next: one sandbox's workspace
     assert "kept" in cat and f"sandboxes/{run.sandbox_id}" in cat, cat
+
+
+@pytest.mark.slow
+async def test_agentrt_run_in_a_docker_sandbox(docker_mesh, capsys, monkeypatch):  # noqa: F811
+    mesh = docker_mesh
+    cmd = 'test -d /.agentrt && echo "in-the-image"; echo "g=$GREETING"'
+    mesh.emu.script(
+        [Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))]), Reply(text="ok")]
+    )
+    code, lines, err = await run_cli(
+        capsys,
+        monkeypatch,
+        mesh,
+        "--model",
+        "openai:gpt-test",
+        "--sandbox",
+        "docker",
+        "--sandbox-env",
+        "GREETING=from-docker",
+        "look around",
+    )
+    assert code == 0, (lines, err)
+    fits(lines)
+    assert "  in-the-image" in lines and "g=from-docker" in lines
+    (run,) = (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs
+    await released(mesh, run.sandbox_id)
+    assert await asyncio.to_thread(owned_containers, mesh.docker_owner) == []  # the container is gone
