@@ -94,6 +94,9 @@ class RunManager:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
+        retrying = self.deps.releases.task
+        if retrying is not None and not retrying.done():
+            retrying.cancel()  # what is still pending is logged; nothing carries it over
         for executor, _ in list(self._executors.values()):
             executor.stop("shutdown")
         tasks = [t for _, t in self._executors.values()]
@@ -129,6 +132,7 @@ class RunManager:
                 await self.expire_suspended()
                 await self.takeover()
                 await self.observe_store()
+                sandboxes.retry_releases(self.deps.peers, self.deps.releases)
             except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
                 log.exception("lease renewal failed")
 
@@ -475,7 +479,7 @@ class RunManager:
         if stored is None:
             raise precondition(Reason.RUN_FINISHED, f"run {record.run_id!r} changed state; read it again")
         self.deps.hub.deliver(stored)
-        await sandboxes.release(self.deps.peers, record)
+        await sandboxes.release(self.deps.peers, record, self.deps.releases)
 
     async def inject(self, tenant: str, req: pb.InjectInputRequest) -> int:
         """Queue input for a live run (004 §2.11b); return its queue position (from 1).

@@ -15,14 +15,18 @@ Invariants:
 - Every tool call of the run carries the sandbox id and no workspace (ExecuteTool takes one
   or the other); the run's `workspace`, when given, becomes the sandbox's workspace.
 - `release` destroys the sandbox once the run's end is stored (completed, failed, canceled),
-  whoever ends it (the executor, or the manager for a suspended run); it is best effort: a
-  tool service that is down leaves the sandbox behind, logged (docs/services/runs.md).
+  whoever ends it (the executor, or the manager for a suspended run). A release that fails
+  (the tool service is down) is remembered in `Releases` and retried by the manager in the
+  background (`retry_releases`, from its lease loop) until it succeeds; a process that dies
+  first forgets it, and the sandbox stays behind, logged (docs/services/runs.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.core.errors import MeshError, Reason, Status
@@ -122,25 +126,62 @@ async def ensure(peers: Peers, r: RunRecord) -> str:
     return request.sandbox_id
 
 
-async def release(peers: Peers, r: RunRecord) -> bool:
+@dataclass
+class Releases:
+    """Sandboxes of ended runs whose release failed, to retry (this process only).
+
+    `pending` maps a sandbox id to (tenant, run id); `task` is the retry pass in flight.
+    """
+
+    pending: dict[str, tuple[str, str]] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+
+
+async def _destroy(peers: Peers, tenant: str, run_id: str, sid: str) -> bool:
+    """DestroySandbox; True when the sandbox is gone (a sandbox already gone counts). Never raises."""
+    try:
+        await peers.destroy_sandbox(tenant, sid)
+    except MeshError as err:
+        if err.reason == Reason.SANDBOX_NOT_FOUND:
+            return True
+        log.warning("run %s: its sandbox %s could not be released: %s", run_id, sid, err)
+        return False
+    except Exception:  # noqa: BLE001 - the run has ended; a leak is logged, never raised
+        log.exception("run %s: its sandbox %s could not be released", run_id, sid)
+        return False
+    log.info("run %s: sandbox %s released", run_id, sid)
+    return True
+
+
+async def release(peers: Peers, r: RunRecord, retry: Releases | None = None) -> bool:
     """Destroy an ended run's sandbox; return True when it is gone (or the run had none).
 
-    Best effort, never raises: a sandbox already gone counts as released; any other error
-    is logged and the sandbox stays (the run's end is stored either way).
+    Never raises: the run's end is stored either way. A failed release is added to `retry`
+    (when given) for `retry_releases`.
     """
     found = sandbox_of(r)
     if found is None:
         return True
     sid = found[0]
-    try:
-        await peers.destroy_sandbox(r.tenant, sid)
-    except MeshError as err:
-        if err.reason == Reason.SANDBOX_NOT_FOUND:
-            return True
-        log.warning("run %s: its sandbox %s could not be released: %s", r.run_id, sid, err)
-        return False
-    except Exception:  # noqa: BLE001 - the run has ended; a leak is logged, never raised
-        log.exception("run %s: its sandbox %s could not be released", r.run_id, sid)
-        return False
-    log.info("run %s: sandbox %s released", r.run_id, sid)
-    return True
+    if await _destroy(peers, r.tenant, r.run_id, sid):
+        return True
+    if retry is not None:
+        retry.pending[sid] = (r.tenant, r.run_id)
+    return False
+
+
+def retry_releases(peers: Peers, releases: Releases) -> None:
+    """Start one background pass over the failed releases, unless one runs or none is pending.
+
+    The pass tries each once (a peer that is down is waited for as any call waits for it),
+    so it runs apart from the caller's loop; what fails again stays pending for the next.
+    """
+    if not releases.pending or (releases.task is not None and not releases.task.done()):
+        return
+
+    async def one_pass() -> None:
+        for sid, (tenant, run_id) in list(releases.pending.items()):
+            if await _destroy(peers, tenant, run_id, sid):
+                releases.pending.pop(sid, None)
+
+    releases.task = asyncio.create_task(one_pass(), name="agentrt-runs-sandbox-releases")

@@ -537,3 +537,56 @@ async def test_a_handoff_keeps_the_runs_sandbox(mesh):
     cat = outs[-1]
     assert "kept" in cat and "where=the-run" in cat, outs
     await released(mesh, started.sandbox_id)
+
+
+async def test_a_release_the_tool_service_missed_is_retried_once_it_is_back(start_server, tmp_path, emulator):
+    # The run ends while the tool service is down: the end is stored all the same, the
+    # release is remembered, and the lease loop's retry destroys the sandbox once it serves.
+    from agentrt.mesh.config import ServerConfig
+    from agentrt.mesh.db import sqlite_url
+    from agentrt.tools.config import ToolsConfig
+    from agentrt.tools.server import build_server as build_tools
+
+    mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, peer_unavailable_seconds=0.3)
+    mine = pb.AgentTool(name="mine", spec=cpb.ToolSpec(external=True, description="the client's"))
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[sh("echo ran")]),
+            Reply(tool_calls=[ToolCallReply("mine", "{}")]),
+            Reply(text="done"),
+        ]
+    )
+    started = await start(
+        mesh,
+        pb.StartRunRequest(
+            agent=agent(tools=[pb.AgentTool(name="exec_command"), mine]),
+            input="go",
+            sandbox=pb.RunSandbox(backend=LOCAL),
+        ),
+    )
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED)  # waits on the client's tool
+    assert (await sandbox_state(mesh, started.sandbox_id)).state == RUNNING
+    await mesh.tools_server.stop(grace=0)  # type: ignore[attr-defined]
+    result = cpb.ToolResult(call_id=run.pending_calls[0].call.call_id, name="mine", content="42")
+    await mesh.runs.ResumeRun(pb.ResumeRunRequest(run_id=started.run_id, results=[result]))
+    await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
+    releases = mesh.runs_server.manager.deps.releases  # type: ignore[attr-defined]
+
+    async def pending() -> bool:
+        return started.sandbox_id in releases.pending
+
+    from tests.service.runs.test_runs_takeover import until
+
+    await until(pending, "the missed release to be remembered")
+    port = int(mesh.addresses["tools"].rsplit(":", 1)[1])
+    await start_server(
+        build_tools(
+            ToolsConfig(
+                server=ServerConfig(port=port, db_url=sqlite_url(mesh.tmp, "tools"), state_dir=mesh.tmp),
+                workspace_root=mesh.workspace_root,
+                heartbeat_seconds=0.5,
+            )
+        )
+    )
+    await released(mesh, started.sandbox_id)
+    await until(lambda: asyncio.sleep(0, not releases.pending), "the retry to forget it")

@@ -97,6 +97,8 @@ class Deps:
     lease_seconds: float
     crash: Callable[[str], None] = _no_crash
     metrics: RunMetrics = field(default_factory=RunMetrics)
+    #: Sandboxes of ended runs whose release failed; the manager retries them (runs/sandboxes.py).
+    releases: sandboxes.Releases = field(default_factory=sandboxes.Releases)
 
 
 def b64(msg: Any) -> str:
@@ -355,7 +357,7 @@ class ExecutorCore:
             lease_expires_s=0.0,
         )
         self.ended = status
-        await sandboxes.release(self.deps.peers, r)
+        await sandboxes.release(self.deps.peers, r, self.deps.releases)
 
     async def _end_quietly(self, status: int, *, failure: cpb.FailureInfo | None = None) -> None:
         try:
