@@ -94,9 +94,6 @@ class RunManager:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
-        retrying = self.deps.releases.task
-        if retrying is not None and not retrying.done():
-            retrying.cancel()  # what is still pending is logged; nothing carries it over
         for executor, _ in list(self._executors.values()):
             executor.stop("shutdown")
         tasks = [t for _, t in self._executors.values()]
@@ -104,6 +101,7 @@ class RunManager:
             _, late = await asyncio.wait(tasks, timeout=grace_s)
             for task in late:
                 task.cancel()
+        await self.deps.releases.drain(grace_s)  # the sandboxes of runs that just ended
 
     async def _lease_loop(self) -> None:
         period = max(self.deps.lease_seconds / 3, 0.05)
@@ -479,7 +477,7 @@ class RunManager:
         if stored is None:
             raise precondition(Reason.RUN_FINISHED, f"run {record.run_id!r} changed state; read it again")
         self.deps.hub.deliver(stored)
-        await sandboxes.release(self.deps.peers, record, self.deps.releases)
+        self.deps.releases.start(self.deps.peers, record)
 
     async def inject(self, tenant: str, req: pb.InjectInputRequest) -> int:
         """Queue input for a live run (004 §2.11b); return its queue position (from 1).

@@ -15,7 +15,8 @@ Invariants:
 - Every tool call of the run carries the sandbox id and no workspace (ExecuteTool takes one
   or the other); the run's `workspace`, when given, becomes the sandbox's workspace.
 - `release` destroys the sandbox once the run's end is stored (completed, failed, canceled),
-  whoever ends it (the executor, or the manager for a suspended run). A release that fails
+  whoever ends it (the executor, or the manager for a suspended run), in the background
+  (`Releases.start`), so no RPC (CancelRun) waits on the tool service. A release that fails
   (the tool service is down) is remembered in `Releases` and retried by the manager in the
   background (`retry_releases`, from its lease loop) until it succeeds; a process that dies
   first forgets it, and the sandbox stays behind, logged (docs/services/runs.md).
@@ -128,13 +129,30 @@ async def ensure(peers: Peers, r: RunRecord) -> str:
 
 @dataclass
 class Releases:
-    """Sandboxes of ended runs whose release failed, to retry (this process only).
+    """The replica's sandbox releases: in flight, and failed ones to retry (this process only).
 
-    `pending` maps a sandbox id to (tenant, run id); `task` is the retry pass in flight.
+    `pending` maps a sandbox id to (tenant, run id); `task` is the retry pass in flight;
+    `running` the releases started by `start` and not finished.
     """
 
     pending: dict[str, tuple[str, str]] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
+    running: set[asyncio.Task[bool]] = field(default_factory=set)
+
+    def start(self, peers: Peers, r: RunRecord) -> None:
+        """Release an ended run's sandbox in the background (nothing when it has none)."""
+        if sandbox_of(r) is None:
+            return
+        task = asyncio.create_task(release(peers, r, self), name=f"agentrt-runs-release-{r.run_id}")
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Shutdown: let releases in flight finish for up to timeout_s seconds; stop retrying."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()  # what is still pending is logged; nothing carries it over
+        if self.running:
+            await asyncio.wait(set(self.running), timeout=timeout_s)
 
 
 async def _destroy(peers: Peers, tenant: str, run_id: str, sid: str) -> bool:

@@ -357,7 +357,7 @@ class ExecutorCore:
             lease_expires_s=0.0,
         )
         self.ended = status
-        await sandboxes.release(self.deps.peers, r, self.deps.releases)
+        self.deps.releases.start(self.deps.peers, r)
 
     async def _end_quietly(self, status: int, *, failure: cpb.FailureInfo | None = None) -> None:
         try:
