@@ -72,7 +72,7 @@ async def measure() -> dict[str, Any]:
     from agentrt.tools.config import DockerSettings
     from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
     from tests.service.runs.harness import start_mesh
-    from tests.service.runs.test_runs_sandbox import docker_problem, remove_owned
+    from tests.service.runs.sandbox_helpers import docker_problem, remove_owned
 
     servers: list[MeshServer] = []
 

@@ -20,7 +20,7 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.service.runs.harness import agent
-from tests.service.runs.test_runs_sandbox import (
+from tests.service.runs.sandbox_helpers import (
     docker_mesh,  # noqa: F401 - the fixture
     owned_containers,
     released,
