@@ -2,11 +2,14 @@
 
 The run creates its sandbox through the real ToolService at its first tool batch, every
 tool call of the run executes in it, a resume after approval (a new executor) adopts the
-same one, and it is destroyed when the run ends. The local backend runs everywhere; the
-docker tests use the real engine and the sandbox image (slow; they skip locally without
-an engine and FAIL under CI, as tests/service/tools/test_tools_docker.py does).
+same one, and it is destroyed when the run ends (completed, failed, canceled). The local
+backend, which runs everywhere; docker: test_runs_sandbox_docker.py; takeover, drain and a
+missed release: test_runs_sandbox_recovery.py.
 """
 
+from __future__ import annotations
+
+import asyncio
 import json
 import os
 
@@ -30,6 +33,7 @@ from tests.service.runs.sandbox_helpers import (
     sandbox_state,
     sh,
     start,
+    tools,
 )
 
 # -- local backend ------------------------------------------------------------------------------
@@ -239,3 +243,35 @@ async def test_a_handoff_keeps_the_runs_sandbox(mesh):
     cat = outs[-1]
     assert "kept" in cat and "where=the-run" in cat, outs
     await released(mesh, started.sandbox_id)
+
+
+async def test_canceling_a_run_mid_command_releases_its_sandbox(mesh):
+    from agentrt.core.decide import mint_call_id
+
+    mesh.emu.script([Reply(tool_calls=[sh("sleep 60")]), Reply(text="never")])
+    started = await start(
+        mesh,
+        pb.StartRunRequest(
+            agent=agent(tools=[pb.AgentTool(name="exec_command")]),
+            input="go",
+            sandbox=pb.RunSandbox(backend=LOCAL),
+        ),
+    )
+    call_id = mint_call_id(started.run_id, 1, 0)
+
+    async def running() -> None:
+        while True:
+            got = await tools(mesh).GetExecution(
+                tpb.GetExecutionRequest(run_id=started.run_id, call_id=call_id)
+            )
+            if got.state == tpb.EXECUTION_STATE_STARTED:
+                return
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(running(), 30)
+    assert (await sandbox_state(mesh, started.sandbox_id)).state == RUNNING
+    await mesh.runs.CancelRun(pb.CancelRunRequest(run_id=started.run_id, reason="enough"))
+    await mesh.wait_status(started.run_id, cpb.RUN_STATUS_CANCELED)
+    await released(mesh, started.sandbox_id)
+    (out,) = await outputs(mesh, started.session_id)
+    assert "Cancelled while running" in out, out
