@@ -12,8 +12,8 @@ Invariants:
   id, and CreateSandbox adopts a sandbox whose id and settings match (004 §2.7n).
 - `ensure` is called before a tool batch runs; each executor asks once (the first batch of a
   segment), which also resumes a stopped sandbox and recreates one removed behind our back.
-  Within one executor a sandbox stopped or destroyed by someone else is not asked for again:
-  its calls get the tool service's refusal (SANDBOX_STOPPED, SANDBOX_NOT_FOUND) as results.
+  Within one executor, a call refused because someone stopped or destroyed the sandbox
+  (SANDBOX_STOPPED, SANDBOX_NOT_FOUND) has it asked for again (runs/loop/sandbox_phase.py).
 - Every tool call of the run carries the sandbox id and no workspace (ExecuteTool takes one
   or the other); the run's `workspace`, when given, becomes the sandbox's workspace.
 - `release` destroys the sandbox once the run's end is stored (completed, failed, canceled),

@@ -229,3 +229,46 @@ async def test_a_release_the_tool_service_missed_is_retried_once_it_is_back(star
     )
     await released(mesh, started.sandbox_id)
     await until(lambda: asyncio.sleep(0, not releases.pending), "the retry to forget it")
+
+
+@pytest.mark.parametrize("how", ["stopped", "destroyed"])
+async def test_a_sandbox_lost_behind_the_runs_back_is_asked_for_again(mesh, how):
+    # Between two tool turns of one executor, someone stops (or destroys) the run's sandbox:
+    # the next call is refused before anything runs, the run asks for the sandbox again
+    # (resumed: its files kept; recreated: a fresh workspace) and sends the call once more.
+    from tests.service.runs.test_runs_takeover import until
+
+    slow_second = Reply(tool_calls=[sh("cat note.txt || echo no-note; pwd")], chunk_chars=2, event_delay=0.02)
+    slow_second.text = "y" * 40
+
+    def by_turn(path, body):
+        done = json.dumps(body).count("function_call_output")
+        if done == 0:
+            return Reply(tool_calls=[sh("echo kept > note.txt")])
+        return slow_second if done == 1 else Reply(text="done")
+
+    mesh.emu.responder = by_turn
+    started = await start(
+        mesh,
+        pb.StartRunRequest(
+            agent=agent(tools=[pb.AgentTool(name="exec_command")]),
+            input="go",
+            sandbox=pb.RunSandbox(backend=LOCAL),
+        ),
+    )
+
+    async def second_turn_asked() -> bool:
+        return len(mesh.emu.requests) >= 2
+
+    await until(second_turn_asked, "the second model call to be in flight")
+    stub = tools(mesh)
+    if how == "stopped":
+        await stub.StopSandbox(tpb.StopSandboxRequest(sandbox_id=started.sandbox_id))
+    else:
+        await stub.DestroySandbox(tpb.DestroySandboxRequest(sandbox_id=started.sandbox_id))
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    first, second = await outputs(mesh, started.session_id)
+    assert "could not run" not in second and os.path.join("sandboxes", started.sandbox_id) in second, second
+    assert ("kept" in second) == (how == "stopped"), second  # a stopped sandbox keeps its files
+    await released(mesh, started.sandbox_id)

@@ -146,6 +146,9 @@ class ExecutorCore:
         self._last_usage: cpb.Usage | None = None
         #: The run's sandbox id once this executor created or adopted it (runs/sandboxes.py).
         self._sandbox_id: str | None = None
+        #: How many times this executor had it created or adopted; the lock serializes asking.
+        self._sandbox_asks = 0
+        self._sandbox_lock = asyncio.Lock()
         self._bytes_since = 0
 
     def stop(self, reason: str, message: str = "") -> None:

@@ -3,10 +3,14 @@
 Before a turn's calls run, after `tools_started` is logged (so a drain cutting this wait
 never loses the model's response), the executor makes sure of the run's sandbox: the first
 batch of each executor asks CreateSandbox once (create or adopt; runs/sandboxes.ensure), later
-batches reuse the id. When the sandbox cannot be had, no call of the batch starts: each is
-answered "Not executed: the run's sandbox could not be created." and the turn is recorded as
-for a tool service failing mid-batch, then the run fails (`sandbox_unavailable` when the
-tool service refused the sandbox, the peer's kind when it could not be reached).
+batches reuse the id. A call the tool service refuses because the sandbox was stopped or
+destroyed meanwhile (nothing ran) has it asked for again (`_regain_sandbox`, once for the
+calls that found it lost together) and is sent once more (runs/loop/batch.py).
+
+When the sandbox cannot be had, no call of the batch starts: each is answered "Not
+executed: the run's sandbox could not be created." and the turn is recorded as for a tool
+service failing mid-batch, then the run fails (`sandbox_unavailable` when the tool service
+refused the sandbox, the peer's kind when it could not be reached).
 """
 
 from __future__ import annotations
@@ -41,6 +45,20 @@ class SandboxSteps(ExecutorCore):
         )
         return batch
 
+    async def _regain_sandbox(self) -> None:
+        """Ask for the run's sandbox again: someone stopped or destroyed it.
+
+        Calls of one batch that find it lost together share one CreateSandbox.
+
+        Raises:
+            RunFailed: kind `sandbox_unavailable` when the tool service refuses it now.
+        """
+        seen = self._sandbox_asks
+        async with self._sandbox_lock:
+            if self._sandbox_asks == seen:  # nobody asked again since this call found it lost
+                self._sandbox_id = None
+                await self._sandbox()
+
     async def _sandbox(self) -> str:
         """Return the run's sandbox id, created or adopted once per executor ("" = none).
 
@@ -53,6 +71,7 @@ class SandboxSteps(ExecutorCore):
         if self._sandbox_id is None:
             try:
                 self._sandbox_id = await self._interruptible(sandboxes.ensure(self.deps.peers, self.r))
+                self._sandbox_asks += 1
             except sandboxes.SandboxRefused as refused:
                 err = refused.error
                 raise RunFailed(

@@ -227,6 +227,7 @@ class TurnSteps(SandboxSteps, Housekeeping):
                 run_id=r.run_id,
                 workspace="" if sandbox_id else r.workspace,
                 sandbox_id=sandbox_id,
+                regain_sandbox=self._regain_sandbox if sandbox_id else None,
                 concurrency=limits.concurrency,
                 on_result=on_result,
                 on_queue_wait=self.deps.metrics.tool_queue_wait.observe,
