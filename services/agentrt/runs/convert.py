@@ -397,6 +397,7 @@ def run_out(r: RunRecord) -> pb.Run:
     nested = r.state.get("nested_usage")
     if isinstance(nested, dict):
         run.nested_usage.CopyFrom(cpb.Usage(**{k: int(v) for k, v in nested.items()}))
+    run.sandbox_id = str(r.state.get("sandbox_id", ""))  # runs/sandboxes.py
     current = r.state.get("agent")  # the last handoff's target (runs/loop/handoff_phase.py)
     if current:
         snap = pb.AgentSpec.FromString(base64.b64decode(current))
