@@ -579,3 +579,40 @@ async def test_an_approval_two_levels_down_bubbles_up_and_is_answered_at_the_top
     assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "boss done", run.failure
     assert open(os.path.join(workspace, "deep.txt")).read() == "deep\n"
     assert run.usage.requests == 6 and run.nested_usage.requests == 4  # the helper's total includes deep's
+
+
+async def test_a_child_agents_own_sandbox_is_honored_and_released_at_its_end(mesh):
+    from tests.service.runs.sandbox_helpers import LOCAL, released, sh
+
+    helper = agent(
+        "openai",
+        name="helper",
+        instructions="You are the helper.",
+        tools=[pb.AgentTool(name="exec_command")],
+        sandbox=pb.RunSandbox(backend=LOCAL, env={"WHERE": "in-the-childs-box"}),
+    )
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=helper))
+    boss = agent("openai", name="boss", tools=[pb.AgentTool(name="ask_helper", agent_name="helper")])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=boss))
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ask("where?")]),
+            Reply(tool_calls=[sh('echo "$WHERE"; pwd')]),
+            Reply(text="here"),
+            Reply(text="ok"),
+        ]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go"))
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    assert not run.sandbox_id  # the parent has none of its own
+    child = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=run.child_run_ids[0]))).run
+    assert child.sandbox_id.startswith("sbx_")
+    results = [
+        e.item.tool_result for e in await mesh.entries(child.session_id) if e.item.HasField("tool_result")
+    ]
+    assert (
+        "in-the-childs-box" in results[0].content
+        and os.path.join("sandboxes", child.sandbox_id) in results[0].content
+    )
+    await released(mesh, child.sandbox_id)

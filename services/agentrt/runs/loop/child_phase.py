@@ -45,6 +45,7 @@ from agentrt.core import agent_tools
 from agentrt.core.errors import MeshError, Status
 from agentrt.core.ids import new_id
 from agentrt.runs import events as run_events
+from agentrt.runs import sandboxes
 from agentrt.runs.loop.batch import Abandoned, BatchStop, ProgressRelay
 from agentrt.runs.loop.tools_phase import Planned, runtime_result
 from agentrt.runs.records import RunRecord, StoredEvent
@@ -356,13 +357,18 @@ async def _create(
     )
     now = time.time()
     budget = limits_of(snap).time_budget_s
+    run_id = new_id("run")
+    # The child's own agent may name a sandbox (created at its first batch, released at its
+    # end); the parent's sandbox is not shared: the child's end would release it.
+    state = {PARENT_RUN_ID: r.run_id, PARENT_CALL_ID: p.call.call_id}
+    state.update(sandboxes.initial_state(run_id, snap.sandbox if snap.HasField("sandbox") else None))
     record = RunRecord(
-        run_id=new_id("run"), tenant=r.tenant, session_id=session_id, agent_name=snap.name,
+        run_id=run_id, tenant=r.tenant, session_id=session_id, agent_name=snap.name,
         agent_version=snap.version, agent=snap, input=text, workspace=r.workspace,
         idempotency_key=child_key(r.run_id, p.call.call_id), lease_owner=deps.owner,
         lease_expires_s=now + deps.lease_seconds, fencing_token=1, create_time_s=now, update_time_s=now,
         deadline_s=now + budget if budget else 0.0,
-        state={PARENT_RUN_ID: r.run_id, PARENT_CALL_ID: p.call.call_id},
+        state=state,
     )  # fmt: skip
     stored_record, stored = await deps.store.insert_run(record, run_events.run_started_events(record))
     return stored_record, stored
