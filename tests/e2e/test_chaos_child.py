@@ -239,3 +239,66 @@ async def test_a_kill_while_the_child_runs_its_command_takes_both_runs_over(
     assert parent.usage.requests == 4 and parent.nested_usage.requests == 2
     for session_id in (started.session_id, child.session_id):
         check_session(await session_entries(chaos.sessions, session_id))
+
+
+async def test_a_crash_between_the_childs_resume_and_the_parents_is_repaired_by_the_lease_loop(
+    chaos: ChaosMesh, tmp_path: Path
+):
+    # ResumeRun through the parent resumes the child, and the process dies (SIGKILL, a crash
+    # point) before the parent's view of the child is refreshed: the parent is left SUSPENDED
+    # showing a call nobody waits on any more. The next process takes the child over, and its
+    # lease loop resumes the parent from the rows alone; nobody calls ResumeRun again.
+    provider, cell = "openai", "repairopenai"
+    a = chaos.replicas["a"]
+    helper = pb.AgentSpec(
+        name="repairhelper",
+        instructions=f"{HELPER} {cell}.",
+        model=_model(provider),
+        tools=[pb.AgentTool(name="exec_command", needs_approval=True)],
+    )
+    boss = pb.AgentSpec(
+        name="repairboss",
+        instructions=f"{BOSS} {cell}.",
+        model=_model(provider),
+        tools=[pb.AgentTool(name="ask_helper", agent_name=helper.name)],
+    )
+    for spec in (helper, boss):
+        await _rpc(a.address, "RegisterAgent", pb.RegisterAgentRequest(agent=spec))
+    workspace = tmp_path / "ws"
+    started = await _rpc(
+        a.address,
+        "StartRun",
+        pb.StartRunRequest(agent_name=boss.name, input=f"do cell:{cell}", workspace=str(workspace)),
+    )
+    parent = await _until_status(a.address, started.run_id, cpb.RUN_STATUS_SUSPENDED, cpb.RUN_STATUS_FAILED)
+    assert parent.status == cpb.RUN_STATUS_SUSPENDED, parent.failure
+    child_id = parent.child_run_ids[0]
+    await _until_status(a.address, child_id, cpb.RUN_STATUS_SUSPENDED)
+
+    chaos.kill(a)
+    crashing = chaos.restart(a, {"AGENTRT_RUNS_CRASH_POINTS": "after_child_resumed"})
+    call_id = parent.pending_calls[0].call.call_id
+    with pytest.raises(grpc.aio.AioRpcError):  # the process dies inside the call
+        await _rpc(
+            crashing.address,
+            "ResumeRun",
+            pb.ResumeRunRequest(
+                run_id=started.run_id, decisions=[pb.ApprovalDecision(call_id=call_id, approved=True)]
+            ),
+        )
+    assert crashing.proc is not None and crashing.proc.wait(STATE_TIMEOUT) == -9
+    survivor = chaos.restart(crashing)
+    chaos.replicas["a"] = survivor
+
+    parent = await _until_status(
+        survivor.address, started.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED
+    )
+    assert parent.status == cpb.RUN_STATUS_COMPLETED, parent.failure
+    assert parent.final_output == f"parent finished {cell}"
+    child = await _run(survivor.address, child_id)
+    assert child.status == cpb.RUN_STATUS_COMPLETED
+    assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+    asked = [json.dumps(b, sort_keys=True) for _, b in chaos.emu.requests if f"cell:{cell}" in json.dumps(b)]
+    assert len(asked) == 4 and len(set(asked)) == 4, f"model requests of {cell}: {len(asked)}"
+    for session_id in (started.session_id, child.session_id):
+        check_session(await session_entries(chaos.sessions, session_id))

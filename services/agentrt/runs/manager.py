@@ -33,6 +33,7 @@ from agentrt.runs.convert import STOP_KIND, injected_only, injected_out
 from agentrt.runs.domain import Resume
 from agentrt.runs.events import run_started_events, run_topic, session_topic
 from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.loop.child_phase import PARENT_RUN_ID
 from agentrt.runs.loop.executor import Deps, RunExecutor
 from agentrt.runs.loop.tools_phase import merge_answers
 from agentrt.runs.observe import store_gauges
@@ -392,6 +393,8 @@ class RunManager:
                 attempts[rec.call_id] = int(attempts.get(rec.call_id, 0)) + 1
         state = record.with_state(attempts=attempts, suspension_reason=0)
         await self.wake(record, changes, state, len(answered))
+        if record.state.get(PARENT_RUN_ID):
+            self.deps.crash("after_child_resumed")  # crash tests: the parent is repaired later
         await self.children.sync_parent(await self.get_run(tenant, req.run_id))
         return await self.get_run(tenant, req.run_id)
 
