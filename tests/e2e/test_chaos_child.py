@@ -7,7 +7,9 @@ again, and the approval is given through the parent. Then: the command ran exact
 runs completed, the parent's usage includes the child's, and the emulator received each model
 request exactly once. On both providers. Then the same without an approval, the runs process
 killed while the child's command runs: the restarted process takes both runs over, the parent
-waits for the same child (never a second one) and the command's line is written once.
+waits for the same child (never a second one) and the command's line is written once. And
+a kill between the child's resume and the parent's (a crash point): the lease loop of the
+next process resumes the parent from the rows alone.
 """
 
 from __future__ import annotations
