@@ -47,7 +47,8 @@ from agentrt.tools import files
 from agentrt.tools.args import ArgError, CallInput
 from agentrt.tools.catalog import BY_NAME, EXEC_COMMAND, TASK_TOOL_NAMES, ToolDef
 from agentrt.tools.config import ToolsConfig
-from agentrt.tools.observe import ToolObserver
+from agentrt.tools.execution.observe import ToolObserver
+from agentrt.tools.execution.tasks import TaskTools
 from agentrt.tools.patch import apply_patch
 from agentrt.tools.paths import PathRefused, resolve_dir
 from agentrt.tools.results import Outcome, ResultStatus, interrupted, refused
@@ -56,7 +57,6 @@ from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, ExecContext, Runner
 from agentrt.tools.shell.pool import Shells
 from agentrt.tools.store import FINISHED, STARTED, CallKey, ExecRecord, ToolStore, utcnow
-from agentrt.tools.tasks import TaskTools
 
 log = logging.getLogger("agentrt.tools")
 
