@@ -25,7 +25,8 @@ from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
 from agentrt.tools.archive.transfer import Target, WorkspaceArchives
 from agentrt.tools.args import CallInput
 from agentrt.tools.catalog import ToolDef, builtin
-from agentrt.tools.execution.executor import ExecuteInput, ToolExecutor
+from agentrt.tools.execution.executor import ToolExecutor
+from agentrt.tools.execution.request import ExecuteInput
 from agentrt.tools.results import Outcome, ResultStatus
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.sandbox.spec import DOCKER, LOCAL, SandboxInfo, SandboxSpec

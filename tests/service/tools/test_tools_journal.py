@@ -19,7 +19,7 @@ from agentrt.client.channels import open_channel
 from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.status import reason_of
 from agentrt.tools.args import CallInput
-from agentrt.tools.execution.executor import fingerprint
+from agentrt.tools.execution.request import fingerprint
 from agentrt.tools.server import build_server
 from agentrt.tools.store import CallKey, ToolStore
 from agentrt.v1 import common_pb2
