@@ -21,8 +21,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.mesh.db import Database
+from agentrt.tools.calls.results import Outcome
 from agentrt.tools.models import Execution, SandboxRow
-from agentrt.tools.results import Outcome
 
 STARTED = "started"
 FINISHED = "finished"

@@ -18,7 +18,7 @@ from tools_helpers import PG_URL, ToolsEnv, make_config, pg_reachable
 from agentrt.client.channels import open_channel
 from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.status import reason_of
-from agentrt.tools.args import CallInput
+from agentrt.tools.calls.args import CallInput
 from agentrt.tools.execution.request import fingerprint
 from agentrt.tools.server import build_server
 from agentrt.tools.store import CallKey, ToolStore

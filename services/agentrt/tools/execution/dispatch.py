@@ -16,17 +16,17 @@ import time
 
 from agentrt.core.errors import Reason, precondition
 from agentrt.core.policy import check_exec_args
-from agentrt.tools import args as A
 from agentrt.tools import files
-from agentrt.tools.args import ArgError
-from agentrt.tools.catalog import EXEC_COMMAND, TASK_TOOL_NAMES, ToolDef
+from agentrt.tools.calls import args as A
+from agentrt.tools.calls.args import ArgError
+from agentrt.tools.calls.catalog import EXEC_COMMAND, TASK_TOOL_NAMES, ToolDef
+from agentrt.tools.calls.results import Outcome, ResultStatus, refused
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.execution.observe import ToolObserver
 from agentrt.tools.execution.request import Emit, ExecuteInput
 from agentrt.tools.execution.tasks import TaskTools
 from agentrt.tools.patch import apply_patch
 from agentrt.tools.paths import PathRefused, resolve_dir
-from agentrt.tools.results import Outcome, ResultStatus, refused
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.spec import CommandRequest, ExecContext, Runner
 from agentrt.tools.shell.pool import Shells

@@ -37,9 +37,10 @@ import logging
 from dataclasses import replace
 
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.tools import args as A
-from agentrt.tools.args import ArgError
-from agentrt.tools.catalog import EXEC_COMMAND, TASK_TOOL_NAMES, ToolDef
+from agentrt.tools.calls import args as A
+from agentrt.tools.calls.args import ArgError
+from agentrt.tools.calls.catalog import EXEC_COMMAND, TASK_TOOL_NAMES, ToolDef
+from agentrt.tools.calls.results import Outcome, interrupted, refused
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.execution.dispatch import Dispatch, require_writable
 from agentrt.tools.execution.flight import Flight, process_identity
@@ -47,7 +48,6 @@ from agentrt.tools.execution.journal import Journal
 from agentrt.tools.execution.observe import ToolObserver
 from agentrt.tools.execution.request import Emit, ExecuteInput, checked_key, fingerprint, validate
 from agentrt.tools.execution.tasks import TaskTools
-from agentrt.tools.results import Outcome, interrupted, refused
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.sandbox.spec import CallerDeadline, ExecContext

@@ -18,8 +18,8 @@ import os
 import secrets
 import socket
 
+from agentrt.tools.calls.results import Outcome
 from agentrt.tools.execution.request import Emit
-from agentrt.tools.results import Outcome
 
 
 class NotRun(Exception):

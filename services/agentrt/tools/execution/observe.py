@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 
 from agentrt.mesh import telemetry
 from agentrt.mesh.telemetry.metrics import ToolMetrics
-from agentrt.tools.results import Outcome, ResultStatus
+from agentrt.tools.calls.results import Outcome, ResultStatus
 from agentrt.tools.sandbox.spec import CallerDeadline
 
 

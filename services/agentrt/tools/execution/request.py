@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from agentrt.core.errors import Reason, invalid, missing, quote
 from agentrt.core.ids import valid_id
 from agentrt.core.policy import CommandPolicy
-from agentrt.tools.args import CallInput
-from agentrt.tools.catalog import BY_NAME, ToolDef
+from agentrt.tools.calls.args import CallInput
+from agentrt.tools.calls.catalog import BY_NAME, ToolDef
 from agentrt.tools.store import CallKey
 
 #: Receives ("stdout"|"stderr", text) progress chunks of a running call (004 §2.7g).
