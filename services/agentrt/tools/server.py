@@ -23,8 +23,8 @@ from agentrt.tools.config import SANDBOX_UNCONFINED, ToolsConfig
 from agentrt.tools.execution.executor import ToolExecutor
 from agentrt.tools.execution.observe import ToolObserver
 from agentrt.tools.execution.tasks import TaskTools
+from agentrt.tools.files.paths import open_workspace
 from agentrt.tools.migrate import upgrade
-from agentrt.tools.paths import open_workspace
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.servicer import ToolServicer

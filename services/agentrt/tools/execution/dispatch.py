@@ -16,7 +16,6 @@ import time
 
 from agentrt.core.errors import Reason, precondition
 from agentrt.core.policy import check_exec_args
-from agentrt.tools import files
 from agentrt.tools.calls import args as A
 from agentrt.tools.calls.args import ArgError
 from agentrt.tools.calls.catalog import EXEC_COMMAND, TASK_TOOL_NAMES, ToolDef
@@ -25,8 +24,9 @@ from agentrt.tools.config import ToolsConfig
 from agentrt.tools.execution.observe import ToolObserver
 from agentrt.tools.execution.request import Emit, ExecuteInput
 from agentrt.tools.execution.tasks import TaskTools
-from agentrt.tools.patch import apply_patch
-from agentrt.tools.paths import PathRefused, resolve_dir
+from agentrt.tools.files import ops
+from agentrt.tools.files.patch import apply_patch
+from agentrt.tools.files.paths import PathRefused, resolve_dir
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.spec import CommandRequest, ExecContext, Runner
 from agentrt.tools.shell.pool import Shells
@@ -94,11 +94,11 @@ class Dispatch:
             elif tool.name in TASK_TOOL_NAMES:
                 outcome = await self._task_tool(ctx.tenant, inp, args)
             elif tool.name == "read_file":
-                outcome = await asyncio.to_thread(files.read_file, ws, args, cap)
+                outcome = await asyncio.to_thread(ops.read_file, ws, args, cap)
             elif tool.name == "write_file":
-                outcome = await asyncio.to_thread(files.write_file, ws, args)
+                outcome = await asyncio.to_thread(ops.write_file, ws, args)
             elif tool.name == "list_files":
-                outcome = await asyncio.to_thread(files.list_files, ws, args)
+                outcome = await asyncio.to_thread(ops.list_files, ws, args)
             else:
                 outcome = await asyncio.to_thread(apply_patch, ws, args)
         except ArgError as exc:

@@ -35,7 +35,7 @@ from agentrt.core.ids import new_id, valid_id
 from agentrt.tools.config import CommandLimits, ToolsConfig
 from agentrt.tools.docker.backend import DockerSandbox
 from agentrt.tools.docker.engine import ContainerSpec, container_name
-from agentrt.tools.paths import Workspace, open_workspace
+from agentrt.tools.files.paths import Workspace, open_workspace
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.spec import (
     ABSENT,

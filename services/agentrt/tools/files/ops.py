@@ -24,7 +24,7 @@ from agentrt.core.truncate import head_tail
 from agentrt.tools.calls import args as A
 from agentrt.tools.calls.output import marker
 from agentrt.tools.calls.results import Outcome
-from agentrt.tools.paths import PathRefused, Workspace, open_dir, resolve
+from agentrt.tools.files.paths import PathRefused, Workspace, open_dir, resolve
 
 MAX_ENTRIES = 1000
 _BINARY_SNIFF = 8192
