@@ -28,7 +28,7 @@ from agentrt.tools.migrate import upgrade
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.servicer import ToolServicer
-from agentrt.tools.store import ToolStore
+from agentrt.tools.storage.store import ToolStore
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.ToolService"

@@ -21,7 +21,7 @@ from agentrt.mesh.status import reason_of
 from agentrt.tools.calls.args import CallInput
 from agentrt.tools.execution.request import fingerprint
 from agentrt.tools.server import build_server
-from agentrt.tools.store import CallKey, ToolStore
+from agentrt.tools.storage.store import CallKey, ToolStore
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc

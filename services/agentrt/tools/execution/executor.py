@@ -52,7 +52,7 @@ from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.sandbox.spec import CallerDeadline, ExecContext
 from agentrt.tools.shell.pool import Shells
-from agentrt.tools.store import CallKey, ToolStore
+from agentrt.tools.storage.store import CallKey, ToolStore
 
 log = logging.getLogger("agentrt.tools")
 

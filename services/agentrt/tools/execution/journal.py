@@ -20,7 +20,7 @@ from agentrt.core.errors import MeshError, Reason, Status, invalid
 from agentrt.tools.calls.results import Outcome, ResultStatus, interrupted, refused
 from agentrt.tools.execution.flight import Flight, NotRun, owner_dead
 from agentrt.tools.execution.request import Emit
-from agentrt.tools.store import FINISHED, STARTED, CallKey, ExecRecord, ToolStore, utcnow
+from agentrt.tools.storage.store import FINISHED, STARTED, CallKey, ExecRecord, ToolStore, utcnow
 
 log = logging.getLogger("agentrt.tools")
 

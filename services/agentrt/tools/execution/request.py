@@ -18,7 +18,7 @@ from agentrt.core.ids import valid_id
 from agentrt.core.policy import CommandPolicy
 from agentrt.tools.calls.args import CallInput
 from agentrt.tools.calls.catalog import BY_NAME, ToolDef
-from agentrt.tools.store import CallKey
+from agentrt.tools.storage.store import CallKey
 
 #: Receives ("stdout"|"stderr", text) progress chunks of a running call (004 §2.7g).
 Emit = Callable[[str, str], None]

@@ -48,7 +48,7 @@ from agentrt.tools.sandbox.spec import (
     SandboxSpec,
 )
 from agentrt.tools.sandbox.workspaces import WorkspaceRules
-from agentrt.tools.store import SandboxRecord, ToolStore
+from agentrt.tools.storage.store import SandboxRecord, ToolStore
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _DOCKER_FIELDS = {
