@@ -24,10 +24,10 @@ from agentrt.tools.execution.executor import ToolExecutor
 from agentrt.tools.execution.observe import ToolObserver
 from agentrt.tools.execution.tasks import TaskTools
 from agentrt.tools.files.paths import open_workspace
-from agentrt.tools.migrate import upgrade
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.servicer import ToolServicer
+from agentrt.tools.storage.migrate import upgrade
 from agentrt.tools.storage.store import ToolStore
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
 
