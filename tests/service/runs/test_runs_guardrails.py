@@ -169,10 +169,12 @@ async def test_a_tripped_output_is_never_persisted(store_mesh):
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_an_output_replace_is_the_run_output_and_the_session_answer(mesh, provider):
     guard = pattern("no_codes", [OUT], [r"\b\d{4}\b"], replacement="I cannot share that.")
-    mesh.emu.script([Reply(text="It is 4711.")])
+    mesh.emu.script([Reply(text="It is 4711.", thinking="The code is 4711; say it.")])
     started, run = await start(mesh, agent(provider, tools=[], guardrails=[guard]), "the code?")
     assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "I cannot share that."
-    assert texts(await mesh.entries(started.session_id)) == ["the code?", "I cannot share that."]
+    entries = await mesh.entries(started.session_id)
+    assert texts(entries) == ["the code?", "I cannot share that."]
+    assert not any("4711" in e.SerializeToString().decode("utf-8", "replace") for e in entries)
     events = await mesh.events(started.run_id)
     done = [e.run_completed for e in events if e.WhichOneof("payload") == "run_completed"]
     assert done[0].final_output == "I cannot share that."

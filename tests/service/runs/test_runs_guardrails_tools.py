@@ -125,6 +125,8 @@ async def test_a_tool_output_replace_is_what_the_model_the_session_and_the_strea
     assert "[file withheld: it holds a key]" in second and "abc123" not in second
     entries = await mesh.entries(started.session_id)
     assert "[file withheld: it holds a key]" in texts(entries)
+    (kept,) = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+    assert json.loads(kept.details_json) == {"replaced_by_guardrail": "no_keys"}
     assert not any("abc123" in e.SerializeToString().decode("utf-8", "replace") for e in entries)
     events = await mesh.events(started.run_id)
     returned = [e.tool_returned.result.content for e in events if e.WhichOneof("payload") == "tool_returned"]

@@ -209,7 +209,7 @@ class RunExecutor(TurnSteps):
             )
             if verdict is not None and verdict.kind == Kind.FINAL:
                 self._phase(cpb.RUN_PHASE_SYNTHESIZING)
-                output, response = await self._guard_final(verdict.output, response)  # before persistence
+                output, response, decision = await self._guard_final(verdict.output, response, decision)
                 if await self._save_turn(turn, response, decision, verdict.results, AT_FINAL):
                     continue  # queued input outranks the finish (004 §2.10)
                 await self._compact(AFTER_RUN, turn)

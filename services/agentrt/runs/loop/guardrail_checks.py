@@ -17,7 +17,9 @@ makes the one I/O a guardrail needs, a model guardrail's call through the gatewa
   resume or a takeover reads what was decided instead of asking again;
 - `ending` / `replacement` read a stage's outcome off its results; `failure_of` is the
   run's structured failure (kind `guardrail_tripped` or `guardrail_failed`, details
-  naming the guardrail, stage, scope and call).
+  naming the guardrail, stage, scope and call);
+- what a Replace changes: `input_view` (a racing input Replace in what later turns render),
+  `replaced_response` (an output Replace as the session's answer).
 """
 
 from __future__ import annotations
@@ -45,12 +47,13 @@ from agentrt.core.guardrails import (
     verdict_result,
 )
 from agentrt.mesh import telemetry
-from agentrt.runs.convert import text_of
+from agentrt.runs.convert import display_extra, text_of
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.peers import Peers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import session_service_pb2 as spb
 
 #: A model guardrail's default cap on its verdict, in tokens (ModelGuardrail.max_output_tokens 0).
 JUDGE_MAX_TOKENS = 512
@@ -60,6 +63,8 @@ _STAGE = {
     Stage.TOOL_INPUT: pb.GUARDRAIL_STAGE_TOOL_INPUT,
     Stage.TOOL_OUTPUT: pb.GUARDRAIL_STAGE_TOOL_OUTPUT,
 }
+#: State key of a racing input guardrail's replacement ({"text"}), applied from turn 2 on.
+INPUT_REPLACED = "guardrail_input"
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens", "requests")
 
 
@@ -309,3 +314,52 @@ def consulted_in(value: dict[str, Any]) -> Consulted:
     )
     usage = usage_in(value["usage"]) if "usage" in value else None
     return Consulted(result, float(value.get("duration_s", 0.0)), usage)
+
+
+# -- what the model and the session get ----------------------------------------------
+
+
+def key_of(stage: Stage, turn: int, call_id: str = "", mode: str = "") -> str:
+    """Return the run-log key of one stage's decision (one per stage, turn, call and input mode)."""
+    return f"{stage}:{turn}:{call_id}:{mode}"
+
+
+def input_view(entries: list[spb.Entry], run_id: str, state: dict[str, Any]) -> list[spb.Entry]:
+    """Return the context with a racing guardrail's replacement in place of the run's input.
+
+    Only what the model reads changes (a copy of the input entry); the session keeps the
+    input as sent. Without a replacement in the state, `entries` itself.
+    """
+    replaced = state.get(INPUT_REPLACED)
+    if not replaced:
+        return entries
+    out = []
+    for e in entries:
+        if e.run_id == run_id and e.item.HasField("message") and display_extra(e).get("batch") == "input":
+            e = _copy(e)
+            del e.item.message.content[:]
+            e.item.message.content.append(cpb.ContentBlock(text=cpb.TextBlock(text=str(replaced["text"]))))
+        out.append(e)
+    return out
+
+
+def _copy(entry: spb.Entry) -> spb.Entry:
+    out = spb.Entry()
+    out.CopyFrom(entry)
+    return out
+
+
+def replaced_response(response: cpb.ModelResponse, text: str) -> cpb.ModelResponse:
+    """Return the response with its text replaced by an output guardrail's replacement.
+
+    The text, and the reasoning that led to it (thinking and raw provider blocks, which may
+    hold the very content replaced), give way to one block holding `text`; tool calls are
+    kept. The session's final answer is the replacement, never the original.
+    """
+    out = cpb.ModelResponse()
+    out.CopyFrom(response)
+    kept = [b for b in response.content if b.WhichOneof("block") == "tool_use"]
+    del out.content[:]
+    out.content.extend(kept)
+    out.content.append(cpb.ContentBlock(text=cpb.TextBlock(text=text)))
+    return out

@@ -27,7 +27,8 @@ consults):
   run and needs no approval), a tripwire fails the run before anything runs.
 - tool_output (`_guard_tool_outputs`): per result of a call that ran, or a client's result,
   in order, before the result is persisted or shown: a Replace rewrites the content (and
-  summary) the model and the session get; those calls' `tool_returned` events wait for the
+  summary; the host-only details give way to {"replaced_by_guardrail"}) the model and the
+  session get; those calls' `tool_returned` events wait for the
   verdict (`_quiet_outputs`), so the stream never shows what a guardrail replaced.
 
 Every consulted guardrail leaves a durable `guardrail_result` event (runs/events.py) and a
@@ -43,17 +44,20 @@ A result that ends the run (a tripwire, or an error: fail closed) fails it with
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
 from typing import Any
 
+from agentrt.core.decide import REASON_BYTES, Decision
 from agentrt.core.guardrails import SCOPE_AGENT, Result, Stage
 from agentrt.core.input_race import Ending, InputRace
+from agentrt.core.truncate import truncate
 from agentrt.runs import events
-from agentrt.runs.convert import display_extra
 from agentrt.runs.loop import handoff_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.guardrail_checks import (
+    INPUT_REPLACED,
     Consulted,
     consult,
     consulted_in,
@@ -61,6 +65,8 @@ from agentrt.runs.loop.guardrail_checks import (
     ending,
     failure_of,
     input_checks,
+    key_of,
+    replaced_response,
     replacement,
     run_parallel,
     run_sequential,
@@ -76,57 +82,11 @@ from agentrt.runs.loop.turn import RunFailed
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import run_service_pb2 as pb
-from agentrt.v1 import session_service_pb2 as spb
 
 #: Run-log kind of a decided guardrail stage: {"key", "turn", "results": [consulted_out...]}.
 LOG_KIND = "guardrail_results"
-#: State keys: a racing input guardrail's replacement ({"text"}); the nested usage ({field: n}).
-INPUT_REPLACED, NESTED_USAGE = "guardrail_input", "nested_usage"
-
-
-def key_of(stage: Stage, turn: int, call_id: str = "", mode: str = "") -> str:
-    """Return the run-log key of one stage's decision (one per stage, turn, call and input mode)."""
-    return f"{stage}:{turn}:{call_id}:{mode}"
-
-
-def input_view(entries: list[spb.Entry], run_id: str, state: dict[str, Any]) -> list[spb.Entry]:
-    """Return the context with a racing guardrail's replacement in place of the run's input.
-
-    Only what the model reads changes (a copy of the input entry); the session keeps the
-    input as sent. Without a replacement in the state, `entries` itself.
-    """
-    replaced = state.get(INPUT_REPLACED)
-    if not replaced:
-        return entries
-    out = []
-    for e in entries:
-        if e.run_id == run_id and e.item.HasField("message") and display_extra(e).get("batch") == "input":
-            e = _copy(e)
-            del e.item.message.content[:]
-            e.item.message.content.append(cpb.ContentBlock(text=cpb.TextBlock(text=str(replaced["text"]))))
-        out.append(e)
-    return out
-
-
-def _copy(entry: spb.Entry) -> spb.Entry:
-    out = spb.Entry()
-    out.CopyFrom(entry)
-    return out
-
-
-def replaced_response(response: cpb.ModelResponse, text: str) -> cpb.ModelResponse:
-    """Return the response with its text replaced by an output guardrail's replacement.
-
-    The text blocks give way to one block holding `text` (other blocks are kept), so the
-    session's final answer is the replacement, never the original.
-    """
-    out = cpb.ModelResponse()
-    out.CopyFrom(response)
-    kept = [b for b in response.content if b.WhichOneof("block") != "text"]
-    del out.content[:]
-    out.content.extend(kept)
-    out.content.append(cpb.ContentBlock(text=cpb.TextBlock(text=text)))
-    return out
+#: State key of the nested usage ({field: n}; convert.run_out reads it into Run.nested_usage).
+NESTED_USAGE = "nested_usage"
 
 
 class GuardrailSteps(Housekeeping):
@@ -322,14 +282,27 @@ class GuardrailSteps(Housekeeping):
         rep = replacement(results)
         return rep.message if rep is not None else text
 
-    async def _guard_final(self, output: str, response: cpb.ModelResponse) -> tuple[str, cpb.ModelResponse]:
-        """Guard a model's final answer before its turn is persisted; return (output, response to persist).
+    async def _guard_final(
+        self, output: str, response: cpb.ModelResponse, decision: Decision
+    ) -> tuple[str, cpb.ModelResponse, Decision]:
+        """Guard a model's final answer before its turn is persisted (004 §2.6 output stage).
+
+        Returns:
+            (the output, the response and decision to persist): a Replace's text in place of
+            the answer everywhere the session keeps it (the message, the step's reason).
 
         Raises:
             RunFailed: a tripwire or an error: the answer is never persisted.
         """
         guarded = await self._guard_output(output)
-        return (output, response) if guarded == output else (guarded, replaced_response(response, guarded))
+        if guarded == output:
+            return output, response, decision
+        reason = truncate(guarded, REASON_BYTES)
+        return (
+            guarded,
+            replaced_response(response, guarded),
+            replace(decision, reason=reason, final_output=guarded),
+        )
 
     async def _finish(
         self, status: int, *, final_output: str = "", failure: cpb.FailureInfo | None = None
@@ -442,7 +415,9 @@ class GuardrailSteps(Housekeeping):
             if rep is not None:
                 changed = cpb.ToolResult()
                 changed.CopyFrom(out[i])
+                # The host-only details may echo what was replaced: they go too.
                 changed.content, changed.summary = rep.message, rep.message.split("\n")[0][:120]
+                changed.details_json = json.dumps({"replaced_by_guardrail": rep.guardrail})
                 out[i] = changed
             self._publish(tool_returned=pb.ToolReturned(result=out[i]))
         return out

@@ -24,7 +24,7 @@ from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
 from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
 from agentrt.runs.domain import Answers
-from agentrt.runs.loop import disclosure_phase, guardrail_phase, handoff_phase, reconcile, structured_phase
+from agentrt.runs.loop import disclosure_phase, guardrail_checks, handoff_phase, reconcile, structured_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
 from agentrt.runs.loop.core import Interrupted, b64
@@ -103,7 +103,7 @@ class TurnSteps(GuardrailSteps):
         self._publish(phase_changed=pb.PhaseChanged(phase=cpb.RUN_PHASE_PLANNING))
         while True:
             context = await self._interruptible(self._read_context())
-            context = guardrail_phase.input_view(context, r.run_id, r.state)  # a racing Replace (004 §2.6)
+            context = guardrail_checks.input_view(context, r.run_id, r.state)  # a racing Replace (004 §2.6)
             self._request_at = (self._context.last_seq, self._context.leaf)
             request = turnmod.build_request(
                 self.agent, r.run_id, r.tenant, context, self._shape(turn), r.state
