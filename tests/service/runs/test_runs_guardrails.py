@@ -235,3 +235,35 @@ async def test_a_fallback_handler_output_passes_the_output_guardrails(mesh):
     mesh.emu.script([Reply(tool_calls=[ToolCallReply("list_files", "{}")])])
     _, run = await start(mesh, spec, "go")
     assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "The run stopped early."
+
+
+async def test_racing_guardrails_judge_the_input_a_blocking_one_replaced(mesh):
+    blocking = pattern("scrub", [IN], [r"\d{4}-\d{4}"], replacement="[card removed]", mode=BLOCKING)
+    mesh.emu.responder = judged_by(lambda p, b: verdict("allow"))
+    mesh.emu.script([Reply(text="ok")])
+    started, run = await start(
+        mesh, agent("openai", tools=[], guardrails=[blocking, judge("j", [IN])]), "card 1234-5678"
+    )
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    ((_, asked),) = judge_calls(mesh)
+    assert "[card removed]" in json.dumps(asked) and "1234-5678" not in json.dumps(asked)
+    got = results(await mesh.events(started.run_id))
+    assert [(g.guardrail, g.decision) for g in got] == [("scrub", REPLACE), ("j", ALLOW)]
+
+
+async def test_a_guardrail_is_a_span_under_its_turn(start_server, tmp_path, emulator):
+    from tests.service.runs.harness import start_mesh
+    from tests.tracing import recorded
+
+    with recorded() as rec:
+        mesh = await start_mesh(start_server, tmp_path, emulator)
+        mesh.emu.script([Reply(text="code 4711")])
+        _, run = await start(
+            mesh, agent("openai", tools=[], guardrails=[pattern("no_codes", [OUT], [r"\d{4}"])]), "q"
+        )
+        assert run.status == cpb.RUN_STATUS_FAILED
+        span = rec.named("guardrail no_codes")
+        attrs = dict(span.attributes or {})
+        assert attrs["agentrt.guardrail.kind"] == "output" and attrs["agentrt.guardrail.tripped"] is True
+        parent = next(s for s in rec.spans if span.parent and s.context.span_id == span.parent.span_id)
+        assert parent.name == "turn 1"

@@ -213,11 +213,14 @@ class GuardrailSteps(Housekeeping):
                 raise RunFailed(failure_of(end))
             return await call
         r, model = self.r, self.r.agent.model
+        blocked = await self._decided(key_of(Stage.INPUT, 1, mode="blocking"))
+        rep = replacement([c.result for c in blocked or ()])
+        text = rep.message if rep is not None else r.input  # what was persisted as the input
         race = InputRace([g.name for g in checks])
         response = asyncio.ensure_future(call)
         judges = {
             asyncio.ensure_future(
-                consult(self.deps.peers, r.tenant, r.run_id, model, g, Stage.INPUT, r.input)
+                consult(self.deps.peers, r.tenant, r.run_id, model, g, Stage.INPUT, text)
             ): g
             for g in checks
         }
