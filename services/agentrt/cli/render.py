@@ -185,6 +185,25 @@ class RunRenderer:
     def _on_diagnostic(self, event: run_service_pb2.RunEvent, p: run_service_pb2.Diagnostic) -> None:
         self.console.print(Text(f"diagnostic {p.code}: {p.message}", style="yellow"))
 
+    def _on_guardrail_result(
+        self, event: run_service_pb2.RunEvent, p: run_service_pb2.GuardrailResult
+    ) -> None:
+        stage = run_service_pb2.GuardrailStage.Name(p.stage).lower().removeprefix("guardrail_stage_")
+        decision = (
+            run_service_pb2.GuardrailDecision.Name(p.decision).lower().removeprefix("guardrail_decision_")
+        )
+        if p.error:
+            decision, color = ("cancelled", "dim") if p.error.startswith("cancelled") else ("error", "red")
+        else:
+            color = {"allow": "green", "replace": "yellow", "trip": "bold red"}.get(decision, "")
+        line = Text("⛨ ", style=color or "dim")
+        line.append(f"guardrail {p.guardrail} ({stage}{f' {p.call_id}' if p.call_id else ''}): ")
+        line.append(decision, style=color)
+        why = p.error or p.message
+        if why and decision != "cancelled":
+            line.append(" " + shorten(why, RESULT_PREVIEW_CHARS), style="dim")
+        self.console.print(line)
+
     def _on_gap(self, event: run_service_pb2.RunEvent, p: run_service_pb2.EventGap) -> None:
         self.console.print(
             Text(
