@@ -171,6 +171,41 @@ async def test_a_tool_output_tripwire_fails_the_run_and_the_result_never_reaches
     ] == []
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_client_tools_are_guarded_before_the_client_is_asked_and_on_what_it_returns(mesh, provider):
+    lookup = cpb.ToolSpec(
+        name="lookup", description="Look a person up", external=True,
+        parameters_json_schema=json.dumps({"type": "object", "properties": {"q": {"type": "string"}}}),
+    )  # fmt: skip
+    guards = [
+        pattern("no_admins", [TOOL_IN], ["admin"], replacement="Looking up admins is not allowed."),
+        pattern("no_ssn", [TOOL_OUT], [r"\d{3}-\d{2}-\d{4}"], replacement="[record withheld]"),
+    ]
+    spec = agent(provider, tools=[pb.AgentTool(name="lookup", spec=lookup, guardrails=guards)])
+    calls = [ToolCallReply("lookup", '{"q": "admin"}'), ToolCallReply("lookup", '{"q": "ann"}')]
+    mesh.emu.script([Reply(tool_calls=calls), Reply(text="done")])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="who?"))
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED)
+    (pending,) = run.pending_calls  # the replaced call is answered: the client is asked about one
+    assert json.loads(pending.call.arguments) == {"q": "ann"}
+    result = cpb.ToolResult(call_id=pending.call.call_id, content="Ann, SSN 123-45-6789")
+    await mesh.runs.ResumeRun(pb.ResumeRunRequest(run_id=started.run_id, results=[result]))
+    run = await mesh.wait_status(started.run_id, *ENDED)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    seen = json.dumps(model_calls(mesh)[1][1])
+    assert (
+        "Looking up admins is not allowed." in seen and "[record withheld]" in seen and "123-45" not in seen
+    )
+    kept = texts(await mesh.entries(started.session_id))
+    assert "[record withheld]" in kept and not any("123-45" in t for t in kept)
+    got = results(await mesh.events(started.run_id))
+    assert [(g.guardrail, g.stage, g.decision) for g in got] == [
+        ("no_admins", TOOL_IN, REPLACE),
+        ("no_admins", TOOL_IN, ALLOW),
+        ("no_ssn", TOOL_OUT, REPLACE),
+    ]
+
+
 async def test_a_tool_input_decision_is_read_from_the_run_log_after_an_approval(mesh):
     """The judge is asked once: the resumed run reads its verdict from the run log."""
     mesh.emu.responder = judged_by(lambda p, b: verdict("allow", "harmless"))
