@@ -116,22 +116,34 @@ async def test_a_tool_output_replace_is_what_the_model_the_session_and_the_strea
     os.makedirs(workspace, exist_ok=True)
     with open(os.path.join(workspace, "config.env"), "w") as f:
         f.write("API_KEY=abc123\n")
-    mesh.emu.script(
-        [Reply(tool_calls=[ToolCallReply("read_file", '{"path": "config.env"}')]), Reply(text="ok")]
-    )
+    with open(os.path.join(workspace, "notes.txt"), "w") as f:
+        f.write("plain notes\n")
+    calls = [
+        ToolCallReply("read_file", '{"path": "config.env"}'),
+        ToolCallReply("read_file", '{"path": "notes.txt"}'),
+    ]
+    mesh.emu.script([Reply(tool_calls=calls), Reply(text="ok")])
     started, run, _ = await start(mesh, spec)
     assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
     second = json.dumps(model_calls(mesh)[1][1])
     assert "[file withheld: it holds a key]" in second and "abc123" not in second
+    assert "plain notes" in second  # the allowed result reaches the model as it was
     entries = await mesh.entries(started.session_id)
     assert "[file withheld: it holds a key]" in texts(entries)
-    (kept,) = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
-    assert json.loads(kept.details_json) == {"replaced_by_guardrail": "no_keys"}
+    withheld, allowed = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+    assert json.loads(withheld.details_json) == {"replaced_by_guardrail": "no_keys"}
+    assert "plain notes" in allowed.content
     assert not any("abc123" in e.SerializeToString().decode("utf-8", "replace") for e in entries)
     events = await mesh.events(started.run_id)
     returned = [e.tool_returned.result.content for e in events if e.WhichOneof("payload") == "tool_returned"]
-    assert returned == ["[file withheld: it holds a key]"]  # the stream never showed the original
-    assert [(g.stage, g.decision) for g in results(events)] == [(TOOL_OUT, REPLACE)]
+    assert returned[0] == "[file withheld: it holds a key]" and "plain notes" in returned[1]
+    assert not any("abc123" in x for x in returned)  # the stream never showed the original
+    got = results(events)
+    assert [(g.stage, g.decision) for g in got] == [(TOOL_OUT, REPLACE), (TOOL_OUT, ALLOW)]
+    assert [g.call_id for g in got] == [
+        mint_call_id(started.run_id, 1, 0),
+        mint_call_id(started.run_id, 1, 1),
+    ]
 
 
 async def test_tool_stages_run_the_agents_then_the_tools_and_stop_at_the_first_replace(mesh):
