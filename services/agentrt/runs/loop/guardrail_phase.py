@@ -118,17 +118,23 @@ class GuardrailSteps(Housekeeping):
                 self._deferred_changes["usage"] = r.usage
                 self._defer_state(**{NESTED_USAGE: usage_out(nested)})
 
-    async def _record(self, decided: Sequence[tuple[str, list[Consulted]]]) -> None:
-        """Write fresh decisions (with their events and usage) in one save, before they are acted on."""
+    async def _record(self, decided: Sequence[tuple[str, list[Consulted]]], *, save: bool = True) -> None:
+        """Write fresh decisions (with their events and usage) before they are acted on.
+
+        `save`: in a save of their own; False = with the next save, for a verdict nothing
+        acts on before that save (tool_input's: the batch starts, or the run suspends or
+        ends, only through a save).
+        """
         if not decided:
             return
         payloads: list[dict[str, Any]] = []
         for key, consulted in decided:
             self._announce(consulted)
             payloads.append({"key": key, "turn": self.turn, "results": [consulted_out(c) for c in consulted]})
-        for payload in payloads[:-1]:
+        for payload in payloads[:-1] if save else payloads:
             self._defer(LOG_KIND, payload)
-        await self._save(LOG_KIND, payloads[-1])
+        if save:
+            await self._save(LOG_KIND, payloads[-1])
         assert self._guard_log is not None  # _decided ran first
         for payload in payloads:
             self._guard_log[str(payload["key"])] = payload["results"]
@@ -351,7 +357,10 @@ class GuardrailSteps(Housekeeping):
                 for key, i in zip(keys, subjects, strict=True)
             )
         )
-        await self._record([(key, c) for key, (c, fresh) in zip(keys, asked, strict=True) if fresh])
+        # Nothing acts on these before the next save (tools_started, suspended or completed).
+        await self._record(
+            [(key, c) for key, (c, fresh) in zip(keys, asked, strict=True) if fresh], save=False
+        )
         out = list(planned)
         for i, (consulted, _) in zip(subjects, asked, strict=True):
             results = [c.result for c in consulted]
