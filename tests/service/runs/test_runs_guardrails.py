@@ -10,7 +10,7 @@ import pytest
 
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
-from tests.emulators.providers import Reply, ToolCallReply
+from tests.emulators.providers import ErrorReply, Reply, ToolCallReply
 from tests.service.runs.guards import (
     ALLOW,
     BLOCKING,
@@ -267,3 +267,26 @@ async def test_a_guardrail_is_a_span_under_its_turn(start_server, tmp_path, emul
         assert attrs["agentrt.guardrail.kind"] == "output" and attrs["agentrt.guardrail.tripped"] is True
         parent = next(s for s in rec.spans if span.parent and s.context.span_id == span.parent.span_id)
         assert parent.name == "turn 1"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_model_call_that_fails_on_its_own_cancels_the_racing_guardrails(mesh, provider):
+    release = threading.Event()
+
+    def respond(path, body):  # the judge would hang until the test ends
+        if not is_judge(path, body):
+            return None
+        release.wait(WAIT_S)
+        return verdict("allow")
+
+    mesh.emu.responder = respond
+    mesh.emu.script([ErrorReply(status=400)])
+    try:
+        started, run = await start(mesh, agent(provider, tools=[], guardrails=[judge("slow", [IN])]), "hi")
+    finally:
+        release.set()
+    assert run.status == cpb.RUN_STATUS_FAILED and run.failure.kind == "invalid_request", run.failure
+    got = results(await mesh.events(started.run_id))
+    assert [(g.guardrail, g.decision) for g in got] == [("slow", pb.GUARDRAIL_DECISION_UNSPECIFIED)]
+    assert got[0].error.startswith("cancelled")
+    assert nested_of(run) == (0, 0, 0)
