@@ -7,13 +7,16 @@ pause, then started again (the approval given after the restart). Then: the judg
 once for the tool input (the restarted process read the verdict from the run log), once for
 the output; the command ran once; the agent's model was asked exactly twice; the session has
 no duplicate and no call without its result; every verdict reached the follower once. On
-both providers.
+both providers. Then a racing input tripwire: the process kills itself right after recording
+it (crash point `after_guardrail_tripped`); the restarted one fails the run on the recorded
+verdict, asking neither the judge nor the model again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 
 import grpc
@@ -33,7 +36,7 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
 from tests.needs import unavailable
-from tests.service.runs.guards import OUT, TOOL_IN, is_judge, judge, verdict
+from tests.service.runs.guards import IN, OUT, TOOL_IN, is_judge, judge, verdict
 from tests.stores import pg_reachable
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -45,12 +48,26 @@ def _cell(text: str) -> str:
     return next((c for c in text.split("cell:")[1:2]), "").split("\\")[0].split('"')[0].split(" ")[0]
 
 
+#: Racing cells: the agent's own (slow) model request reached the emulator.
+_IN_FLIGHT: dict[str, threading.Event] = {}
+
+
 def responder(path: str, body):
-    """Per cell (named in the input): the judge allows; the agent runs one command, then answers."""
+    """Per cell (named in the input): the judge allows; the agent runs one command, then answers.
+
+    A "racing" cell's judge trips, once the agent's streamed (slow) model call is in flight.
+    """
     text = json.dumps(body)
     cell = _cell(text)
     if not cell:  # the judge reads the command (it names the cell) or the final output
         return None
+    if "racing" in cell:
+        arrived = _IN_FLIGHT.setdefault(cell, threading.Event())
+        if not is_judge(path, body):
+            arrived.set()
+            return Reply(text="x" * 2000, chunk_chars=4, event_delay=0.02)
+        arrived.wait(STATE_TIMEOUT)
+        return verdict("trip", f"not for {cell}")
     if is_judge(path, body):
         return verdict("allow", f"fine for {cell}")
     if "function_call_output" in text or "tool_result" in text:
@@ -152,3 +169,31 @@ async def test_a_guardrail_verdict_survives_kill_9(
     ]
     assert stages == [TOOL_IN, OUT]
     check_session(await session_entries(chaos.sessions, started.session_id))
+
+
+async def test_a_racing_tripwire_recorded_before_a_kill_fails_the_run_without_asking_again(
+    chaos: ChaosMesh, tmp_path: Path
+):
+    """The replica dies right after it recorded the tripwire (crash point), before the run's failure."""
+    cell = "guardracing"
+    a = chaos.replicas["a"]
+    chaos.kill(a)
+    a = chaos.restart(a, {"AGENTRT_RUNS_CRASH_POINTS": "after_guardrail_tripped"})
+    spec = pb.AgentSpec(
+        model=cpb.ModelRef(provider="anthropic", model=MODELS["anthropic"]), guardrails=[judge("judge", [IN])]
+    )
+    started = await _rpc(a.address, "StartRun", pb.StartRunRequest(agent=spec, input=f"do cell:{cell}"))
+    assert a.proc is not None and a.proc.wait(STATE_TIMEOUT) == -9  # it killed itself at the point
+    survivor = chaos.restart(a)
+    chaos.replicas["a"] = survivor
+    follower = Follower(started.run_id)
+    await follower.to_the_end([survivor.address])
+
+    run = (await _rpc(survivor.address, "GetRun", pb.GetRunRequest(run_id=started.run_id))).run
+    assert run.status == cpb.RUN_STATUS_FAILED and run.failure.kind == "guardrail_tripped", run.failure
+    assert f"not for {cell}" in run.failure.message
+    assert len(_of_cell(chaos, cell, judges=True)) == 1  # the verdict came from the log
+    assert len(_of_cell(chaos, cell, judges=False)) == 1  # the raced call, cancelled; never asked again
+    assert run.usage.requests == 1 and run.nested_usage.requests == 1  # the judge's only
+    kinds = [e.WhichOneof("payload") for e in follower.order]
+    assert kinds.count("guardrail_result") == 1 and "model_responded" not in kinds

@@ -135,6 +135,8 @@ class GuardrailSteps(Housekeeping):
             self._defer(LOG_KIND, payload)
         if save:
             await self._save(LOG_KIND, payloads[-1])
+            if any(ending([c.result for c in consulted]) for _, consulted in decided):
+                self.deps.crash("after_guardrail_tripped")
         assert self._guard_log is not None  # _decided ran first
         for payload in payloads:
             self._guard_log[str(payload["key"])] = payload["results"]
