@@ -290,3 +290,14 @@ async def test_a_model_call_that_fails_on_its_own_cancels_the_racing_guardrails(
     assert [(g.guardrail, g.decision) for g in got] == [("slow", pb.GUARDRAIL_DECISION_UNSPECIFIED)]
     assert got[0].error.startswith("cancelled")
     assert nested_of(run) == (0, 0, 0)
+
+
+async def test_a_pattern_out_of_its_time_budget_fails_the_run_closed(mesh):
+    guard = pattern("backtracks", [OUT], [r"(a|a)+$"])  # exponential on a long run of a's
+    mesh.emu.script([Reply(text="a" * 40 + "b")])
+    started, run = await start(mesh, agent("anthropic", tools=[], guardrails=[guard]), "q")
+    assert run.status == cpb.RUN_STATUS_FAILED and run.failure.kind == "guardrail_failed", run.failure
+    assert details(run)["guardrail"] == "backtracks"
+    (got,) = results(await mesh.events(started.run_id))
+    assert "longer than 50 ms of CPU time" in got.error and got.decision == pb.GUARDRAIL_DECISION_UNSPECIFIED
+    assert texts(await mesh.entries(started.session_id)) == ["q"]
