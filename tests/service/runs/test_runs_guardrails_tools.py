@@ -349,3 +349,35 @@ async def test_bad_guardrail_specs_are_refused_and_change_nothing(mesh):
     )
     run = await mesh.wait_status(started.run_id, *ENDED)
     assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "fine"
+
+
+async def test_after_a_handoff_the_targets_guardrails_apply_not_the_entry_agents(mesh):
+    """Output and tool stages belong to the agent whose turn it is (004 §2.6 placement)."""
+    billing = agent(
+        "anthropic",
+        name="billing",
+        tools=[pb.AgentTool(name="list_files")],
+        guardrails=[pattern("billing_out", [OUT], ["invoice"], replacement="[billing answer withheld]")],
+    )
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=billing))
+    triage = agent(
+        "anthropic",
+        name="triage",
+        tools=[],
+        handoffs=["billing"],
+        guardrails=[pattern("triage_out", [OUT], ["invoice"]), pattern("triage_tools", [TOOL_IN], ["."])],
+    )
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=triage))
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ToolCallReply("transfer_to_billing", "{}")]),
+            Reply(tool_calls=[ToolCallReply("list_files", "{}")]),
+            Reply(text="your invoice is paid"),
+        ]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="triage", input="my invoice?"))
+    run = await mesh.wait_status(started.run_id, *ENDED)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    assert run.final_output == "[billing answer withheld]"  # billing's Replace, not triage's tripwire
+    got = results(await mesh.events(started.run_id))
+    assert [(g.guardrail, g.decision) for g in got] == [("billing_out", REPLACE)]  # triage's never consulted
