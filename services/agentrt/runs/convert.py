@@ -393,6 +393,7 @@ def run_out(r: RunRecord) -> pb.Run:
     nested = r.state.get("nested_usage")  # off the conversation: model guardrails (004 §2.7f)
     if nested:
         run.nested_usage.CopyFrom(cpb.Usage(**nested))
+    run.sandbox_id = str(r.state.get("sandbox_id", ""))  # runs/sandboxes.py
     current = r.state.get("agent")  # the last handoff's target (runs/loop/handoff_phase.py)
     if current:
         snap = pb.AgentSpec.FromString(base64.b64decode(current))
