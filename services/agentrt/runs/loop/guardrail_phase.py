@@ -237,16 +237,17 @@ class GuardrailSteps(Housekeeping):
             pending: set[asyncio.Future[Any]] = {response, *judges}
             while not race.terminal:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if response in done:  # a response that exists was billed: taken first
-                    if response.cancelled() or response.exception() is not None:
-                        race.model_failed()
-                    else:
-                        race.model_done()
+                answered = response in done
+                failed = answered and (response.cancelled() or response.exception() is not None)
+                if answered and not failed:  # a response that exists was billed: taken first
+                    race.model_done()
                 for task in judges:
                     if task in done and not race.terminal:
                         answer = task.result()
                         got[answer.result.guardrail] = answer
                         race.guardrail_done(answer.result)
+                if failed and not race.terminal:  # a verdict delivered with the failure still wins
+                    race.model_failed()
         finally:
             left = [t for t in judges if not t.done()]
             if race.outcome is not None and race.outcome.ending == Ending.TRIPPED and not response.done():
