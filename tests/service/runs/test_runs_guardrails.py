@@ -301,3 +301,22 @@ async def test_a_pattern_out_of_its_time_budget_fails_the_run_closed(mesh):
     (got,) = results(await mesh.events(started.run_id))
     assert "longer than 50 ms of CPU time" in got.error and got.decision == pb.GUARDRAIL_DECISION_UNSPECIFIED
     assert texts(await mesh.entries(started.session_id)) == ["q"]
+
+
+async def test_a_blocking_tripwire_on_a_continued_session_leaves_it_as_it_was(mesh):
+    mesh.emu.script([Reply(text="first answer")])
+    first, run = await start(mesh, agent("openai", tools=[]), "hello")
+    assert run.status == cpb.RUN_STATUS_COMPLETED
+    before = [e.entry_id for e in await mesh.entries(first.session_id)]
+    guard = pattern("no_passwords", [IN], ["password"], mode=BLOCKING)
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(
+            agent=agent("openai", tools=[], guardrails=[guard]),
+            input="my password",
+            session_id=first.session_id,
+        )
+    )
+    run = await mesh.wait_status(started.run_id, *ENDED)
+    assert run.status == cpb.RUN_STATUS_FAILED and run.failure.kind == "guardrail_tripped"
+    assert [e.entry_id for e in await mesh.entries(first.session_id)] == before
+    assert len(model_calls(mesh)) == 1  # the first run's only
