@@ -320,3 +320,18 @@ async def test_a_blocking_tripwire_on_a_continued_session_leaves_it_as_it_was(me
     assert run.status == cpb.RUN_STATUS_FAILED and run.failure.kind == "guardrail_tripped"
     assert [e.entry_id for e in await mesh.entries(first.session_id)] == before
     assert len(model_calls(mesh)) == 1  # the first run's only
+
+
+async def test_an_output_replace_through_the_final_output_tool_leaves_no_original_in_the_session(mesh):
+    schema = json.dumps({"type": "object", "properties": {"code": {"type": "integer"}}, "required": ["code"]})
+    guard = pattern("no_codes", [OUT], ["4711"], replacement='{"code": 0}')
+    spec = agent(
+        "openai", tools=[pb.AgentTool(name="list_files")], output_json_schema=schema, guardrails=[guard]
+    )
+    mesh.emu.script([Reply(tool_calls=[ToolCallReply("final_output", '{"code": 4711}')])])
+    started, run = await start(mesh, spec, "the code?")
+    assert run.status == cpb.RUN_STATUS_COMPLETED and json.loads(run.final_output) == {"code": 0}, run.failure
+    entries = await mesh.entries(started.session_id)
+    assert not any("4711" in e.SerializeToString().decode("utf-8", "replace") for e in entries)
+    (call,) = [e.item.tool_call for e in entries if e.item.HasField("tool_call")]
+    assert call.name == "final_output" and json.loads(call.arguments) == {"output": '{"code": 0}'}

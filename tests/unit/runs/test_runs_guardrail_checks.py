@@ -285,3 +285,17 @@ def test_an_output_replace_keeps_only_the_replacement_and_tool_calls():
     assert [b.WhichOneof("block") for b in out.content] == ["tool_use", "text"]
     assert out.content[1].text.text == "I cannot say." and out.response_id == "r1"
     assert len(response.content) == 4  # the response itself is untouched
+
+
+def test_an_output_replace_of_the_final_output_tool_replaces_its_arguments_only():
+    from agentrt.core.decide import Call
+
+    calls = (Call(0, "c0", "read_file", '{"path": "a"}'), Call(1, "c1", "final_output", '{"code": 4711}'))
+    out = gc.replaced_calls(calls, "withheld")
+    assert out[0] == calls[0] and json.loads(out[1].arguments) == {"output": "withheld"}
+    assert (out[1].call_id, out[1].name) == ("c1", "final_output")
+    call = cpb.ContentBlock(
+        tool_use=cpb.ToolCall(call_id="c1", name="final_output", arguments='{"code": 4711}')
+    )
+    only_tool = gc.replaced_response(cpb.ModelResponse(content=[call]), "withheld")
+    assert [b.WhichOneof("block") for b in only_tool.content] == ["tool_use"]  # no text gained

@@ -19,7 +19,7 @@ makes the one I/O a guardrail needs, a model guardrail's call through the gatewa
   run's structured failure (kind `guardrail_tripped` or `guardrail_failed`, details
   naming the guardrail, stage, scope and call);
 - what a Replace changes: `input_view` (a racing input Replace in what later turns render),
-  `replaced_response` (an output Replace as the session's answer).
+  `replaced_response` and `replaced_calls` (an output Replace as the session's answer).
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from agentrt.core.decide import Call
 from agentrt.core.errors import MeshError
 from agentrt.core.guardrails import (
     SCOPE_AGENT,
@@ -46,6 +47,7 @@ from agentrt.core.guardrails import (
     judge_request,
     verdict_result,
 )
+from agentrt.core.structured import FINAL_OUTPUT_TOOL
 from agentrt.mesh import telemetry
 from agentrt.runs.convert import display_extra, text_of
 from agentrt.runs.loop import turn as turnmod
@@ -349,17 +351,37 @@ def _copy(entry: spb.Entry) -> spb.Entry:
     return out
 
 
+def replaced_calls(calls: Sequence[Call], text: str) -> tuple[Call, ...]:
+    """Return a turn's calls with each final-output tool call's arguments replaced by `text`.
+
+    An output Replace of a structured answer made through the final-output tool (decision
+    0006): the session keeps the call, its arguments {"output": <replacement>} (a JSON object,
+    which every provider accepts when the conversation is sent again), never the original.
+    Other calls are kept as they are.
+    """
+    swapped = json.dumps({"output": text})
+    return tuple(
+        replace(c, arguments=swapped, invalid_arguments="", invalid_base64=False)
+        if c.name == FINAL_OUTPUT_TOOL
+        else c
+        for c in calls
+    )
+
+
 def replaced_response(response: cpb.ModelResponse, text: str) -> cpb.ModelResponse:
     """Return the response with its text replaced by an output guardrail's replacement.
 
     The text, and the reasoning that led to it (thinking and raw provider blocks, which may
-    hold the very content replaced), give way to one block holding `text`; tool calls are
-    kept. The session's final answer is the replacement, never the original.
+    hold the very content replaced), give way to one block holding `text` (none when the
+    response had no text but tool calls: the final-output tool, see `replaced_calls`); tool
+    calls are kept. The session's final answer is the replacement, never the original.
     """
     out = cpb.ModelResponse()
     out.CopyFrom(response)
     kept = [b for b in response.content if b.WhichOneof("block") == "tool_use"]
+    said = any(b.WhichOneof("block") == "text" for b in response.content)
     del out.content[:]
     out.content.extend(kept)
-    out.content.append(cpb.ContentBlock(text=cpb.TextBlock(text=text)))
+    if said or not kept:  # an answer made only through the final-output tool gains no text
+        out.content.append(cpb.ContentBlock(text=cpb.TextBlock(text=text)))
     return out

@@ -66,6 +66,7 @@ from agentrt.runs.loop.guardrail_checks import (
     failure_of,
     input_checks,
     key_of,
+    replaced_calls,
     replaced_response,
     replacement,
     run_parallel,
@@ -309,11 +310,13 @@ class GuardrailSteps(Housekeeping):
         guarded = await self._guard_output(output)
         if guarded == output:
             return output, response, decision
-        reason = truncate(guarded, REASON_BYTES)
+        reason = truncate(guarded, REASON_BYTES) if decision.reason else ""
         return (
             guarded,
             replaced_response(response, guarded),
-            replace(decision, reason=reason, final_output=guarded),
+            replace(
+                decision, reason=reason, final_output=guarded, calls=replaced_calls(decision.calls, guarded)
+            ),
         )
 
     async def _finish(
