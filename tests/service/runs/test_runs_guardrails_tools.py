@@ -381,3 +381,26 @@ async def test_after_a_handoff_the_targets_guardrails_apply_not_the_entry_agents
     assert run.final_output == "[billing answer withheld]"  # billing's Replace, not triage's tripwire
     got = results(await mesh.events(started.run_id))
     assert [(g.guardrail, g.decision) for g in got] == [("billing_out", REPLACE)]  # triage's never consulted
+
+
+async def test_agentrt_run_shows_the_guardrails_of_a_real_run_live(mesh, capsys, monkeypatch):
+    from tests.service.runs.test_runs_cli_live import fits, run_cli
+
+    guards = [
+        pattern("no_env", [TOOL_IN], [r"\.env"], replacement="Writing .env files is not allowed."),
+        pattern("no_codes", [OUT], [r"\d{4}"]),
+    ]
+    spec = agent(name="guarded", tools=[pb.AgentTool(name="write_file")], guardrails=guards)
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=spec))
+    args = json.dumps({"path": ".env", "content": "X=1"})
+    mesh.emu.script([Reply(tool_calls=[ToolCallReply("write_file", args)]), Reply(text="the code is 4711")])
+    code, lines, err = await run_cli(capsys, monkeypatch, mesh, "--agent", "guarded", "write it")
+    assert code != 0, (lines, err)  # the run failed on the output tripwire
+    fits(lines)
+    replaced = next(
+        i for i, line in enumerate(lines) if line.startswith("◆ guardrail no_env · tool input (agent)")
+    )
+    assert "· replaced" in lines[replaced] and "[call_" in lines[replaced]
+    assert lines[replaced + 1].strip() == "Writing .env files is not allowed."
+    assert any(line.startswith("◆ guardrail no_codes · output (agent) · tripped") for line in lines)
+    assert "guardrail_tripped" in "\n".join(lines)
