@@ -299,3 +299,25 @@ def test_an_output_replace_of_the_final_output_tool_replaces_its_arguments_only(
     )
     only_tool = gc.replaced_response(cpb.ModelResponse(content=[call]), "withheld")
     assert [b.WhichOneof("block") for b in only_tool.content] == ["tool_use"]  # no text gained
+
+
+def test_tool_stages_inspect_calls_that_would_run_and_results_that_came_from_a_tool_or_client():
+    from agentrt.core.decide import Call
+    from agentrt.runs.loop.tools_phase import Planned, runtime_result
+
+    spec = pb.AgentSpec(
+        guardrails=[g("in", TOOL_IN), g("out", TOOL_OUT)],
+        tools=[pb.AgentTool(name="a"), pb.AgentTool(name="client")],
+    )
+    external = cpb.ToolSpec(name="client", external=True)
+    calls = [Call(i, f"c{i}", "client" if i >= 3 else "a", "{}") for i in range(5)]
+    planned = [
+        Planned(calls[0], cpb.ToolSpec(name="a")),  # runs
+        Planned(calls[1], cpb.ToolSpec(name="a"), pending=pb.PENDING_CALL_KIND_APPROVAL),  # waits
+        Planned(calls[2], None, result=runtime_result(calls[2], "Tool 'a' not found.", 2)),  # the runtime's
+        Planned(calls[3], external, result=cpb.ToolResult(call_id="c3", content="from the client")),
+        Planned(calls[4], external, pending=pb.PENDING_CALL_KIND_EXTERNAL_RESULT),  # waits for the client
+    ]
+    assert gc.tool_subjects(planned, spec, Stage.TOOL_INPUT) == [0, 1, 4]
+    assert gc.tool_subjects(planned, spec, Stage.TOOL_OUTPUT) == [0, 3]
+    assert gc.tool_subjects(planned, pb.AgentSpec(tools=spec.tools), Stage.TOOL_INPUT) == []  # none declared

@@ -6,7 +6,7 @@ makes the one I/O a guardrail needs, a model guardrail's call through the gatewa
 
 - selection: `input_checks` (the entry agent's, blocking or racing), `stage_checks` (the
   output stage), `tool_checks` (a tool stage: the agent's guardrails, then the AgentTool's,
-  004 §2.6 placement);
+  004 §2.6 placement), `tool_subjects` (the planned calls a tool stage inspects);
 - `consult`: one guardrail on one text, never raising (an error of the guardrail, a judge
   that failed or answered no verdict, an unexpected exception are results with `error`, so
   they fail the run closed and never the process); a model guardrail's tokens come back
@@ -51,6 +51,8 @@ from agentrt.core.structured import FINAL_OUTPUT_TOOL
 from agentrt.mesh import telemetry
 from agentrt.runs.convert import display_extra, text_of
 from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.loop.persistence import RUNTIME_DETAILS
+from agentrt.runs.loop.tools_phase import Planned
 from agentrt.runs.peers import Peers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
@@ -100,6 +102,25 @@ def tool_checks(snap: pb.AgentSpec, tool: str, stage: Stage) -> list[tuple[pb.Gu
     for t in snap.tools:
         if t.name == tool:
             out += [(g, SCOPE_TOOL) for g in t.guardrails if _declares(g, stage)]
+    return out
+
+
+def tool_subjects(planned: Sequence[Planned], snap: pb.AgentSpec, stage: Stage) -> list[int]:
+    """Return the indices (call order) of the planned calls a tool stage inspects.
+
+    tool_input: a call that would execute (it runs, or waits for an approval or a client's
+    result) and has guardrails of the stage. tool_output: a call that ran, or one a client
+    answered (not one the runtime answered), with guardrails of the stage.
+    """
+    out = []
+    for i, p in enumerate(planned):
+        if stage == Stage.TOOL_INPUT:
+            inspected = p.runs or bool(p.pending)
+        else:
+            client = p.spec is not None and p.spec.external and p.result is not None
+            inspected = p.runs or (client and p.result.details_json != RUNTIME_DETAILS)  # type: ignore[union-attr]
+        if inspected and tool_checks(snap, p.call.name, stage):
+            out.append(i)
     return out
 
 

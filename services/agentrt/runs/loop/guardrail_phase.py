@@ -73,11 +73,11 @@ from agentrt.runs.loop.guardrail_checks import (
     run_sequential,
     stage_checks,
     tool_checks,
+    tool_subjects,
     usage_in,
     usage_out,
 )
 from agentrt.runs.loop.housekeeping import Housekeeping
-from agentrt.runs.loop.persistence import RUNTIME_DETAILS
 from agentrt.runs.loop.tools_phase import Planned, runtime_result
 from agentrt.runs.loop.turn import RunFailed
 from agentrt.v1 import common_pb2 as cpb
@@ -343,11 +343,7 @@ class GuardrailSteps(Housekeeping):
             RunFailed: a tripwire or an error on any call (nothing of the batch has run).
         """
         snap = self._snap
-        subjects = [
-            i
-            for i, p in enumerate(planned)
-            if (p.runs or p.pending) and tool_checks(snap, p.call.name, Stage.TOOL_INPUT)
-        ]
+        subjects = tool_subjects(planned, snap, Stage.TOOL_INPUT)
         if not subjects:
             return planned
         keys = [key_of(Stage.TOOL_INPUT, turn, planned[i].call.call_id) for i in subjects]
@@ -378,20 +374,11 @@ class GuardrailSteps(Housekeeping):
                 out[i] = replace(out[i], result=result, pending=pb.PENDING_CALL_KIND_UNSPECIFIED)
         return out
 
-    def _output_subjects(self, planned: Sequence[Planned]) -> list[int]:
-        """Indices of the calls whose results the tool_output stage inspects (ran, or a client's)."""
-        snap = self._snap
-        return [
-            i
-            for i, p in enumerate(planned)
-            if (p.runs or (p.spec is not None and p.spec.external and p.result is not None
-                           and p.result.details_json != RUNTIME_DETAILS))
-            and tool_checks(snap, p.call.name, Stage.TOOL_OUTPUT)
-        ]  # fmt: skip
-
     def _quiet_outputs(self, planned: Sequence[Planned]) -> frozenset[str]:
         """Call ids whose `tool_returned` waits for the tool_output verdict."""
-        return frozenset(planned[i].call.call_id for i in self._output_subjects(planned))
+        return frozenset(
+            planned[i].call.call_id for i in tool_subjects(planned, self._snap, Stage.TOOL_OUTPUT)
+        )
 
     async def _guard_tool_outputs(
         self, turn: int, planned: Sequence[Planned], results: list[cpb.ToolResult], *, killed: bool = False
@@ -405,7 +392,7 @@ class GuardrailSteps(Housekeeping):
         Raises:
             RunFailed: a tripwire or an error (the turn is not persisted).
         """
-        subjects = self._output_subjects(planned)
+        subjects = tool_subjects(planned, self._snap, Stage.TOOL_OUTPUT)
         if not subjects:
             return results
         snap = self._snap
