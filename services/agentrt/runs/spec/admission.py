@@ -57,8 +57,9 @@ def uses_contract(spec: pb.AgentSpec) -> bool:
 def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
     """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
 
-    Honored today, so not refused: handoffs (runs/loop/handoff_phase.py), agent tools
-    (`AgentTool.agent_name`: child runs, runs/loop/child_phase.py),
+    Honored today, so not refused: handoffs (runs/loop/handoff_phase.py), guardrails
+    (runs/loop/guardrail_phase.py), agent tools (`AgentTool.agent_name`: child runs,
+    runs/loop/child_phase.py),
     AgentTool.sequential, `deferred`, error handlers (fail or fallback),
     `final_turn_without_tools`, `terminates_run`, every output_strategy (the final-output tool,
     runs/loop/structured_phase.py), `sandbox` (runs/sandboxes.py).
@@ -67,12 +68,9 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
         MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET; metadata `field` names the first such
             field.
     """
-    if spec.guardrails:
-        raise _not_yet("guardrails", f"{field}.guardrails")
-    for i, tool in enumerate(spec.tools):
-        where = f"{field}.tools[{i}]"
-        if tool.guardrails:
-            raise _not_yet("guardrails", f"{where}.guardrails")
+    # Every field of the turn contract is honored today: nothing to refuse. A field added to
+    # the contract before the loop honors it is refused here (with `_not_yet`).
+    del spec, field
 
 
 def refuse_unwired_start(req: pb.StartRunRequest) -> None:
