@@ -57,3 +57,23 @@ def test_a_dropped_extension_changes_nothing_it_had_not_checked():
     assert not cache.extend([entry(3, "e2"), entry(5, "e3")], 5)
     cache.reset([entry(1, "")], 1, "e1")
     assert [e.seq for e in cache.entries()] == [1]
+
+
+def test_the_version_moves_with_every_change_of_the_copy_and_only_then():
+    # A tail read begun at one version is applied only while the version holds
+    # (runs/loop/core.py's read-ahead): every change of the copy must move it.
+    cache = ContextCache()
+    seen = [cache.version]
+    cache.reset([entry(1, "")], 1, "e1")
+    seen.append(cache.version)
+    assert cache.extend([], 1)  # nothing new: the same copy, the same version
+    assert cache.version == seen[-1]
+    assert cache.extend([entry(2, "e1")], 2)
+    seen.append(cache.version)
+    assert not cache.extend([entry(4, "e2")], 4)  # a seq gap drops the copy
+    seen.append(cache.version)
+    cache.reset([entry(1, "")], 1, "e1")  # the same content read again is a new copy
+    seen.append(cache.version)
+    cache.drop()
+    seen.append(cache.version)
+    assert len(set(seen)) == len(seen)

@@ -45,6 +45,15 @@ class ContextCache:
         self._last_seq = 0
         self._leaf = ""
         self._loaded = False
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever the copy changes.
+
+        A tail read begun at one version extends the copy only while the version holds.
+        """
+        return self._version
 
     @property
     def loaded(self) -> bool:
@@ -71,10 +80,12 @@ class ContextCache:
         self._last_seq = last_seq
         self._leaf = leaf
         self._loaded = True
+        self._version += 1
 
     def drop(self) -> None:
         """Forget the copy: the next turn reads the whole view."""
         self._entries, self._last_seq, self._leaf, self._loaded = [], 0, "", False
+        self._version += 1
 
     def extend(self, tail: Sequence[spb.Entry], last_seq: int | None = None) -> bool:
         """Apply raw log entries that follow the known seq, in seq order.
@@ -103,5 +114,7 @@ class ContextCache:
             self.drop()
             return False
         entries.extend(added)
+        if seq != self._last_seq:
+            self._version += 1
         self._last_seq, self._leaf = seq, leaf
         return True
