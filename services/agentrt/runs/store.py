@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, text, update
+from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -42,6 +42,12 @@ from agentrt.v1 import run_service_pb2 as pb
 
 #: The PostgreSQL notification channel carrying "events were written" (runs/notify.py).
 EVENTS_CHANNEL = "agentrt_run_events"
+
+
+#: What a save point's fenced update returns: the lease it holds, the input queue.
+_HELD = (RunRow.fencing_token, RunRow.lease_owner, RunRow.pending_input_json)
+#: The run log's highest seq, built once (bound parameter p_run).
+_LAST_LOG_SEQ = select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == bindparam("p_run"))
 
 
 class _GuardFailed(Exception):
@@ -235,22 +241,21 @@ class RunStore:
         log = list(log)
 
         def transaction(conn: Connection) -> list[StoredEvent]:
-            result = conn.execute(update(RunRow).where(and_(*cond)).values(**values))
-            if result.rowcount == 0:
+            # The fenced update returns what the rest of the save point needs (the lease
+            # the entries are written under, the input queue), so no statement re-reads
+            # the row; the update holds the row until the commit.
+            held = conn.execute(
+                update(RunRow).where(and_(*cond)).values(**values).returning(*_HELD)
+            ).first()
+            if held is None:
                 raise _GuardFailed()
             if drop_inputs:
-                queued = conn.scalar(select(RunRow.pending_input_json).where(RunRow.run_id == run_id))
-                kept = [i for i in json.loads(queued or "[]") if i.get("id") not in set(drop_inputs)]
+                kept = [i for i in json.loads(held[2] or "[]") if i.get("id") not in set(drop_inputs)]
                 conn.execute(
                     update(RunRow).where(RunRow.run_id == run_id).values(pending_input_json=json.dumps(kept))
                 )
             if log:
-                # The lease the entries are written under (the fenced update above holds the
-                # row, so it cannot change before the commit).
-                held = conn.execute(
-                    select(RunRow.fencing_token, RunRow.lease_owner).where(RunRow.run_id == run_id)
-                ).one()
-                last = conn.scalar(select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == run_id)) or 0
+                last = conn.scalar(_LAST_LOG_SEQ, {"p_run": run_id}) or 0
                 conn.execute(insert(RunLogRow), _log_rows(run_id, last, log, held[0], held[1]))
             if events:
                 # One executemany statement: a save point carries a turn's events.
