@@ -24,6 +24,7 @@ of the insert on every backend (`SessionBusy`).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -48,6 +49,31 @@ EVENTS_CHANNEL = "agentrt_run_events"
 _HELD = (RunRow.fencing_token, RunRow.lease_owner, RunRow.pending_input_json)
 #: The run log's highest seq, built once (bound parameter p_run).
 _LAST_LOG_SEQ = select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == bindparam("p_run"))
+
+
+#: The run's input queue, built once.
+_PENDING_INPUT = select(RunRow.pending_input_json).where(RunRow.run_id == bindparam("p_run"))
+
+
+@functools.lru_cache(maxsize=256)
+def _fenced_update(columns: tuple[str, ...], fenced: bool, by_status: bool) -> Any:
+    """The save point's guarded UPDATE … RETURNING for one set of columns, built once.
+
+    Bound parameters: p_run, v_<column> for each column, p_token when fenced, p_status
+    (expanding) when by_status. A save point writes one of a few column sets, so the cache
+    holds them all and a save point only binds values (decision 0099).
+    """
+    cond = [RunRow.run_id == bindparam("p_run")]
+    if fenced:
+        cond.append(RunRow.fencing_token == bindparam("p_token"))
+    if by_status:
+        cond.append(RunRow.status.in_(bindparam("p_status", expanding=True)))
+    return (
+        update(RunRow)
+        .where(and_(*cond))
+        .values({c: bindparam(f"v_{c}") for c in columns})
+        .returning(*_HELD)
+    )
 
 
 class _GuardFailed(Exception):
@@ -115,8 +141,7 @@ class RunStore:
 
         Reads the one column: a save point asks this every turn.
         """
-        query = select(RunRow.pending_input_json).where(RunRow.run_id == run_id)
-        raw = await self.db.read_sync(lambda conn: conn.scalar(query))
+        raw = await self.db.read_sync(lambda conn: conn.scalar(_PENDING_INPUT, {"p_run": run_id}))
         return json.loads(raw or "[]")
 
     async def find_idempotent(self, tenant: str, key: str) -> RunRecord | None:
@@ -233,20 +258,16 @@ class RunStore:
         """
         values = dict(encode(k, v) for k, v in (changes or {}).items())
         values["update_time_s"] = time.time()
-        cond = [RunRow.run_id == run_id]
-        if token is not None:
-            cond.append(RunRow.fencing_token == token)
-        if expect_status is not None:
-            cond.append(RunRow.status.in_(list(expect_status)))
+        fenced = _fenced_update(tuple(sorted(values)), token is not None, expect_status is not None)
+        params: dict[str, Any] = {f"v_{k}": v for k, v in values.items()}
+        params.update(p_run=run_id, p_token=token, p_status=list(expect_status or ()))
         log = list(log)
 
         def transaction(conn: Connection) -> list[StoredEvent]:
             # The fenced update returns what the rest of the save point needs (the lease
             # the entries are written under, the input queue), so no statement re-reads
             # the row; the update holds the row until the commit.
-            held = conn.execute(
-                update(RunRow).where(and_(*cond)).values(**values).returning(*_HELD)
-            ).first()
+            held = conn.execute(fenced, params).first()
             if held is None:
                 raise _GuardFailed()
             if drop_inputs:
