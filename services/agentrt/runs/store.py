@@ -51,6 +51,8 @@ _HELD = (RunRow.fencing_token, RunRow.lease_owner, RunRow.pending_input_json)
 _LAST_LOG_SEQ = select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == bindparam("p_run"))
 
 
+#: The save point's inserts (executemany), built once.
+_INSERT_LOG, _INSERT_EVENTS = insert(RunLogRow), insert(RunEventRow)
 #: The run's input queue, built once.
 _PENDING_INPUT = select(RunRow.pending_input_json).where(RunRow.run_id == bindparam("p_run"))
 
@@ -277,15 +279,15 @@ class RunStore:
                 )
             if log:
                 last = conn.scalar(_LAST_LOG_SEQ, {"p_run": run_id}) or 0
-                conn.execute(insert(RunLogRow), _log_rows(run_id, last, log, held[0], held[1]))
+                conn.execute(_INSERT_LOG, _log_rows(run_id, last, log, held[0], held[1]))
             if events:
                 # One executemany statement: a save point carries a turn's events.
-                conn.execute(insert(RunEventRow), [_event_values(ev) for ev in events])
+                conn.execute(_INSERT_EVENTS, [_event_values(ev) for ev in events])
             stored: list[StoredEvent] = []
             if new_events:
                 assert session is not None
                 stored = _number_events(conn, run_id, session[0], session[1], new_events)
-                conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
+                conn.execute(_INSERT_EVENTS, [_event_values(ev) for ev in stored])
             _notify(conn, self.replica, [*events, *stored])
             return stored
 

@@ -63,6 +63,7 @@ _WITH_USAGE = (
     )
     .distinct()
 )
+_INSERT_ENTRIES = E.insert()
 _MINT_SEQS = (
     M.update()
     .where(M.c.tenant == _P_TENANT, M.c.session_id == _P_SID)
@@ -247,7 +248,7 @@ async def insert_entries(conn: AsyncConnection, tenant: str, session: Row, batch
     """Insert stored (seq-assigned) entries into the incarnation."""
     if batch:
         values = [entry_values(tenant, session["session_id"], session["generation"], e) for e in batch]
-        await conn.execute(E.insert(), values)
+        await conn.execute(_INSERT_ENTRIES, values)
 
 
 async def delete_entries(conn: AsyncConnection, tenant: str, session_id: str, generation: int) -> int:
