@@ -26,7 +26,7 @@ from agentrt.runs import sandboxes
 from agentrt.runs.convert import injected_only, injected_out
 from agentrt.runs.events import EventHub
 from agentrt.runs.loop.compaction import Compactor
-from agentrt.runs.loop.context_cache import ContextCache
+from agentrt.runs.loop.context_cache import ContextCache, TailReadAhead
 from agentrt.runs.peers import Peers
 from agentrt.runs.records import MAX_DIAGNOSTICS, diagnostic_out
 from agentrt.runs.store import RunRecord, RunStore
@@ -101,12 +101,6 @@ class Deps:
     releases: sandboxes.Releases = field(default_factory=sandboxes.Releases)
 
 
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    """Mark a read-ahead's outcome as seen (a dropped one's error is no news)."""
-    if not task.cancelled():
-        task.exception()
-
-
 def b64(msg: Any) -> str:
     """Return a protobuf message as base64 text (how the run log keeps them)."""
     return base64.b64encode(msg.SerializeToString()).decode("ascii")
@@ -144,8 +138,8 @@ class ExecutorCore:
         self._deferred_changes: dict[str, Any] = {}
         #: The session's context view as this executor last read or wrote it.
         self._context = ContextCache()
-        #: The tail read begun when a batch was written: (copy version, after seq, task).
-        self._tail_ahead: tuple[int, int, asyncio.Task[tuple[list[spb.Entry], int]]] | None = None
+        #: The next turn's tail read, begun when a batch was written.
+        self._tail_ahead = TailReadAhead()
         #: (session seq, active leaf) the turn's request was built from.
         self._request_at: tuple[int, str | None] = (record.session_last_seq, None)
         #: Diagnostics not yet on a session batch (they ride on the next one's last entry).
@@ -300,7 +294,7 @@ class ExecutorCore:
         """
         r, cache = self.r, self._context
         if cache.loaded:
-            tail_and_seq = await self._tail_read_ahead()
+            tail_and_seq = await self._tail_ahead.take(cache)
             if tail_and_seq is None:
                 tail_and_seq = await self.deps.peers.tail(r.tenant, r.session_id, cache.last_seq)
             tail, last_seq = tail_and_seq
@@ -310,25 +304,6 @@ class ExecutorCore:
         cache.reset(entries, last_seq, leaf)
         return cache.entries()
 
-    async def _tail_read_ahead(self) -> tuple[list[spb.Entry], int] | None:
-        """Take the tail read `_wrote` began, if it still fits the copy and succeeded."""
-        ahead, self._tail_ahead = self._tail_ahead, None
-        if ahead is None:
-            return None
-        version, after_seq, task = ahead
-        if version != self._context.version or after_seq != self._context.last_seq:
-            task.cancel()
-            return None
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if not task.cancelled():
-                task.cancel()
-                raise
-            return None
-        except Exception:  # noqa: BLE001 - read again: the error surfaces from that read
-            return None
-
     def _read_tail_ahead(self) -> None:
         """Begin the next turn's tail read now, beside the save point that follows a batch.
 
@@ -336,19 +311,8 @@ class ExecutorCore:
         save point and the read go to two services and have no order between them, and the
         next model call waits for both (docs/decisions/0099-hot-path.md).
         """
-        self._drop_tail_ahead()
-        cache = self._context
-        if not cache.loaded:
-            return
         r = self.r
-        task = asyncio.ensure_future(self.deps.peers.tail(r.tenant, r.session_id, cache.last_seq))
-        task.add_done_callback(_retrieve)
-        self._tail_ahead = (cache.version, cache.last_seq, task)
-
-    def _drop_tail_ahead(self) -> None:
-        if self._tail_ahead is not None:
-            self._tail_ahead[2].cancel()
-            self._tail_ahead = None
+        self._tail_ahead.begin(self._context, lambda seq: self.deps.peers.tail(r.tenant, r.session_id, seq))
 
     def _wrote(self, stored: list[spb.Entry] | None) -> None:
         """Extend the cached view with a batch as stored (None: not known, drop the copy).
@@ -357,7 +321,7 @@ class ExecutorCore:
         """
         if stored is None:
             self._context.drop()
-            self._drop_tail_ahead()
+            self._tail_ahead.drop()
         else:
             self._context.extend(stored)
             self._read_tail_ahead()
@@ -379,7 +343,7 @@ class ExecutorCore:
         self, status: int, *, final_output: str = "", failure: cpb.FailureInfo | None = None
     ) -> None:
         r = self.r
-        self._drop_tail_ahead()
+        self._tail_ahead.drop()
         phase = _TERMINAL_PHASE[status]  # type: ignore[index]
         left = injected_only(await self.deps.store.pending_input(r.run_id))
         if left:
