@@ -124,10 +124,11 @@ class Database:
         else:
             raise ValueError(f"unsupported database URL {url!r}: use sqlite+aiosqlite or postgresql+asyncpg")
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
-        #: The transaction threads' own connections (SQLite), closed by `close()`.
-        self._thread_conns: list[Connection] = []
+        #: Each transaction thread's own connection (SQLite). They are not closed by
+        #: `close()`, which must not wait for a thread still in a transaction (it would block
+        #: the event loop): a thread's connection goes with the thread, which ends once idle
+        #: after the pools' shutdown.
         self._thread_local = threading.local()
-        self._conns_lock = threading.Lock()
 
     @property
     def is_sqlite(self) -> bool:
@@ -198,8 +199,6 @@ class Database:
         if conn is None or conn.closed or conn.invalidated:
             conn = engine.connect()
             setattr(self._thread_local, role, conn)
-            with self._conns_lock:
-                self._thread_conns.append(conn)
         return conn
 
     async def write_tx(self, body: Callable[[AsyncConnection], Coroutine[Any, Any, T]]) -> T:
@@ -227,11 +226,7 @@ class Database:
             await self._read_engine.dispose()
         for pool in (self._write_pool, self._read_pool):
             if pool is not None:
-                pool.shutdown(wait=True)
-        with self._conns_lock:
-            conns, self._thread_conns = self._thread_conns, []
-        for conn in conns:
-            conn.close()
+                pool.shutdown(wait=False)
         for engine in (self._sync_write, self._sync_read):
             if engine is not None:
                 engine.dispose()
