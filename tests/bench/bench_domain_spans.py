@@ -40,8 +40,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from agentrt.mesh import telemetry
 from agentrt.mesh.telemetry.metrics import RunMetrics, SessionMetrics, ToolMetrics
 from agentrt.runs.observe import record_generation, record_request, record_tool_result
-from agentrt.tools.observe import ToolObserver
-from agentrt.tools.results import Outcome
+from agentrt.tools.calls.results import Outcome
+from agentrt.tools.execution.observe import ToolObserver
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 

@@ -183,8 +183,9 @@ async def _agentrt_runs(runs_addr: str, emu: Emulator, work: pathlib.Path, n: in
 
 def agentrt(name: str, emu: Emulator, tmp: pathlib.Path, n: int) -> dict[str, Any]:
     """Measure the five-process mesh, on SQLite or on fresh PostgreSQL databases."""
+    from agentrt.cli.ports import free_ports
     from agentrt.cli.serve import SERVICES
-    from agentrt.cli.up import free_ports, start_mesh
+    from agentrt.cli.up import start_mesh
 
     env = {
         "AGENTRT_OPENAI_BASE_URL": emu.url + "/v1",

@@ -22,7 +22,7 @@ import time
 from agentrt.client.channels import open_channel
 from agentrt.mesh.config import ServerConfig
 from agentrt.tools.config import CommandLimits, ToolsConfig
-from agentrt.tools.paths import open_workspace
+from agentrt.tools.files.paths import open_workspace
 from agentrt.tools.server import build_server
 from agentrt.tools.shell.pool import ShellPool
 from agentrt.tools.shell.session import ShellCommand

@@ -290,8 +290,9 @@ def _post_script(base_url: str, replies: list[Reply]) -> None:
 
 async def multi_process() -> dict[str, Any]:
     """Run the benchmark against the mesh as five processes and the emulator as a sixth."""
+    from agentrt.cli.ports import free_ports
     from agentrt.cli.serve import SERVICES
-    from agentrt.cli.up import free_ports, start_mesh
+    from agentrt.cli.up import start_mesh
     from agentrt.client.channels import MeshClient
 
     tmp = pathlib.Path(tempfile.mkdtemp())

@@ -23,9 +23,10 @@ import pytest
 from rich.console import Console
 
 from agentrt.cli.demo import DEMO_TASK, model_call_seconds
+from agentrt.cli.ports import free_ports
 from agentrt.cli.run import build_agent, follow_run, parse_model, terminal_approver
 from agentrt.cli.serve import SERVICES
-from agentrt.cli.up import free_ports, start_mesh
+from agentrt.cli.up import start_mesh
 from agentrt.client.channels import MeshClient
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

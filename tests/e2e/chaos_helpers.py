@@ -26,7 +26,8 @@ import grpc
 from e2e_helpers import STATE_TIMEOUT, free_port_map
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.up import Mesh, free_ports, start_mesh
+from agentrt.cli.ports import free_ports
+from agentrt.cli.up import Mesh, start_mesh
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import session_service_pb2 as spb

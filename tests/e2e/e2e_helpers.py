@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from agentrt.cli.ports import free_ports, port_taken
 from agentrt.cli.serve import SERVICES
-from agentrt.cli.up import free_ports, port_taken
 
 T = TypeVar("T")
 

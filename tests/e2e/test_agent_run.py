@@ -22,8 +22,8 @@ import pytest
 from e2e_helpers import STATE_TIMEOUT, agentrt, output_of
 from rich.console import Console
 
+from agentrt.cli.ports import free_ports
 from agentrt.cli.run import build_agent, follow_run, terminal_approver
-from agentrt.cli.up import free_ports
 from agentrt.client.channels import MeshClient
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -34,7 +34,7 @@ from dnslib.server import BaseResolver, DNSLogger, DNSServer
 from e2e_helpers import STATE_TIMEOUT
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.up import port_taken
+from agentrt.cli.ports import port_taken
 from agentrt.client.channels import open_channel
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc

@@ -30,7 +30,7 @@ import pytest
 from e2e_helpers import wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.up import free_ports
+from agentrt.cli.ports import free_ports
 from agentrt.mesh.status import details_of
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as pb

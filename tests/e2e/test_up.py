@@ -21,8 +21,9 @@ from e2e_helpers import (
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentrt.cli.ports import free_ports
 from agentrt.cli.serve import SERVICES
-from agentrt.cli.up import MeshStartError, PortTakenError, free_ports, start_mesh
+from agentrt.cli.up import MeshStartError, PortTakenError, start_mesh
 
 pytestmark = pytest.mark.slow
 

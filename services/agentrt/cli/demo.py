@@ -20,6 +20,7 @@ import grpc
 from rich.console import Console
 from rich.markup import escape
 
+from agentrt.cli.ports import free_ports
 from agentrt.cli.run import (
     build_agent,
     follow_run,
@@ -30,7 +31,7 @@ from agentrt.cli.run import (
 )
 from agentrt.cli.serve import SERVICES
 from agentrt.cli.supervise import print_mesh
-from agentrt.cli.up import MeshStartError, free_ports, start_mesh
+from agentrt.cli.up import MeshStartError, start_mesh
 from agentrt.client.channels import MeshClient
 from agentrt.v1 import run_service_pb2
 

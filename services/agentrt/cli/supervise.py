@@ -22,7 +22,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentrt.cli.args import MAX_BASE_PORT, base_port
-from agentrt.cli.up import ChildExit, Mesh, MeshStartError, PortTakenError, ports_from_base, start_mesh
+from agentrt.cli.ports import ports_from_base
+from agentrt.cli.up import ChildExit, Mesh, MeshStartError, PortTakenError, start_mesh
 from agentrt.mesh.config import env
 
 EXIT_START_FAILED = 1

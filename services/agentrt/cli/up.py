@@ -1,8 +1,8 @@
 """Start the whole mesh as five processes and watch them: `agentrt up`, the demo and the e2e tests.
 
 `start_mesh()` is the one way the mesh is started on a machine. It checks every port
-before spawning anything, spawns each service as its own process (the peers first, then runs once they are all
-SERVING: see START_PHASES)
+(which ports: ports.py) before spawning anything, spawns each service as its own process
+(the peers first, then runs once they are all SERVING: see START_PHASES)
 (`python -m agentrt.cli.main serve <svc> --port P --host H`, in its own session so a
 terminal's Ctrl-C reaches only the supervisor; on Linux a child also dies with its
 supervisor), wires peers through `AGENTRT_<PEER>_ADDR`, gives each a Prometheus
@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,9 +36,8 @@ from typing import IO
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.args import MAX_BASE_PORT
+from agentrt.cli.ports import metrics_ports, port_taken, ports_from_base
 from agentrt.cli.serve import EXIT_PORT_TAKEN, SERVICES
-from agentrt.mesh.config import DEFAULT_PORTS
 
 #: Start order: every peer first, then runs once they all answer SERVING, because a runs
 #: replica takes over unfinished runs at start and drives them through its peers at once.
@@ -246,78 +244,6 @@ def _terminate(processes: Sequence[subprocess.Popen[bytes]], grace: float) -> No
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             proc.wait()
-
-
-def port_taken(host: str, port: int) -> bool:
-    """Return True when something already listens on (or holds) host:port.
-
-    SO_REUSEADDR is set as gRPC sets it, so a port left in TIME_WAIT by a previous mesh
-    counts as free, while a listening socket still refuses the bind.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """Return `count` distinct ports the OS reports free right now (a later bind may still race)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def ports_from_base(base_port: int | None) -> dict[str, int]:
-    """Return service -> port: DEFAULT_PORTS, or base_port, base_port+1, ... in SERVICES order.
-
-    Raises:
-        ValueError: base_port..base_port+4 is not within 1..65535.
-    """
-    if base_port is None:
-        return {name: DEFAULT_PORTS[name] for name in SERVICES}
-    if not 1 <= base_port <= MAX_BASE_PORT:
-        raise ValueError(
-            f"base port must be within 1..{MAX_BASE_PORT} (five consecutive ports), not {base_port}"
-        )
-    return {name: base_port + i for i, name in enumerate(SERVICES)}
-
-
-def metrics_ports(
-    env: Mapping[str, str], host: str = "127.0.0.1", avoid: Sequence[int] = ()
-) -> dict[str, int]:
-    """Return service -> metrics port: AGENTRT_<SVC>_METRICS_PORT from env, else a free port.
-
-    Args:
-        env: the children's environment.
-        host: the interface the ports are for.
-        avoid: ports already given out (the services' gRPC ports): never chosen.
-
-    Raises:
-        ValueError: a value in env that is not a port in 0..65535.
-    """
-    named = {name: env.get(f"AGENTRT_{name.upper()}_METRICS_PORT", "") for name in SERVICES}
-    wanted = sum(1 for v in named.values() if not v)
-    candidates = [p for p in free_ports(wanted + len(avoid), host) if p not in avoid]
-    free = iter(candidates[:wanted])
-    ports: dict[str, int] = {}
-    for name, value in named.items():
-        if not value:
-            ports[name] = next(free)
-            continue
-        if not value.isdigit() or not 0 <= int(value) <= 65535:
-            raise ValueError(f"AGENTRT_{name.upper()}_METRICS_PORT={value!r}: a port must be 0..65535")
-        ports[name] = int(value)
-    return ports
 
 
 def _spawn(name: str, host: str, port: int, state_dir: Path, env: Mapping[str, str]) -> _Child:

@@ -5,7 +5,7 @@ checks from both sides that isolation holds (no root, no /etc/shadow, read-only 
 no network, writable workspace). When it does not, the service still serves (file tools
 need no sandbox) but exec_command answers FAILED_PRECONDITION/SANDBOX_UNAVAILABLE with the
 finding. Unconfined mode is announced loudly on stderr. The `close` hook kills running
-commands and disposes of the database. Spans and metrics: observe.py.
+commands and disposes of the database. Spans and metrics: execution/observe.py.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
 from agentrt.mesh.telemetry.metrics import ToolMetrics
 from agentrt.tools.config import SANDBOX_UNCONFINED, ToolsConfig
-from agentrt.tools.executor import ToolExecutor
-from agentrt.tools.migrate import upgrade
-from agentrt.tools.observe import ToolObserver
-from agentrt.tools.paths import open_workspace
+from agentrt.tools.execution.executor import ToolExecutor
+from agentrt.tools.execution.observe import ToolObserver
+from agentrt.tools.execution.tasks import TaskTools
+from agentrt.tools.files.paths import open_workspace
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.servicer import ToolServicer
-from agentrt.tools.store import ToolStore
-from agentrt.tools.tasks import TaskTools
+from agentrt.tools.storage.migrate import upgrade
+from agentrt.tools.storage.store import ToolStore
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.ToolService"

@@ -23,10 +23,11 @@ from agentrt.core.policy import AGENT, SERVICE, CommandPolicy, PatternError, com
 from agentrt.mesh.context import current_tenant
 from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
 from agentrt.tools.archive.transfer import Target, WorkspaceArchives
-from agentrt.tools.args import CallInput
-from agentrt.tools.catalog import ToolDef, builtin
-from agentrt.tools.executor import ExecuteInput, ToolExecutor
-from agentrt.tools.results import Outcome, ResultStatus
+from agentrt.tools.calls.args import CallInput
+from agentrt.tools.calls.catalog import ToolDef, builtin
+from agentrt.tools.calls.results import Outcome, ResultStatus
+from agentrt.tools.execution.executor import ToolExecutor
+from agentrt.tools.execution.request import ExecuteInput
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.sandbox.spec import DOCKER, LOCAL, SandboxInfo, SandboxSpec
 from agentrt.v1 import common_pb2

@@ -12,7 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tls_certs import CertificateAuthority
 
-from agentrt.cli.up import free_ports
+from agentrt.cli.ports import free_ports
 from agentrt.client.channels import MeshClient, open_channel
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.db import sqlite_url

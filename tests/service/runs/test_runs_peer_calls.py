@@ -10,7 +10,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from agentrt.cli.up import free_ports
+from agentrt.cli.ports import free_ports
 from agentrt.client.channels import MeshClient
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.runs.peers import MODEL_CALL_TIMEOUT_S, Peers

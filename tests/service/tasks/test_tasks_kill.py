@@ -25,7 +25,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.up import free_ports
+from agentrt.cli.ports import free_ports
 from agentrt.mesh.db import Database
 from agentrt.tasks.storage.store import TaskStore
 from agentrt.v1 import common_pb2 as cpb

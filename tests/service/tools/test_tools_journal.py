@@ -18,10 +18,10 @@ from tools_helpers import PG_URL, ToolsEnv, make_config, pg_reachable
 from agentrt.client.channels import open_channel
 from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.status import reason_of
-from agentrt.tools.args import CallInput
-from agentrt.tools.executor import fingerprint
+from agentrt.tools.calls.args import CallInput
+from agentrt.tools.execution.request import fingerprint
 from agentrt.tools.server import build_server
-from agentrt.tools.store import CallKey, ToolStore
+from agentrt.tools.storage.store import CallKey, ToolStore
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc

@@ -18,7 +18,7 @@ import pytest
 from tools_helpers import ToolsEnv, make_config, make_workspace, pids_with, until
 
 from agentrt.tools.config import CommandLimits
-from agentrt.tools.paths import open_workspace
+from agentrt.tools.files.paths import open_workspace
 from agentrt.tools.server import build_server
 from agentrt.tools.shell.pool import OpenFailed, PoolClosed, ShellPool
 from agentrt.tools.shell.session import ShellCommand

@@ -14,9 +14,10 @@ from rich.console import Console
 
 from agentrt.cli.args import MAX_BASE_PORT, read_task
 from agentrt.cli.main import build_parser, main
+from agentrt.cli.ports import ports_from_base
 from agentrt.cli.run import default_workspace, print_outcome
 from agentrt.cli.serve import SERVICES
-from agentrt.cli.up import START_PHASES, ports_from_base
+from agentrt.cli.up import START_PHASES
 from agentrt.v1 import common_pb2, run_service_pb2
 
 

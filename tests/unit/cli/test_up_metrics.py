@@ -7,8 +7,8 @@ import argparse
 import pytest
 
 from agentrt.cli.args import metrics_port
+from agentrt.cli.ports import metrics_ports
 from agentrt.cli.serve import SERVICES, with_metrics_port
-from agentrt.cli.up import metrics_ports
 from agentrt.gateway.config import GatewayConfig
 from agentrt.sessions.config import SessionsConfig
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from agentrt.tools import args as A
-from agentrt.tools.args import ArgError
-from agentrt.tools.catalog import BUILTIN, EXEC_COMMAND, builtin
+from agentrt.tools.calls import args as A
+from agentrt.tools.calls.args import ArgError
+from agentrt.tools.calls.catalog import BUILTIN, EXEC_COMMAND, builtin
+from agentrt.tools.calls.output import CappedOutput, ProgressBudget
 from agentrt.tools.config import ToolsConfig
-from agentrt.tools.output import CappedOutput, ProgressBudget
 from agentrt.tools.shell.session import _TRAP_ECHO, _Scanner, quote
 
 TOKEN = b"0123456789abcdef" + b"fedcba9876543210"

@@ -8,7 +8,7 @@ import pytest
 
 from agentrt.core.errors import MeshError
 from agentrt.tools.config import CommandLimits, ToolsConfig
-from agentrt.tools.paths import Workspace
+from agentrt.tools.files.paths import Workspace
 from agentrt.tools.sandbox import launch
 from agentrt.tools.sandbox.workspaces import WorkspaceRules
 
@@ -100,7 +100,7 @@ def test_max_processes_comes_from_the_environment(monkeypatch):
 
 def test_open_workspace_chowns_only_what_it_made(tmp_path):
     from agentrt.core.errors import invalid
-    from agentrt.tools.paths import open_workspace
+    from agentrt.tools.files.paths import open_workspace
 
     def refuse(real: str) -> None:
         raise invalid("INVALID_VALUE", f"no {real}")

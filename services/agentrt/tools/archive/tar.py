@@ -7,7 +7,7 @@ walked from a descriptor of the workspace root with O_NOFOLLOW (`paths.resolve`)
 symlink already in the workspace, or one an earlier member planted, never carries a write
 outside, even if a command swaps a directory for a symlink mid-upload. Files are written to
 a temporary name renamed over the target, never through a link; new files, directories and
-links get the workspace owner's uid/gid (files.py's rule).
+links get the workspace owner's uid/gid (files/ops.py's rule).
 
 `pack` walks with descriptors too and never follows a symlink. Neither holds an archive
 or a file whole in memory. No asyncio here.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid, not_found
-from agentrt.tools.paths import PathRefused, Workspace, open_dir, resolve
+from agentrt.tools.files.paths import PathRefused, Workspace, open_dir, resolve
 
 CHUNK_BYTES = 1024 * 1024
 MAX_MEMBERS = 100_000

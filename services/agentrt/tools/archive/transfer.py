@@ -35,7 +35,7 @@ from typing import Any
 from agentrt.core.errors import MeshError, Reason, invalid, missing, quote
 from agentrt.core.ids import valid_id
 from agentrt.tools.archive.tar import CHUNK_BYTES, Unpacked, open_target_dir, pack, relative_path, unpack
-from agentrt.tools.paths import Workspace
+from agentrt.tools.files.paths import Workspace
 from agentrt.tools.sandbox.manager import SandboxManager
 
 _TRANSFER_THREADS = 8

@@ -37,9 +37,9 @@ import docker
 import docker.errors
 
 from agentrt.core.errors import Reason, precondition
+from agentrt.tools.calls.output import CappedOutput, ProgressBudget
 from agentrt.tools.config import DockerSettings
 from agentrt.tools.docker.engine import HELPER, WORKSPACE, ContainerSpec, Engine
-from agentrt.tools.output import CappedOutput, ProgressBudget
 from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, CommandResult
 
 log = logging.getLogger("agentrt.tools")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from agentrt.core.errors import Reason, precondition
 from agentrt.tools.config import CommandLimits
-from agentrt.tools.paths import Workspace
+from agentrt.tools.files.paths import Workspace
 
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentrt.core.errors import Reason, precondition
+from agentrt.tools.calls.output import CappedOutput, ProgressBudget
 from agentrt.tools.config import SANDBOX_UNCONFINED, CommandLimits
-from agentrt.tools.output import CappedOutput, ProgressBudget
-from agentrt.tools.paths import Workspace
+from agentrt.tools.files.paths import Workspace
 from agentrt.tools.sandbox import launch as launcher
 from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, CommandResult
 

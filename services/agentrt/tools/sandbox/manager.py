@@ -35,7 +35,7 @@ from agentrt.core.ids import new_id, valid_id
 from agentrt.tools.config import CommandLimits, ToolsConfig
 from agentrt.tools.docker.backend import DockerSandbox
 from agentrt.tools.docker.engine import ContainerSpec, container_name
-from agentrt.tools.paths import Workspace, open_workspace
+from agentrt.tools.files.paths import Workspace, open_workspace
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.spec import (
     ABSENT,
@@ -48,7 +48,7 @@ from agentrt.tools.sandbox.spec import (
     SandboxSpec,
 )
 from agentrt.tools.sandbox.workspaces import WorkspaceRules
-from agentrt.tools.store import SandboxRecord, ToolStore
+from agentrt.tools.storage.store import SandboxRecord, ToolStore
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _DOCKER_FIELDS = {

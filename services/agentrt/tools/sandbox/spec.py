@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentrt.tools.config import CommandLimits
-from agentrt.tools.paths import Workspace
+from agentrt.tools.files.paths import Workspace
 
 LOCAL = "local"
 DOCKER = "docker"

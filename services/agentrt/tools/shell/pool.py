@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable
 
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.tools.args import ArgError
+from agentrt.tools.calls.args import ArgError
+from agentrt.tools.calls.results import Outcome, ResultStatus, refused
 from agentrt.tools.config import ToolsConfig
-from agentrt.tools.results import Outcome, ResultStatus, refused
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.spec import CallerDeadline, ExecContext
 from agentrt.tools.shell.session import Shell, ShellCommand, ShellResult

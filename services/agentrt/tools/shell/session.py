@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentrt.tools.output import CappedOutput, ProgressBudget
+from agentrt.tools.calls.output import CappedOutput, ProgressBudget
 from agentrt.tools.sandbox.spec import CallerDeadline
 from agentrt.tools.shell.terminal import Terminal
 

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from agentrt.tools.config import SANDBOX_UNCONFINED, CommandLimits
-from agentrt.tools.paths import Workspace
+from agentrt.tools.files.paths import Workspace
 from agentrt.tools.sandbox import launch as launcher
 from agentrt.tools.sandbox.local import namespace_pidfd, wait_exited
 

@@ -32,9 +32,9 @@ from agentrt.core.errors import MeshError
 from agentrt.core.tasknote import escape
 from agentrt.mesh.context import TENANT_HEADER
 from agentrt.mesh.status import from_rpc_error
-from agentrt.tools import args as A
-from agentrt.tools.args import ArgError
-from agentrt.tools.results import Outcome, refused
+from agentrt.tools.calls import args as A
+from agentrt.tools.calls.args import ArgError
+from agentrt.tools.calls.results import Outcome, refused
 from agentrt.v1 import task_service_pb2 as pb
 
 log = logging.getLogger("agentrt.tools")

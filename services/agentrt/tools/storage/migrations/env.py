@@ -4,6 +4,6 @@ The version table is the service's own (`alembic_version_tools`).
 """
 
 from agentrt.mesh.migrate import run_env
-from agentrt.tools.models import Base
+from agentrt.tools.storage.models import Base
 
 run_env(Base.metadata, "alembic_version_tools")

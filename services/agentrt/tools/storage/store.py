@@ -21,8 +21,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.mesh.db import Database
-from agentrt.tools.models import Execution, SandboxRow
-from agentrt.tools.results import Outcome
+from agentrt.tools.calls.results import Outcome
+from agentrt.tools.storage.models import Execution, SandboxRow
 
 STARTED = "started"
 FINISHED = "finished"
@@ -98,7 +98,7 @@ class ToolStore:
     """The tool service's tables over one Database."""
 
     def __init__(self, db: Database) -> None:
-        """Wrap db (tables come from `agentrt.tools.migrate.upgrade`)."""
+        """Wrap db (tables come from `agentrt.tools.storage.migrate.upgrade`)."""
         self.db = db
 
     # -- journal ------------------------------------------------------------------------

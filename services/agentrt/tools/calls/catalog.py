@@ -2,8 +2,8 @@
 
 A `ToolDef` is data: name, description, JSON Schema of the arguments, and the capability
 fields the run loop reads directly (read_only, retry_safe, needs_approval, timeout,
-sequential, deferred). Behaviour lives in `executor.py` (the task tools' in `tasks.py`,
-a client of TaskService); nothing here runs anything.
+sequential, deferred). Behaviour lives in `execution/executor.py` (the task tools' in
+`execution/tasks.py`, a client of TaskService); nothing here runs anything.
 exec_command advertises `session_id` only when persistent shells are enabled (§2.7k):
 `builtin(shells=False)` offers the plain schema, since a tool must not offer a field it
 would ignore (and strict mode would force the model to spell "no session" every call).
@@ -144,8 +144,8 @@ APPLY_PATCH = ToolDef(
 _TASK_ID = {"type": "string", "description": "The task's id (tsk_...), as spawn_task returned it."}
 
 #: The task tools (004 §2.13): the model's four verbs for background work, served by
-#: TaskService (`tools/tasks.py` calls it). Limits are the task service's: depth 1 (a task
-#: cannot spawn tasks), 6 live tasks per session, 3 attempts, 300-character summaries.
+#: TaskService (`tools/execution/tasks.py` calls it). Limits are the task service's: depth 1
+#: (a task cannot spawn tasks), 6 live tasks per session, 3 attempts, 300-character summaries.
 SPAWN_TASK = ToolDef(
     name="spawn_task",
     description=(

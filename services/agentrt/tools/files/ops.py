@@ -21,10 +21,10 @@ import stat
 from typing import Any
 
 from agentrt.core.truncate import head_tail
-from agentrt.tools import args as A
-from agentrt.tools.output import marker
-from agentrt.tools.paths import PathRefused, Workspace, open_dir, resolve
-from agentrt.tools.results import Outcome
+from agentrt.tools.calls import args as A
+from agentrt.tools.calls.output import marker
+from agentrt.tools.calls.results import Outcome
+from agentrt.tools.files.paths import PathRefused, Workspace, open_dir, resolve
 
 MAX_ENTRIES = 1000
 _BINARY_SNIFF = 8192

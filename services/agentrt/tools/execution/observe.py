@@ -1,7 +1,8 @@
 """Spans and metrics of the tool service: one span per tool call, one per sandbox command.
 
-The executor (executor.py) calls `tool_call` around each ExecuteTool request's journal work
-and `sandbox_command` around each exec_command that reaches a sandbox; both are no-op spans
+The executor (executor.py) calls `tool_call` around each ExecuteTool request's journal work,
+its dispatch (dispatch.py) `sandbox_command` around each exec_command that reaches a
+sandbox; both are no-op spans
 while the process does not trace (mesh/telemetry), and always count in `ToolMetrics`
 (mesh/telemetry/metrics.py: `agentrt_tools_calls_total`, `agentrt_tools_sandbox_commands_*`).
 
@@ -23,7 +24,7 @@ from contextlib import asynccontextmanager
 
 from agentrt.mesh import telemetry
 from agentrt.mesh.telemetry.metrics import ToolMetrics
-from agentrt.tools.results import Outcome, ResultStatus
+from agentrt.tools.calls.results import Outcome, ResultStatus
 from agentrt.tools.sandbox.spec import CallerDeadline
 
 

@@ -32,11 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrt.tools import args as A
-from agentrt.tools.args import ArgError
-from agentrt.tools.files import delete_file, exists, read_bytes, write_bytes
-from agentrt.tools.paths import Workspace
-from agentrt.tools.results import Outcome
+from agentrt.tools.calls import args as A
+from agentrt.tools.calls.args import ArgError
+from agentrt.tools.calls.results import Outcome
+from agentrt.tools.files.ops import delete_file, exists, read_bytes, write_bytes
+from agentrt.tools.files.paths import Workspace
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 

@@ -8,6 +8,9 @@ from agentrt.mesh import migrate
 from agentrt.mesh.db import Database
 
 MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent / "migrations"
+#: The advisory lock replicas migrate under (PostgreSQL). It keeps the name it had before the
+#: migrations moved into storage/, so a replica of either layout waits for the other.
+_LOCK_KEY = "agentrt.tools.migrations"
 
 
 async def upgrade(db: Database, revision: str = "head") -> None:
@@ -16,4 +19,4 @@ async def upgrade(db: Database, revision: str = "head") -> None:
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the database refused a migration step.
     """
-    await migrate.upgrade(db, MIGRATIONS_DIR, "agentrt.tools.migrations", revision)
+    await migrate.upgrade(db, MIGRATIONS_DIR, _LOCK_KEY, revision)

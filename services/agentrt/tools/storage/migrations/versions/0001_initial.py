@@ -17,7 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    """Create the two tables (see agentrt.tools.models)."""
+    """Create the two tables (see agentrt.tools.storage.models)."""
     op.create_table(
         "tool_executions",
         sa.Column("tenant", sa.String(64), nullable=False),

@@ -1,1 +1,0 @@
-"""Alembic migrations of the tool service's tables (run by `agentrt.tools.migrate`)."""

@@ -1,0 +1,1 @@
+"""Alembic migrations of the tool service's tables (run by `agentrt.tools.storage.migrate`)."""
