@@ -2,7 +2,7 @@
 
 Split from runs/store.py (which owns the transactions and their invariants; see its
 docstring). The statements a save point runs every turn are built once with bound
-parameters, so a call only binds values (decision 0099). No transaction is opened here:
+parameters, so a call only binds values (decision 0017). No transaction is opened here:
 every function runs on a connection its caller holds.
 """
 
@@ -43,7 +43,7 @@ def fenced_update(columns: tuple[str, ...], fenced: bool, by_status: bool) -> An
 
     Bound parameters: p_run, v_<column> for each column, p_token when fenced, p_status
     (expanding) when by_status. A save point writes one of a few column sets, so the cache
-    holds them all and a save point only binds values (decision 0099).
+    holds them all and a save point only binds values (decision 0017).
     """
     cond = [RunRow.run_id == bindparam("p_run")]
     if fenced:

@@ -29,7 +29,7 @@ Row = Any  # a RowMapping of `sessions`
 
 # The statements every append and tail read runs are built once, with bound parameters
 # (named p_*), so a call only binds values: SQLAlchemy neither rebuilds the expression nor
-# recomputes its cache key (docs/decisions/0099-hot-path.md).
+# recomputes its cache key (docs/decisions/0017-hot-path.md).
 _P_TENANT: Any = sa.bindparam("p_tenant")
 _P_SID: Any = sa.bindparam("p_sid")
 _P_GEN: Any = sa.bindparam("p_gen")

@@ -22,7 +22,7 @@ allows it). Entry ids are minted by storage, so only a call-id target can be wri
 ahead; it changes a tool call entry's display, which rendering does not read.
 
 `TailReadAhead` holds one tail read begun early (when the executor's batch was written,
-beside the save point that follows: decision 0099) and hands its answer over only while the
+beside the save point that follows: decision 0017) and hands its answer over only while the
 copy is still the one it was begun for.
 
 No grpc here: the loop feeds entries it got from its peers.

@@ -315,7 +315,7 @@ class ExecutorCore:
 
         The batch is written, so the read sees at least what the save point records; the
         save point and the read go to two services and have no order between them, and the
-        next model call waits for both (docs/decisions/0099-hot-path.md).
+        next model call waits for both (docs/decisions/0017-hot-path.md).
         """
         r = self.r
         self._tail_ahead.begin(self._context, lambda seq: self.deps.peers.tail(r.tenant, r.session_id, seq))

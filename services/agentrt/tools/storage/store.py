@@ -80,7 +80,7 @@ class SandboxRecord:
     fingerprint: str
 
 
-#: The journal lookup of every call, built once (bound parameters p_*; decision 0099).
+#: The journal lookup of every call, built once (bound parameters p_*; decision 0017).
 _GET = select(Execution).where(
     Execution.tenant == bindparam("p_tenant"),
     Execution.run_id == bindparam("p_run"),
