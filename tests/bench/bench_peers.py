@@ -152,8 +152,12 @@ async def _agentrt_runs(runs_addr: str, emu: Emulator, work: pathlib.Path, n: in
     from agentrt.client.channels import MeshClient
 
     client = MeshClient(runs=runs_addr)
+    # The agent offers read_file, as bench_turn.py's does: a call of a tool the agent does not
+    # list is answered "not found" and three such turns fail the run (tool_loop).
     agent = pb.AgentSpec(
-        model=cpb.ModelRef(provider="openai", model="gpt-test"), limits=pb.AgentLimits(max_turns=TURNS + 1)
+        model=cpb.ModelRef(provider="openai", model="gpt-test"),
+        tools=[pb.AgentTool(name="read_file")],
+        limits=pb.AgentLimits(max_turns=TURNS + 1),
     )
     samples: list[float] = []
     try:

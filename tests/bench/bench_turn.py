@@ -22,6 +22,12 @@ Figures:
   whole model stream), ExecuteTool, AppendEntries, the
   run store's writes and reads, event publication; "other" is the rest of turn_ms
   (StartRun, rendering, decisions, scheduling);
+- cpu_ms_per_turn (multi-process only): CPU time (user + system, from /proc) each process
+  spent per turn while the runs were measured: the five services, the emulator and this
+  process (the client); `sum` against `wall` says how much of a turn ran in parallel;
+- emulator_connections (multi-process only): TCP connections the mesh opened to the
+  emulator while the runs were measured (a pooled, kept-alive client opens one or none,
+  not one per model call);
 - timeline_ms_per_turn (both shapes): the same turn cut by its events' timestamps,
   which the runs service stamps itself, so it needs no instrumentation:
   turn_started→model_responded (GetContext + render + StreamGenerate),
@@ -319,17 +325,48 @@ async def multi_process() -> dict[str, Any]:
         async def script(replies: list[Reply]) -> None:
             await asyncio.to_thread(_post_script, emu_url, replies)
 
+        procs = {**mesh.pids, "emulator": emu_proc.pid}
+        cpu0, conns0, wall0 = _cpu_s(procs), _connections(emu_url), time.perf_counter()
         per_turn, streams = await _runs(client.run_service, work, script)
+        cpu1, conns1, wall1 = _cpu_s(procs), _connections(emu_url), time.perf_counter()
     finally:
         await client.close()
         if mesh is not None:
             await asyncio.to_thread(mesh.stop)
         emu_proc.terminate()
         emu_proc.wait(10)
+    turns = RUNS * (TURNS + 1)
+    cpu = {name: round((cpu1[name] - cpu0[name]) * 1000 / turns, 2) for name in cpu0}
+    cpu["sum"] = round(sum(cpu.values()), 2)
+    cpu["wall"] = round((wall1 - wall0) * 1000 / turns, 2)
     return {
         "turn_ms": {"p50": _pct(per_turn, 0.5), "mean": round(statistics.mean(per_turn), 2)},
         "timeline_ms_per_turn": _timeline(streams),
+        "cpu_ms_per_turn": cpu,
+        # What the emulator accepted, less this process's own: one per run posting its
+        # script, one reading the count at the end.
+        "emulator_connections": conns1 - conns0 - RUNS - 1,
+        "model_calls": turns,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def _cpu_s(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) of each process so far, and of this one ("bench")."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, pid in pids.items():
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        out[name] = (int(fields[11]) + int(fields[12])) / tick
+    mine = os.times()
+    out["bench"] = mine.user + mine.system
+    return out
+
+
+def _connections(base_url: str) -> int:
+    with urllib.request.urlopen(base_url + "/_emulator/intake", timeout=10) as resp:
+        return int(json.loads(resp.read())["connections"])
 
 
 async def main(out: pathlib.Path, modes: tuple[str, ...] = ("in_process", "multi_process")) -> dict:

@@ -15,7 +15,8 @@ Endpoints (all POST):
 - /_emulator/requests (GET)    the requests received so far
 - /_emulator/rate_limit        rate-limit mode on ({"tokens": N, "window_seconds": W}) or off ({})
 - /_emulator/intake (GET)      the model requests received: monotonic time, counted input tokens,
-                               accepted or answered 429 (see "Rate-limit mode")
+                               accepted or answered 429 (see "Rate-limit mode"); and
+                               "connections", the TCP connections accepted so far
 
 Every model endpoint takes the next reply from one FIFO script shared by all endpoints; an
 empty script answers 500 with a message saying so. A test may set `responder`, a function
@@ -379,7 +380,9 @@ def _handler_for(emu: ProviderEmulator) -> type[BaseHTTPRequestHandler]:
                 with emu._lock:
                     limit = emu.rate_limit
                     intake = [{"time": t, "tokens": n, "accepted": ok} for t, n, ok in emu.intake]
-                self._json(200, {"rate_limit": limit and limit.__dict__, "requests": intake})
+                    connections = emu.connections
+                payload = {"rate_limit": limit and limit.__dict__, "requests": intake}
+                self._json(200, {**payload, "connections": connections})
             else:
                 self._json(404, {"error": {"message": f"no route GET {self.path}"}})
 

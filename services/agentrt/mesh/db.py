@@ -17,6 +17,10 @@ with the stdlib driver, one hop per transaction. Writes share `write()`'s lock a
 through one thread, so writers stay serialized. On PostgreSQL they are `write()`/`read()`
 with `run_sync` (asyncpg is already asynchronous).
 
+On SQLite each transaction thread keeps one connection open for its life (a transaction
+is a BEGIN and a COMMIT on it), instead of a pool checkout and its reset-on-return rollback
+per transaction.
+
 `write_tx(body)` and `read_tx(body)` do the same for an async transaction body written
 against AsyncConnection (`await conn.execute(...)`), so existing store code keeps one
 form: on SQLite the body is driven to completion on the transaction thread over a
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -119,6 +124,11 @@ class Database:
         else:
             raise ValueError(f"unsupported database URL {url!r}: use sqlite+aiosqlite or postgresql+asyncpg")
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        #: Each transaction thread's own connection (SQLite). They are not closed by
+        #: `close()`, which must not wait for a thread still in a transaction (it would block
+        #: the event loop): a thread's connection goes with the thread, which ends once idle
+        #: after the pools' shutdown.
+        self._thread_local = threading.local()
 
     @property
     def is_sqlite(self) -> bool:
@@ -161,7 +171,8 @@ class Database:
         engine = self._sync_write
 
         def transaction() -> T:
-            with engine.begin() as conn:
+            conn = self._thread_conn(engine, "write")
+            with conn.begin():
                 return fn(conn)
 
         assert self._write_lock is not None
@@ -176,10 +187,19 @@ class Database:
         engine = self._sync_read
 
         def transaction() -> T:
-            with engine.begin() as conn:
+            conn = self._thread_conn(engine, "read")
+            with conn.begin():
                 return fn(conn)
 
         return await asyncio.get_running_loop().run_in_executor(self._read_pool, transaction)
+
+    def _thread_conn(self, engine: Engine, role: str) -> Connection:
+        """Return this transaction thread's own connection to engine (opened on first use)."""
+        conn: Connection | None = getattr(self._thread_local, role, None)
+        if conn is None or conn.closed or conn.invalidated:
+            conn = engine.connect()
+            setattr(self._thread_local, role, conn)
+        return conn
 
     async def write_tx(self, body: Callable[[AsyncConnection], Coroutine[Any, Any, T]]) -> T:
         """Run `await body(conn)` as one writing transaction (see the module docstring).

@@ -1,6 +1,7 @@
 """Persistence of agents, runs, the run log and run events (one transaction per save point).
 
-What it owns (records.py holds the decoded shapes it returns):
+What it owns (records.py holds the decoded shapes it returns; store_sql.py its prebuilt
+statements and row helpers):
 - `save()`: the save point. In ONE transaction it updates the run row (guarded by the
   fencing token of the lease and/or the expected status), appends run-log entries and
   inserts events. A guard that no longer holds rolls everything back and returns None:
@@ -29,19 +30,19 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, text, update
+from sqlalchemy import Connection, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.mesh.db import Database
 from agentrt.runs import migrate
+from agentrt.runs import store_sql as sql
 from agentrt.runs.models import AgentRow, RunEventRow, RunLogRow, RunRow
 from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, decode, encode
+from agentrt.runs.store_sql import EVENTS_CHANNEL, lease_overlaps
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
-#: The PostgreSQL notification channel carrying "events were written" (runs/notify.py).
-EVENTS_CHANNEL = "agentrt_run_events"
+__all__ = ["EVENTS_CHANNEL", "RunStore", "SessionBusy", "lease_overlaps"]
 
 
 class _GuardFailed(Exception):
@@ -109,8 +110,7 @@ class RunStore:
 
         Reads the one column: a save point asks this every turn.
         """
-        query = select(RunRow.pending_input_json).where(RunRow.run_id == run_id)
-        raw = await self.db.read_sync(lambda conn: conn.scalar(query))
+        raw = await self.db.read_sync(lambda conn: conn.scalar(sql.PENDING_INPUT, {"p_run": run_id}))
         return json.loads(raw or "[]")
 
     async def find_idempotent(self, tenant: str, key: str) -> RunRecord | None:
@@ -126,7 +126,7 @@ class RunStore:
     async def busy_run(self, tenant: str, session_id: str) -> str | None:
         """Return the id of an unfinished run of the session, or None."""
         async with self.db.read() as conn:
-            return await conn.scalar(_busy_query(tenant, session_id))
+            return await conn.scalar(sql.busy_query(tenant, session_id))
 
     async def insert_run(
         self, record: RunRecord, events: Sequence[pb.RunEvent]
@@ -155,13 +155,13 @@ class RunStore:
                     ).first()
                     if row is not None:
                         return decode(row), []
-                other = await conn.scalar(_busy_query(record.tenant, record.session_id))
+                other = await conn.scalar(sql.busy_query(record.tenant, record.session_id))
                 if other is not None:
                     raise SessionBusy(other)
                 await conn.execute(insert(RunRow).values(**values))
                 await conn.execute(
                     insert(RunLogRow),
-                    _log_rows(
+                    sql.log_rows(
                         record.run_id,
                         0,
                         [("started", {"input": record.input})],
@@ -169,8 +169,10 @@ class RunStore:
                         record.lease_owner,
                     ),  # fmt: skip
                 )
-                stored = await _insert_events(conn, record.run_id, record.tenant, record.session_id, events)
-                await conn.run_sync(_notify, self.replica, stored)
+                stored = await sql.insert_events(
+                    conn, record.run_id, record.tenant, record.session_id, events
+                )
+                await conn.run_sync(sql.notify, self.replica, stored)
         except IntegrityError:
             if record.idempotency_key:
                 existing = await self.find_idempotent(record.tenant, record.idempotency_key)
@@ -227,40 +229,35 @@ class RunStore:
         """
         values = dict(encode(k, v) for k, v in (changes or {}).items())
         values["update_time_s"] = time.time()
-        cond = [RunRow.run_id == run_id]
-        if token is not None:
-            cond.append(RunRow.fencing_token == token)
-        if expect_status is not None:
-            cond.append(RunRow.status.in_(list(expect_status)))
+        fenced = sql.fenced_update(tuple(sorted(values)), token is not None, expect_status is not None)
+        params: dict[str, Any] = {f"v_{k}": v for k, v in values.items()}
+        params.update(p_run=run_id, p_token=token, p_status=list(expect_status or ()))
         log = list(log)
 
         def transaction(conn: Connection) -> list[StoredEvent]:
-            result = conn.execute(update(RunRow).where(and_(*cond)).values(**values))
-            if result.rowcount == 0:
+            # The fenced update returns what the rest of the save point needs (the lease
+            # the entries are written under, the input queue), so no statement re-reads
+            # the row; the update holds the row until the commit.
+            held = conn.execute(fenced, params).first()
+            if held is None:
                 raise _GuardFailed()
             if drop_inputs:
-                queued = conn.scalar(select(RunRow.pending_input_json).where(RunRow.run_id == run_id))
-                kept = [i for i in json.loads(queued or "[]") if i.get("id") not in set(drop_inputs)]
+                kept = [i for i in json.loads(held[2] or "[]") if i.get("id") not in set(drop_inputs)]
                 conn.execute(
                     update(RunRow).where(RunRow.run_id == run_id).values(pending_input_json=json.dumps(kept))
                 )
             if log:
-                # The lease the entries are written under (the fenced update above holds the
-                # row, so it cannot change before the commit).
-                held = conn.execute(
-                    select(RunRow.fencing_token, RunRow.lease_owner).where(RunRow.run_id == run_id)
-                ).one()
-                last = conn.scalar(select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == run_id)) or 0
-                conn.execute(insert(RunLogRow), _log_rows(run_id, last, log, held[0], held[1]))
+                last = conn.scalar(sql.LAST_LOG_SEQ, {"p_run": run_id}) or 0
+                conn.execute(sql.INSERT_LOG, sql.log_rows(run_id, last, log, held[0], held[1]))
             if events:
                 # One executemany statement: a save point carries a turn's events.
-                conn.execute(insert(RunEventRow), [_event_values(ev) for ev in events])
+                conn.execute(sql.INSERT_EVENTS, [sql.event_values(ev) for ev in events])
             stored: list[StoredEvent] = []
             if new_events:
                 assert session is not None
-                stored = _number_events(conn, run_id, session[0], session[1], new_events)
-                conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
-            _notify(conn, self.replica, [*events, *stored])
+                stored = sql.number_events(conn, run_id, session[0], session[1], new_events)
+                conn.execute(sql.INSERT_EVENTS, [sql.event_values(ev) for ev in stored])
+            sql.notify(conn, self.replica, [*events, *stored])
             return stored
 
         # The whole save point runs as one transaction on the database's own thread
@@ -425,7 +422,7 @@ class RunStore:
             query = query.where(RunEventRow.seq <= upto)
         async with self.db.read() as conn:
             rows = (await conn.execute(query.order_by(RunEventRow.seq))).all()
-        return [_stored(r) for r in rows]
+        return [sql.stored_event(r) for r in rows]
 
     async def read_session_events(
         self, tenant: str, session_id: str, after: int, upto: int | None = None
@@ -440,7 +437,7 @@ class RunStore:
             query = query.where(RunEventRow.session_seq <= upto)
         async with self.db.read() as conn:
             rows = (await conn.execute(query.order_by(RunEventRow.session_seq))).all()
-        return [_stored(r) for r in rows]
+        return [sql.stored_event(r) for r in rows]
 
     async def event_heads(self, run_id: str, tenant: str, session_id: str) -> tuple[int, int]:
         """Return the run's and its session's highest seq issued: stored or reserved.
@@ -448,7 +445,7 @@ class RunStore:
         A new owner numbers after these, so no seq an earlier owner may have delivered is
         given to another event.
         """
-        return await self.db.read_sync(lambda conn: _heads(conn, run_id, tenant, session_id))
+        return await self.db.read_sync(lambda conn: sql.heads(conn, run_id, tenant, session_id))
 
     async def last_stored_seq(self, run_id: str) -> int:
         """Return the highest seq of the run's stored events (0 for none); reservations aside."""
@@ -472,150 +469,10 @@ class RunStore:
         """Return the highest seq the session's timeline may have issued (stored or reserved)."""
 
         def body(conn: Connection) -> int:
-            return _session_head(conn, tenant, session_id)
+            return sql.session_head(conn, tenant, session_id)
 
         return await self.db.read_sync(body)
 
 
 class SessionBusy(Exception):
     """The session already has an unfinished run (its id is the argument)."""
-
-
-def _busy_query(tenant: str, session_id: str) -> Any:
-    return (
-        select(RunRow.run_id)
-        .where(
-            RunRow.tenant == tenant,
-            RunRow.session_id == session_id,
-            RunRow.status.in_([cpb.RUN_STATUS_RUNNING, cpb.RUN_STATUS_SUSPENDED]),
-        )
-        .limit(1)
-    )
-
-
-def _log_rows(
-    run_id: str, last: int, entries: list[tuple[str, dict[str, Any]]], token: int, owner: str
-) -> list[dict[str, Any]]:
-    now = time.time()
-    return [
-        {
-            "run_id": run_id,
-            "seq": last + i,
-            "kind": kind,
-            "payload": json.dumps(payload),
-            "time_s": now,
-            "fencing_token": token,
-            "lease_owner": owner,
-        }
-        for i, (kind, payload) in enumerate(entries, start=1)
-    ]
-
-
-async def _insert_events(
-    conn: AsyncConnection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
-) -> list[StoredEvent]:
-    if not events:
-        return []
-    stored = await conn.run_sync(_number_events, run_id, tenant, session_id, events)
-    await conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
-    return stored
-
-
-def lease_overlaps(entries: Sequence[tuple[int, str, int, str]]) -> list[str]:
-    """Return what in a run log's leases (`RunStore.log_leases`) shows a lease held twice.
-
-    Fenced writes make two facts hold: along the log the token never decreases (a holder
-    whose token was superseded cannot write), and one token names one owner (a token is
-    minted by one acquisition). Entries written with no lease held (owner "") are skipped.
-
-    Returns:
-        One message per violation; [] when the log shows one holder at a time.
-    """
-    problems: list[str] = []
-    owners: dict[int, str] = {}
-    top = 0
-    for seq, kind, token, owner in entries:
-        if not owner:
-            continue
-        if token < top:
-            problems.append(f"log seq {seq} ({kind}) written under token {token} after token {top}")
-        top = max(top, token)
-        if owners.setdefault(token, owner) != owner:
-            problems.append(f"token {token} held by {owners[token]!r} and {owner!r} (log seq {seq})")
-    return problems
-
-
-def _session_head(conn: Connection, tenant: str, session_id: str) -> int:
-    stored = conn.scalar(
-        select(func.max(RunEventRow.session_seq)).where(
-            RunEventRow.tenant == tenant, RunEventRow.session_id == session_id
-        )
-    )
-    reserved = conn.scalar(
-        select(func.max(RunRow.session_seq_reserved)).where(
-            RunRow.tenant == tenant, RunRow.session_id == session_id
-        )
-    )
-    return max(stored or 0, reserved or 0)
-
-
-def _heads(conn: Connection, run_id: str, tenant: str, session_id: str) -> tuple[int, int]:
-    stored = conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id))
-    reserved = conn.scalar(select(RunRow.event_seq_reserved).where(RunRow.run_id == run_id))
-    return max(stored or 0, reserved or 0), _session_head(conn, tenant, session_id)
-
-
-def _number_events(
-    conn: Connection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
-) -> list[StoredEvent]:
-    """Number events after the highest seqs the run and its session issued (stored or reserved)."""
-    seq, sseq = _heads(conn, run_id, tenant, session_id)
-    stored = []
-    for i, event in enumerate(events, start=1):
-        event.seq = seq + i
-        stored.append(StoredEvent(run_id, seq + i, tenant, session_id, sseq + i, event))
-    return stored
-
-
-def _notify(conn: Connection, replica: str, events: Sequence[StoredEvent]) -> None:
-    """On PostgreSQL, tell every listening replica which topics got events (sent at commit).
-
-    One notification per transaction and run: {"replica", "run_id", "tenant", "session_id",
-    "seq"} (the highest run seq written), well under PostgreSQL's 8000-byte payload bound.
-    """
-    if not events or conn.dialect.name != "postgresql":
-        return
-    last = max(events, key=lambda e: e.seq)
-    payload = json.dumps(
-        {
-            "replica": replica,
-            "run_id": last.run_id,
-            "tenant": last.tenant,
-            "session_id": last.session_id,
-            "seq": last.seq,
-        }
-    )
-    conn.execute(text("SELECT pg_notify(:ch, :payload)"), {"ch": EVENTS_CHANNEL, "payload": payload})
-
-
-def _event_values(ev: StoredEvent) -> dict[str, Any]:
-    return {
-        "run_id": ev.run_id,
-        "seq": ev.seq,
-        "tenant": ev.tenant,
-        "session_id": ev.session_id,
-        "session_seq": ev.session_seq,
-        "event": ev.event.SerializeToString(),
-    }
-
-
-def _stored(row: Any) -> StoredEvent:
-    m = row._mapping
-    return StoredEvent(
-        m["run_id"],
-        m["seq"],
-        m["tenant"],
-        m["session_id"],
-        m["session_seq"],
-        pb.RunEvent.FromString(m["event"]),
-    )

@@ -27,6 +27,54 @@ M = cast(sa.Table, MarkRow.__table__)
 
 Row = Any  # a RowMapping of `sessions`
 
+# The statements every append and tail read runs are built once, with bound parameters
+# (named p_*), so a call only binds values: SQLAlchemy neither rebuilds the expression nor
+# recomputes its cache key (docs/decisions/0017-hot-path.md).
+_P_TENANT: Any = sa.bindparam("p_tenant")
+_P_SID: Any = sa.bindparam("p_sid")
+_P_GEN: Any = sa.bindparam("p_gen")
+_P_AFTER: Any = sa.bindparam("p_after")
+_P_COUNT: Any = sa.bindparam("p_count")
+_ONE_SESSION = sa.and_(S.c.tenant == _P_TENANT, S.c.session_id == _P_SID)
+_ONE_INCARNATION = sa.and_(E.c.tenant == _P_TENANT, E.c.session_id == _P_SID, E.c.generation == _P_GEN)
+_ROW = sa.select(S).where(_ONE_SESSION)
+_ROW_LOCKED = _ROW.with_for_update()
+_P_NOW: Any = sa.bindparam("p_now")
+_CLAIM = (
+    S.update()
+    .where(_ONE_SESSION)
+    .values(update_time_us=sa.case((S.c.update_time_us < _P_NOW, _P_NOW), else_=S.c.update_time_us))
+    .returning(*S.c)
+)
+_TAIL = (
+    sa.select(E.c.seq, E.c.entry_id, E.c.kind, E.c.leaf_entry_id)
+    .where(_ONE_INCARNATION)
+    .order_by(E.c.seq.desc())
+    .limit(1)
+)
+_AFTER = sa.select(E).where(_ONE_INCARNATION, E.c.seq > _P_AFTER).limit(_P_COUNT)
+_OLDEST_AFTER, _NEWEST_AFTER = _AFTER.order_by(E.c.seq), _AFTER.order_by(E.c.seq.desc())
+_WITH_USAGE = (
+    sa.select(E.c.run_id, E.c.turn, E.c.response_id)
+    .where(
+        _ONE_INCARNATION,
+        E.c.response_id.in_(sa.bindparam("p_ids", expanding=True)),
+        E.c.usage_json.is_not(None),
+    )
+    .distinct()
+)
+_INSERT_ENTRIES = E.insert()
+_MINT_SEQS = (
+    M.update()
+    .where(M.c.tenant == _P_TENANT, M.c.session_id == _P_SID)
+    .values(last_seq=M.c.last_seq + _P_COUNT)
+    .returning(M.c.last_seq)
+)
+
+
+def _incarnation(tenant: str, session: Row) -> dict[str, Any]:
+    return {"p_tenant": tenant, "p_sid": session["session_id"], "p_gen": session["generation"]}
+
 
 def stale(ref: Ref, current: int) -> MeshError:
     """NOT_FOUND/STALE_GENERATION for a ref naming a dead incarnation."""
@@ -59,10 +107,8 @@ def of(tenant: str, session_id: str, generation: int) -> Any:
 
 async def row(conn: AsyncConnection, tenant: str, session_id: str, *, lock: bool = False) -> Row | None:
     """Return the live session row of (tenant, id), or None; `lock` takes its row lock."""
-    query = sa.select(S).where(S.c.tenant == tenant, S.c.session_id == session_id)
-    if lock:
-        query = query.with_for_update()
-    return (await conn.execute(query)).mappings().first()
+    query = _ROW_LOCKED if lock else _ROW
+    return (await conn.execute(query, {"p_tenant": tenant, "p_sid": session_id})).mappings().first()
 
 
 async def resolve(conn: AsyncConnection, tenant: str, ref: Ref, *, lock: bool = False) -> Row:
@@ -84,25 +130,13 @@ async def claim(conn: AsyncConnection, tenant: str, ref: Ref, now_us: int) -> Ro
     Raises:
         MeshError: NOT_FOUND/SESSION_NOT_FOUND or NOT_FOUND/STALE_GENERATION.
     """
-    moved = sa.case((S.c.update_time_us < now_us, now_us), else_=S.c.update_time_us)
-    result = await conn.execute(
-        S.update()
-        .where(S.c.tenant == tenant, S.c.session_id == ref.session_id)
-        .values(update_time_us=moved)
-        .returning(*S.c)
-    )
+    result = await conn.execute(_CLAIM, {"p_tenant": tenant, "p_sid": ref.session_id, "p_now": now_us})
     return _check(result.mappings().first(), ref)
 
 
 async def tail(conn: AsyncConnection, tenant: str, session: Row) -> Entry | None:
     """Return the incarnation's last entry (seq, id, kind and leaf target only), or None."""
-    result = await conn.execute(
-        sa.select(E.c.seq, E.c.entry_id, E.c.kind, E.c.leaf_entry_id)
-        .where(of(tenant, session["session_id"], session["generation"]))
-        .order_by(E.c.seq.desc())
-        .limit(1)
-    )
-    found = result.first()
+    found = (await conn.execute(_TAIL, _incarnation(tenant, session))).first()
     if found is None:
         return None
     return Entry(kind=found.kind, seq=found.seq, entry_id=found.entry_id, leaf_entry_id=found.leaf_entry_id)
@@ -126,13 +160,8 @@ async def entries(
     newest: bool,
 ) -> list[Entry]:
     """Return up to `count` entries with seq > after_seq, in seq order (the newest ones when `newest`)."""
-    order = E.c.seq.desc() if newest else E.c.seq
-    result = await conn.execute(
-        sa.select(E)
-        .where(of(tenant, session_id, generation), E.c.seq > after_seq)
-        .order_by(order)
-        .limit(count)
-    )
+    params = {"p_tenant": tenant, "p_sid": session_id, "p_gen": generation, "p_after": after_seq}
+    result = await conn.execute(_NEWEST_AFTER if newest else _OLDEST_AFTER, {**params, "p_count": count})
     found = [entry_from_row(r) for r in result.mappings()]
     if newest:
         found.reverse()
@@ -156,15 +185,7 @@ async def responses_with_usage(
     conn: AsyncConnection, tenant: str, session: Row, response_ids: set[str]
 ) -> list[tuple[str, int, str]]:
     """Return the (run_id, turn, response_id) of stored entries carrying usage for `response_ids`, sorted."""
-    result = await conn.execute(
-        sa.select(E.c.run_id, E.c.turn, E.c.response_id)
-        .where(
-            of(tenant, session["session_id"], session["generation"]),
-            E.c.response_id.in_(response_ids),
-            E.c.usage_json.is_not(None),
-        )
-        .distinct()
-    )
+    result = await conn.execute(_WITH_USAGE, {**_incarnation(tenant, session), "p_ids": sorted(response_ids)})
     return sorted((r[0], int(r[1]), r[2]) for r in result.all())
 
 
@@ -193,12 +214,7 @@ async def mint_seqs(conn: AsyncConnection, tenant: str, session_id: str, count: 
     Returns:
         The last seq issued before them: the new seqs are that + 1 .. that + count.
     """
-    result = await conn.execute(
-        M.update()
-        .where(M.c.tenant == tenant, M.c.session_id == session_id)
-        .values(last_seq=M.c.last_seq + count)
-        .returning(M.c.last_seq)
-    )
+    result = await conn.execute(_MINT_SEQS, {"p_tenant": tenant, "p_sid": session_id, "p_count": count})
     return int(result.scalar_one()) - count
 
 
@@ -232,7 +248,7 @@ async def insert_entries(conn: AsyncConnection, tenant: str, session: Row, batch
     """Insert stored (seq-assigned) entries into the incarnation."""
     if batch:
         values = [entry_values(tenant, session["session_id"], session["generation"], e) for e in batch]
-        await conn.execute(E.insert(), values)
+        await conn.execute(_INSERT_ENTRIES, values)
 
 
 async def delete_entries(conn: AsyncConnection, tenant: str, session_id: str, generation: int) -> int:

@@ -21,12 +21,18 @@ What an extension cannot see: an update written *before* the entry it targets (0
 allows it). Entry ids are minted by storage, so only a call-id target can be written
 ahead; it changes a tool call entry's display, which rendering does not read.
 
+`TailReadAhead` holds one tail read begun early (when the executor's batch was written,
+beside the save point that follows: decision 0017) and hands its answer over only while the
+copy is still the one it was begun for.
+
 No grpc here: the loop feeds entries it got from its peers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from agentrt.v1 import session_service_pb2 as spb
 
@@ -45,6 +51,15 @@ class ContextCache:
         self._last_seq = 0
         self._leaf = ""
         self._loaded = False
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever the copy changes.
+
+        A tail read begun at one version extends the copy only while the version holds.
+        """
+        return self._version
 
     @property
     def loaded(self) -> bool:
@@ -71,10 +86,12 @@ class ContextCache:
         self._last_seq = last_seq
         self._leaf = leaf
         self._loaded = True
+        self._version += 1
 
     def drop(self) -> None:
         """Forget the copy: the next turn reads the whole view."""
         self._entries, self._last_seq, self._leaf, self._loaded = [], 0, "", False
+        self._version += 1
 
     def extend(self, tail: Sequence[spb.Entry], last_seq: int | None = None) -> bool:
         """Apply raw log entries that follow the known seq, in seq order.
@@ -103,5 +120,69 @@ class ContextCache:
             self.drop()
             return False
         entries.extend(added)
+        if seq != self._last_seq:
+            self._version += 1
         self._last_seq, self._leaf = seq, leaf
         return True
+
+
+#: A tail read: after_seq -> (raw log entries after it, the highest seq stored).
+TailRead = Callable[[int], Awaitable[tuple[list[spb.Entry], int]]]
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a read's outcome as seen (a dropped read's error is no news)."""
+    if not task.cancelled():
+        task.exception()
+
+
+class TailReadAhead:
+    """At most one tail read in flight, begun for a copy at one version (see the module docstring)."""
+
+    def __init__(self) -> None:
+        """Hold nothing."""
+        self._ahead: tuple[int, int, asyncio.Future[tuple[list[spb.Entry], int]]] | None = None
+
+    def begin(self, cache: ContextCache, read: TailRead) -> None:
+        """Start `read(cache.last_seq)` now (dropping any earlier one); nothing for an empty copy."""
+        self.drop()
+        if not cache.loaded:
+            return
+        task = asyncio.ensure_future(read(cache.last_seq))
+        task.add_done_callback(_retrieve)
+        self._ahead = (cache.version, cache.last_seq, task)
+
+    def drop(self) -> None:
+        """Cancel the read in flight, if any."""
+        if self._ahead is not None:
+            self._ahead[2].cancel()
+            self._ahead = None
+
+    async def take(self, cache: ContextCache) -> tuple[list[spb.Entry], int] | None:
+        """Return the read's answer when it was begun for this very copy and succeeded.
+
+        Returns:
+            (entries, last seq) as the read answered; None when there is none, the copy
+            changed since (the read is cancelled), or the read failed or was cancelled (the
+            caller reads again, so an error surfaces from that read).
+
+        Raises:
+            asyncio.CancelledError: the caller itself was cancelled (the read is cancelled too).
+        """
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        version, after_seq, task = ahead
+        if version != cache.version or after_seq != cache.last_seq:
+            task.cancel()
+            return None
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                task.cancel()
+                raise
+            return None
+        except Exception:  # noqa: BLE001 - the caller reads again and meets the error there
+            return None

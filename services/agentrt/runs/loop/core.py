@@ -26,7 +26,7 @@ from agentrt.runs import sandboxes
 from agentrt.runs.convert import injected_only, injected_out
 from agentrt.runs.events import EventHub
 from agentrt.runs.loop.compaction import Compactor
-from agentrt.runs.loop.context_cache import ContextCache
+from agentrt.runs.loop.context_cache import ContextCache, TailReadAhead
 from agentrt.runs.peers import Peers
 from agentrt.runs.records import MAX_DIAGNOSTICS, diagnostic_out
 from agentrt.runs.store import RunRecord, RunStore
@@ -149,6 +149,8 @@ class ExecutorCore:
         self._deferred_changes: dict[str, Any] = {}
         #: The session's context view as this executor last read or wrote it.
         self._context = ContextCache()
+        #: The next turn's tail read, begun when a batch was written.
+        self._tail_ahead = TailReadAhead()
         #: (session seq, active leaf) the turn's request was built from.
         self._request_at: tuple[int, str | None] = (record.session_last_seq, None)
         #: Diagnostics not yet on a session batch (they ride on the next one's last entry).
@@ -297,22 +299,43 @@ class ExecutorCore:
 
         The copy is extended from the log's tail (one ListEntries after the known seq);
         with no copy, or a tail that could change it, the whole view is read (GetContext).
+        The tail read begun when this executor's last batch was written (`_wrote`) is used
+        when the copy has not changed since; one that failed is read again here, so its
+        error surfaces from this call.
         """
         r, cache = self.r, self._context
         if cache.loaded:
-            tail, last_seq = await self.deps.peers.tail(r.tenant, r.session_id, cache.last_seq)
+            tail_and_seq = await self._tail_ahead.take(cache)
+            if tail_and_seq is None:
+                tail_and_seq = await self.deps.peers.tail(r.tenant, r.session_id, cache.last_seq)
+            tail, last_seq = tail_and_seq
             if cache.extend(tail, last_seq):
                 return cache.entries()
         entries, last_seq, leaf = await self.deps.peers.context(r.tenant, r.session_id)
         cache.reset(entries, last_seq, leaf)
         return cache.entries()
 
+    def _read_tail_ahead(self) -> None:
+        """Begin the next turn's tail read now, beside the save point that follows a batch.
+
+        The batch is written, so the read sees at least what the save point records; the
+        save point and the read go to two services and have no order between them, and the
+        next model call waits for both (docs/decisions/0017-hot-path.md).
+        """
+        r = self.r
+        self._tail_ahead.begin(self._context, lambda seq: self.deps.peers.tail(r.tenant, r.session_id, seq))
+
     def _wrote(self, stored: list[spb.Entry] | None) -> None:
-        """Extend the cached view with a batch as stored (None: not known, drop the copy)."""
+        """Extend the cached view with a batch as stored (None: not known, drop the copy).
+
+        Then begin the next turn's tail read (`_read_tail_ahead`).
+        """
         if stored is None:
             self._context.drop()
+            self._tail_ahead.drop()
         else:
             self._context.extend(stored)
+            self._read_tail_ahead()
 
     async def _suspend(self, turn: int, pending: list[pb.PendingCall], reason: int) -> None:
         self._publish(run_suspended=pb.RunSuspended(pending_calls=pending, reason=reason))  # type: ignore[arg-type]
@@ -331,6 +354,7 @@ class ExecutorCore:
         self, status: int, *, final_output: str = "", failure: cpb.FailureInfo | None = None
     ) -> None:
         r = self.r
+        self._tail_ahead.drop()
         phase = _TERMINAL_PHASE[status]  # type: ignore[index]
         left = injected_only(await self.deps.store.pending_input(r.run_id))
         if left:

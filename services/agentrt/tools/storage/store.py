@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -80,6 +80,16 @@ class SandboxRecord:
     fingerprint: str
 
 
+#: The journal lookup of every call, built once (bound parameters p_*; decision 0017).
+_GET = select(Execution).where(
+    Execution.tenant == bindparam("p_tenant"),
+    Execution.run_id == bindparam("p_run"),
+    Execution.call_id == bindparam("p_call"),
+)
+#: The read-only calls' one journal write (the row's values are bound per call).
+_RECORD = insert(Execution)
+
+
 def _key_where(key: CallKey) -> tuple:
     return (Execution.tenant == key.tenant, Execution.run_id == key.run_id, Execution.call_id == key.column)
 
@@ -97,7 +107,8 @@ class ToolStore:
         """Return the record of a call, or None when it never started here."""
 
         async def body(conn: AsyncConnection) -> Any:
-            return (await conn.execute(select(Execution).where(*_key_where(key)))).mappings().first()
+            params = {"p_tenant": key.tenant, "p_run": key.run_id, "p_call": key.column}
+            return (await conn.execute(_GET, params)).mappings().first()
 
         # Hot path of every call: one hop to the database thread (mesh.db read_tx).
         row = await self.db.read_tx(body)
@@ -139,22 +150,22 @@ class ToolStore:
     async def record(self, key: CallKey, tool: str, fingerprint: str, owner: str, outcome: Outcome) -> bool:
         """Insert a FINISHED record at once (read-only calls); False when one already exists."""
         now = utcnow()
-        statement = insert(Execution).values(
-            tenant=key.tenant,
-            run_id=key.run_id,
-            call_id=key.column,
-            tool=tool,
-            fingerprint=fingerprint,
-            state=FINISHED,
-            owner=owner,
-            started_at=now,
-            heartbeat_at=now,
-            finished_at=now,
-            result_json=outcome.to_json(),
-        )
+        values = {
+            "tenant": key.tenant,
+            "run_id": key.run_id,
+            "call_id": key.column,
+            "tool": tool,
+            "fingerprint": fingerprint,
+            "state": FINISHED,
+            "owner": owner,
+            "started_at": now,
+            "heartbeat_at": now,
+            "finished_at": now,
+            "result_json": outcome.to_json(),
+        }
 
         async def body(conn: AsyncConnection) -> None:
-            await conn.execute(statement)
+            await conn.execute(_RECORD, values)
 
         try:
             await self.db.write_tx(body)  # the read-only calls' one journal write, in one hop

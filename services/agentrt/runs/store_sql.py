@@ -1,0 +1,202 @@
+"""The run store's SQL: prebuilt statements and the row helpers of its transactions.
+
+Split from runs/store.py (which owns the transactions and their invariants; see its
+docstring). The statements a save point runs every turn are built once with bound
+parameters, so a call only binds values (decision 0017). No transaction is opened here:
+every function runs on a connection its caller holds.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, and_, bindparam, func, insert, select, text, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agentrt.runs.models import RunEventRow, RunLogRow, RunRow
+from agentrt.runs.records import StoredEvent
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+
+#: The PostgreSQL notification channel carrying "events were written" (runs/notify.py).
+EVENTS_CHANNEL = "agentrt_run_events"
+
+#: What a save point's fenced update returns: the lease it holds, the input queue.
+HELD = (RunRow.fencing_token, RunRow.lease_owner, RunRow.pending_input_json)
+#: The run log's highest seq, built once (bound parameter p_run).
+LAST_LOG_SEQ = select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == bindparam("p_run"))
+
+
+#: The save point's inserts (executemany), built once.
+INSERT_LOG, INSERT_EVENTS = insert(RunLogRow), insert(RunEventRow)
+#: The run's input queue, built once.
+PENDING_INPUT = select(RunRow.pending_input_json).where(RunRow.run_id == bindparam("p_run"))
+
+
+@functools.lru_cache(maxsize=256)
+def fenced_update(columns: tuple[str, ...], fenced: bool, by_status: bool) -> Any:
+    """The save point's guarded UPDATE … RETURNING for one set of columns, built once.
+
+    Bound parameters: p_run, v_<column> for each column, p_token when fenced, p_status
+    (expanding) when by_status. A save point writes one of a few column sets, so the cache
+    holds them all and a save point only binds values (decision 0017).
+    """
+    cond = [RunRow.run_id == bindparam("p_run")]
+    if fenced:
+        cond.append(RunRow.fencing_token == bindparam("p_token"))
+    if by_status:
+        cond.append(RunRow.status.in_(bindparam("p_status", expanding=True)))
+    return (
+        update(RunRow).where(and_(*cond)).values({c: bindparam(f"v_{c}") for c in columns}).returning(*HELD)
+    )
+
+
+def busy_query(tenant: str, session_id: str) -> Any:
+    """The query of the session's unfinished run (RUNNING or SUSPENDED), at most one row."""
+    return (
+        select(RunRow.run_id)
+        .where(
+            RunRow.tenant == tenant,
+            RunRow.session_id == session_id,
+            RunRow.status.in_([cpb.RUN_STATUS_RUNNING, cpb.RUN_STATUS_SUSPENDED]),
+        )
+        .limit(1)
+    )
+
+
+def log_rows(
+    run_id: str, last: int, entries: list[tuple[str, dict[str, Any]]], token: int, owner: str
+) -> list[dict[str, Any]]:
+    """The run_log rows of entries appended after seq `last`, under the lease (token, owner)."""
+    now = time.time()
+    return [
+        {
+            "run_id": run_id,
+            "seq": last + i,
+            "kind": kind,
+            "payload": json.dumps(payload),
+            "time_s": now,
+            "fencing_token": token,
+            "lease_owner": owner,
+        }
+        for i, (kind, payload) in enumerate(entries, start=1)
+    ]
+
+
+async def insert_events(
+    conn: AsyncConnection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
+) -> list[StoredEvent]:
+    """Number events after the topic heads and insert them; return them stored."""
+    if not events:
+        return []
+    stored = await conn.run_sync(number_events, run_id, tenant, session_id, events)
+    await conn.execute(insert(RunEventRow), [event_values(ev) for ev in stored])
+    return stored
+
+
+def lease_overlaps(entries: Sequence[tuple[int, str, int, str]]) -> list[str]:
+    """Return what in a run log's leases (`RunStore.log_leases`) shows a lease held twice.
+
+    Fenced writes make two facts hold: along the log the token never decreases (a holder
+    whose token was superseded cannot write), and one token names one owner (a token is
+    minted by one acquisition). Entries written with no lease held (owner "") are skipped.
+
+    Returns:
+        One message per violation; [] when the log shows one holder at a time.
+    """
+    problems: list[str] = []
+    owners: dict[int, str] = {}
+    top = 0
+    for seq, kind, token, owner in entries:
+        if not owner:
+            continue
+        if token < top:
+            problems.append(f"log seq {seq} ({kind}) written under token {token} after token {top}")
+        top = max(top, token)
+        if owners.setdefault(token, owner) != owner:
+            problems.append(f"token {token} held by {owners[token]!r} and {owner!r} (log seq {seq})")
+    return problems
+
+
+def session_head(conn: Connection, tenant: str, session_id: str) -> int:
+    """The highest session seq issued: stored events and every run's reservation."""
+    stored = conn.scalar(
+        select(func.max(RunEventRow.session_seq)).where(
+            RunEventRow.tenant == tenant, RunEventRow.session_id == session_id
+        )
+    )
+    reserved = conn.scalar(
+        select(func.max(RunRow.session_seq_reserved)).where(
+            RunRow.tenant == tenant, RunRow.session_id == session_id
+        )
+    )
+    return max(stored or 0, reserved or 0)
+
+
+def heads(conn: Connection, run_id: str, tenant: str, session_id: str) -> tuple[int, int]:
+    """The highest (run seq, session seq) issued, stored or reserved."""
+    stored = conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id))
+    reserved = conn.scalar(select(RunRow.event_seq_reserved).where(RunRow.run_id == run_id))
+    return max(stored or 0, reserved or 0), session_head(conn, tenant, session_id)
+
+
+def number_events(
+    conn: Connection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
+) -> list[StoredEvent]:
+    """Number events after the highest seqs the run and its session issued (stored or reserved)."""
+    seq, sseq = heads(conn, run_id, tenant, session_id)
+    stored = []
+    for i, event in enumerate(events, start=1):
+        event.seq = seq + i
+        stored.append(StoredEvent(run_id, seq + i, tenant, session_id, sseq + i, event))
+    return stored
+
+
+def notify(conn: Connection, replica: str, events: Sequence[StoredEvent]) -> None:
+    """On PostgreSQL, tell every listening replica which topics got events (sent at commit).
+
+    One notification per transaction and run: {"replica", "run_id", "tenant", "session_id",
+    "seq"} (the highest run seq written), well under PostgreSQL's 8000-byte payload bound.
+    """
+    if not events or conn.dialect.name != "postgresql":
+        return
+    last = max(events, key=lambda e: e.seq)
+    payload = json.dumps(
+        {
+            "replica": replica,
+            "run_id": last.run_id,
+            "tenant": last.tenant,
+            "session_id": last.session_id,
+            "seq": last.seq,
+        }
+    )
+    conn.execute(text("SELECT pg_notify(:ch, :payload)"), {"ch": EVENTS_CHANNEL, "payload": payload})
+
+
+def event_values(ev: StoredEvent) -> dict[str, Any]:
+    """The run_events row of an event."""
+    return {
+        "run_id": ev.run_id,
+        "seq": ev.seq,
+        "tenant": ev.tenant,
+        "session_id": ev.session_id,
+        "session_seq": ev.session_seq,
+        "event": ev.event.SerializeToString(),
+    }
+
+
+def stored_event(row: Any) -> StoredEvent:
+    """The StoredEvent of a run_events row."""
+    m = row._mapping
+    return StoredEvent(
+        m["run_id"],
+        m["seq"],
+        m["tenant"],
+        m["session_id"],
+        m["session_seq"],
+        pb.RunEvent.FromString(m["event"]),
+    )
