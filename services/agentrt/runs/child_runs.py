@@ -4,7 +4,7 @@ The executor's half is runs/loop/child_phase.py. Here:
 
 - `ChildRuns` is the executor's `ChildHost`: it spawns a new child in this process (so the
   lease loop renews its lease) and cancels a child wherever it runs (`RunManager.cancel`).
-- Approvals inside a child (docs/decisions/0099-child-run-approvals.md): a suspended child
+- Approvals inside a child (docs/decisions/0018-child-run-approvals.md): a suspended child
   suspends its parent, whose `pending_calls` show the child's calls with `run_id` and
   `parent_call_id`. ResumeRun may answer them on the parent (each answer is forwarded to
   the run that waits, `split`) or on the child itself; either way the child resumes first,

@@ -358,7 +358,7 @@ class RunManager:
         answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
         own, forwarded = split(record, req)
         if forwarded:
-            # A child's calls are answered in the child (004 §2.2 step 6; decision 0099): each
+            # A child's calls are answered in the child (004 §2.2 step 6; decision 0018): each
             # child resumes, then wakes this run once it waits on nothing (child_runs.py).
             for sub in forwarded:
                 await self.resume(tenant, sub)

@@ -3,7 +3,7 @@
 A parent's call of an AgentTool naming a registered agent starts a child run (its own id and
 hidden session, linked both ways); the child's final output is the call's result, its usage
 folds into the parent's total and nested usage, its progress reaches the parent's stream;
-an approval inside the child suspends both, answered through either (decision 0099).
+an approval inside the child suspends both, answered through either (decision 0018).
 """
 
 from __future__ import annotations
