@@ -224,7 +224,7 @@ class RunManager:
         """Validate and store a new version of spec.
 
         Raises:
-            MeshError: INVALID_ARGUMENT (see agents.validate_agent); UNIMPLEMENTED for handoffs.
+            MeshError: INVALID_ARGUMENT (see agents.validate_agent).
         """
         validate_agent(spec, require_name=True)
         return await self.store.register_agent(tenant, spec)

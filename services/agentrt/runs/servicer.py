@@ -40,8 +40,7 @@ class RunServicer(pb_grpc.RunServiceServicer):
         """Store a new version of an agent spec.
 
         Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_AGENT, INVALID_JSON, INVALID_SCHEMA,
-        INVALID_VALUE, UNKNOWN_AGENT); UNIMPLEMENTED/NOT_IMPLEMENTED_YET for a contract field
-        the loop does not honor yet (agents as tools, guardrails).
+        INVALID_VALUE, UNKNOWN_AGENT).
         """
         if not request.HasField("agent"):
             raise missing("agent")
@@ -64,8 +63,7 @@ class RunServicer(pb_grpc.RunServiceServicer):
         INVALID_ID, UNKNOWN_TOOL, IDEMPOTENCY_KEY_REUSED; REQUEST_TOO_LARGE for the input or the
         labels, runs/spec/start.py), NOT_FOUND (AGENT_NOT_FOUND, SESSION_NOT_FOUND),
         FAILED_PRECONDITION/SESSION_BUSY, UNAVAILABLE when a peer is down; for the turn
-        contract (admission.check_start) INVALID_ARGUMENT/UNKNOWN_AGENT and
-        UNIMPLEMENTED/NOT_IMPLEMENTED_YET.
+        contract (admission.check_start) INVALID_ARGUMENT/UNKNOWN_AGENT.
         """
         tenant = current_tenant()
         await admission.check_start(request, functools.partial(self.m.store.get_agent, tenant))
@@ -114,7 +112,7 @@ class RunServicer(pb_grpc.RunServiceServicer):
         FAILED_PRECONDITION (RUN_NOT_SUSPENDED, RUN_FINISHED); INVALID_VALUE for a result's
         runtime-only `child_run_id` or malformed `added_tools` (admission).
         """
-        admission.refuse_unwired_resume(request)
+        admission.check_resume_results(request)
         resume = Resume.of(request)
         return pb.ResumeRunResponse(run=run_out(await self.m.resume(current_tenant(), resume)))
 

@@ -1,31 +1,33 @@
-"""What RegisterAgent, StartRun and ResumeRun admit of the turn contract (issue 11).
+"""What StartRun and ResumeRun admit of the turn contract (issue 11).
 
-Two jobs, both before anything is stored or started:
+Before anything is stored or started:
 
 - References: `check_references` looks every agent a spec names (handoff targets, agent
   tools) up in the tenant's registry; one that is not registered (or not that version)
   is INVALID_ARGUMENT/UNKNOWN_AGENT. It runs at StartRun, not at RegisterAgent: two
   agents handing off to each other could otherwise never both be registered. The target
   is resolved again when the handoff or the call happens (a fresh snapshot, 004 §2.3a).
-- Refusals: the contract is declared and validated in full, but the run loop does not
-  honor all of it yet. A spec or request setting a field the loop would ignore is refused
-  with UNIMPLEMENTED/NOT_IMPLEMENTED_YET naming the field (`refuse_unwired*`), after every
-  other check passed, so nothing is silently ignored. The wiring of each behavior into the
-  loop removes its line here.
+- Request fields: StartRun's `sandbox` is validated (`check_start_request`); ResumeRun's
+  client results may not set what the runtime sets (`check_resume_results`).
+
+Every field of the turn contract is honored by the run loop today (handoffs, guardrails,
+agents as tools, structured output, stopping early, error handlers, deferred tools, run
+sandboxes), so nothing is refused as not built. A field added to the contract before the
+loop honors it is to be refused with UNIMPLEMENTED/NOT_IMPLEMENTED_YET naming it, never
+silently ignored.
 
 `check_start` is the servicer's one call before StartRun reaches the manager: it resolves
 the spec the way the manager will (inline, or registered by name and version), and when
-the spec or the request uses the contract it validates the spec (refusals held back),
-checks its references, then refuses what is not honored. A request the manager refuses
-for its own reasons (no agent, a bad name, an unknown agent) is left to the manager, so
-those errors read as before.
+the spec names other agents it validates the spec and checks its references. A request the
+manager refuses for its own reasons (no agent, a bad name, an unknown agent) is left to the
+manager, so those errors read as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from agentrt.core.errors import MeshError, Reason, Status, invalid
+from agentrt.core.errors import Reason, invalid
 from agentrt.runs.spec import validation
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -35,46 +37,8 @@ AgentLookup = Callable[[str, int], Awaitable[pb.AgentSpec | None]]
 MAX_ADDED_TOOLS = 64
 
 
-def _not_yet(what: str, field: str) -> MeshError:
-    return MeshError(
-        Status.UNIMPLEMENTED,
-        Reason.NOT_IMPLEMENTED_YET,
-        f"{what} are not available yet ({field}): the run loop does not honor them, so this is refused "
-        "rather than run without them",
-        {"field": field},
-    )
-
-
-def uses_contract(spec: pb.AgentSpec) -> bool:
-    """True when a spec sets any field the loop does not honor yet (see `refuse_unwired`)."""
-    try:
-        refuse_unwired(spec, "agent")
-    except MeshError:
-        return True
-    return False
-
-
-def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
-    """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
-
-    Honored today, so not refused: handoffs (runs/loop/handoff_phase.py), guardrails
-    (runs/loop/guardrail_phase.py), agent tools (`AgentTool.agent_name`: child runs,
-    runs/loop/child_phase.py),
-    AgentTool.sequential, `deferred`, error handlers (fail or fallback),
-    `final_turn_without_tools`, `terminates_run`, every output_strategy (the final-output tool,
-    runs/loop/structured_phase.py), `sandbox` (runs/sandboxes.py).
-
-    Raises:
-        MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET; metadata `field` names the first such
-            field.
-    """
-    # Every field of the turn contract is honored today: nothing to refuse. A field added to
-    # the contract before the loop honors it is refused here (with `_not_yet`).
-    del spec, field
-
-
-def refuse_unwired_start(req: pb.StartRunRequest) -> None:
-    """Check the StartRun request's own turn-contract fields (the loop honors them all).
+def check_start_request(req: pb.StartRunRequest) -> None:
+    """Check the StartRun request's own turn-contract fields.
 
     Raises:
         MeshError: INVALID_ARGUMENT (validation.validate_sandbox) for `sandbox`.
@@ -83,8 +47,8 @@ def refuse_unwired_start(req: pb.StartRunRequest) -> None:
         validation.validate_sandbox(req.sandbox, "sandbox")
 
 
-def refuse_unwired_resume(req: pb.ResumeRunRequest) -> None:
-    """Check the turn-contract fields of ResumeRun's client results; refuse what is not honored.
+def check_resume_results(req: pb.ResumeRunRequest) -> None:
+    """Check the turn-contract fields of ResumeRun's client results.
 
     Raises:
         MeshError: INVALID_ARGUMENT/INVALID_VALUE for `child_run_id` (set by the runtime,
@@ -146,7 +110,7 @@ async def check_start(req: pb.StartRunRequest, lookup: AgentLookup) -> None:
 
     Raises:
         MeshError: the spec's INVALID_ARGUMENT (see agents.validate_agent), UNKNOWN_AGENT,
-            then UNIMPLEMENTED/NOT_IMPLEMENTED_YET for what is not honored.
+            the request's sandbox INVALID_ARGUMENT (validation.validate_sandbox).
     """
     from agentrt.runs.spec.agents import validate_agent  # agents imports this module's peers
 
@@ -159,8 +123,7 @@ async def check_start(req: pb.StartRunRequest, lookup: AgentLookup) -> None:
         spec = req.agent
     if spec is None:
         return  # the manager refuses the request itself
-    if uses_contract(spec) or spec.handoffs or spec.handoff_targets or any(t.agent_name for t in spec.tools):
-        validate_agent(spec, require_name=bool(req.agent_name), field=field, refuse=False)
+    if spec.handoffs or spec.handoff_targets or any(t.agent_name for t in spec.tools):
+        validate_agent(spec, require_name=bool(req.agent_name), field=field)
         await check_references(spec, lookup, field)
-        refuse_unwired(spec, field)
-    refuse_unwired_start(req)
+    check_start_request(req)

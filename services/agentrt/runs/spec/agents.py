@@ -11,8 +11,7 @@ Decisions where the contract is silent (see docs/services/runs.md):
   (exec_command, read_file, write_file, list_files) that the tool service offers (a spec
   with no tools has no tools, issue 11);
 - the turn contract (handoffs, agent tools, guardrails, output strategies, error handlers,
-  sandboxes; issue 11) is validated in full (`runs.validation`), then what the loop does not
-  honor yet is refused with UNIMPLEMENTED/NOT_IMPLEMENTED_YET (`runs.admission`);
+  sandboxes; issue 11) is validated in full (`runs.validation`); the loop honors all of it;
 - a `command_policy` is for the catalog's exec_command only (elsewhere it would be silently
   ignored, so it is refused), and its patterns must compile (004 §2.7j);
 - `max_tool_concurrency` 0 is unlimited (004 §2.2), and an AgentTool's `sequential`
@@ -31,7 +30,7 @@ from agentrt.core import agent_tools
 from agentrt.core.errors import MeshError, Reason, invalid
 from agentrt.core.policy import PatternError, validate_patterns
 from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
-from agentrt.runs.spec import admission, validation
+from agentrt.runs.spec import validation
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -114,9 +113,7 @@ def _json_object(text: str, field: str) -> None:
         raise invalid(Reason.INVALID_JSON, f"{field} must be a JSON object", field=field)
 
 
-def validate_agent(
-    spec: pb.AgentSpec, *, require_name: bool, field: str = "agent", refuse: bool = True
-) -> None:
+def validate_agent(spec: pb.AgentSpec, *, require_name: bool, field: str = "agent") -> None:
     """Check a spec; change nothing.
 
     Raises:
@@ -128,8 +125,6 @@ def validate_agent(
             or naming none of the agent's tools, an enum number outside its enum); metadata
             field names the offending field. The turn contract's own errors
             (runs.validation: INVALID_SCHEMA, UNSUPPORTED_CAPABILITY, MISSING_FIELD, ...).
-            With `refuse`, UNIMPLEMENTED/NOT_IMPLEMENTED_YET for a contract field the run
-            loop does not honor yet (runs.admission.refuse_unwired), after every check.
     """
     if spec.name or require_name:
         if not AGENT_NAME.match(spec.name):
@@ -183,8 +178,6 @@ def validate_agent(
     validation.validate_contract(
         spec, field, implicit_tools=implicit_tools(spec), known_providers=KNOWN_PROVIDERS
     )
-    if refuse:
-        admission.refuse_unwired(spec, field)
 
 
 def _validate_compaction(spec: pb.AgentSpec, field: str) -> None:
