@@ -1,0 +1,188 @@
+"""Defects found by a third breaker attacking issue 11 (guardrails, agents as tools, run sandboxes).
+
+Each failed before its fix (or is marked xfail, strict, with what is wrong).
+"""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+from agentrt.mesh.status import reason_of
+from agentrt.v1 import common_pb2 as cpb
+from agentrt.v1 import run_service_pb2 as pb
+from tests.emulators.providers import Reply, ToolCallReply
+from tests.service.runs.harness import agent
+
+DONE = (cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED, cpb.RUN_STATUS_CANCELED)
+IN = pb.GUARDRAIL_STAGE_INPUT
+
+
+def pattern(name: str, *patterns: str, stages=(IN,), **kw) -> pb.Guardrail:
+    return pb.Guardrail(
+        name=name, stages=list(stages), pattern=pb.PatternGuardrail(patterns=list(patterns)), **kw
+    )
+
+
+async def test_catastrophic_backtracking_pattern_fails_closed_not_hangs(mesh):
+    mesh.emu.script([Reply(text="never")])
+    spec = agent(
+        tools=[], guardrails=[pattern("evil", r"(a+)+$", input_mode=pb.GUARDRAIL_INPUT_MODE_BLOCKING)]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="a" * 5000 + "b"))
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_FAILED, run
+    assert run.failure.kind in ("guardrail_failed",), run.failure
+    assert not [b for p, b in mesh.emu.requests if p.endswith("/responses")]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pattern("x", "("),
+        pattern("x", "a" * 5000),
+        pattern("x", *["a"] * 300),
+        pb.Guardrail(name="x", stages=[], pattern=pb.PatternGuardrail(patterns=["a"])),
+        pb.Guardrail(name="x", stages=[IN, IN], pattern=pb.PatternGuardrail(patterns=["a"])),
+        pb.Guardrail(name="x", stages=[99], pattern=pb.PatternGuardrail(patterns=["a"])),
+        pb.Guardrail(name="", stages=[IN], pattern=pb.PatternGuardrail(patterns=["a"])),
+        pb.Guardrail(name="x", stages=[IN]),
+        pb.Guardrail(name="x", stages=[IN], model=pb.ModelGuardrail(prompt="")),
+        pb.Guardrail(name="x", stages=[IN], model=pb.ModelGuardrail(prompt="p", max_output_tokens=-1)),
+        pb.Guardrail(
+            name="x",
+            stages=[IN],
+            model=pb.ModelGuardrail(prompt="p", model=cpb.ModelRef(provider="nope", model="m")),
+        ),
+    ],
+)
+async def test_bad_guardrails_are_refused_clearly(mesh, bad):
+    mesh.emu.script([Reply(text="ok")])
+    for call in ("start", "register"):
+        try:
+            if call == "start":
+                await mesh.runs.StartRun(
+                    pb.StartRunRequest(agent=agent(tools=[], guardrails=[bad]), input="hi")
+                )
+            else:
+                await mesh.runs.RegisterAgent(
+                    pb.RegisterAgentRequest(agent=agent(name="g", tools=[], guardrails=[bad]))
+                )
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT, (exc.code(), exc.details())
+            assert reason_of(exc), exc.details()
+        else:
+            pytest.fail(f"{call} accepted {bad}")
+    assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
+
+
+@pytest.mark.parametrize("text", ["a{1000000}", "((((((((((a)))))))))){2000}", "(?i)" * 1000, "(x+x+)+y"])
+async def test_odd_but_valid_patterns_decide_or_fail_closed(mesh, text):
+    mesh.emu.script([Reply(text="fine")])
+    spec = agent(tools=[], guardrails=[pattern("odd", text, stages=(IN, pb.GUARDRAIL_STAGE_OUTPUT))])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="x" * 20000))
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED or run.failure.kind in (
+        "guardrail_failed",
+        "guardrail_tripped",
+    ), run.failure
+    assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs  # still serving
+
+
+async def test_duplicate_guardrail_names(mesh):
+    spec = agent(tools=[], guardrails=[pattern("x", "a"), pattern("x", "b")])
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="hi"))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_model_guardrail_naming_a_model_that_does_not_exist_fails_the_run_clearly(mesh):
+    judge = pb.Guardrail(
+        name="judge",
+        stages=[IN],
+        input_mode=pb.GUARDRAIL_INPUT_MODE_BLOCKING,
+        model=pb.ModelGuardrail(prompt="judge", model=cpb.ModelRef(provider="local", model="no-such-model")),
+    )
+    mesh.emu.script([Reply(text="never")])
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=agent(tools=[], guardrails=[judge]), input="hi")
+    )
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_FAILED, run
+    assert run.failure.kind == "guardrail_failed", run.failure
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("where", ["pattern", "prompt", "replacement"])
+async def test_a_guardrail_with_a_nul_character_is_not_an_internal_error_on_postgres(pg_mesh, where):
+    mesh = pg_mesh
+    if where == "pattern":
+        g = pattern("x", "zz\x00")
+    elif where == "prompt":
+        g = pb.Guardrail(
+            name="x", stages=[pb.GUARDRAIL_STAGE_OUTPUT], model=pb.ModelGuardrail(prompt="a\x00b")
+        )
+    else:
+        g = pb.Guardrail(
+            name="x",
+            stages=[IN],
+            pattern=pb.PatternGuardrail(
+                patterns=["h"], on_match=pb.GUARDRAIL_DECISION_REPLACE, replacement="r\x00r"
+            ),
+        )
+    for call in ("register", "start"):
+        try:
+            if call == "start":
+                mesh.emu.script(
+                    [Reply(text="ok"), Reply(text=json.dumps({"decision": "allow", "message": ""}))]
+                )
+                started = await mesh.runs.StartRun(
+                    pb.StartRunRequest(agent=agent(tools=[], guardrails=[g]), input="hi")
+                )
+                run = await mesh.wait_status(started.run_id, *DONE)
+                assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+            else:
+                await mesh.runs.RegisterAgent(
+                    pb.RegisterAgentRequest(agent=agent(name="g", tools=[], guardrails=[g]))
+                )
+        except grpc.aio.AioRpcError as exc:
+            assert (exc.code(), reason_of(exc)) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_VALUE"), (
+                exc.details()
+            )
+
+
+@pytest.fixture
+async def pg_mesh(start_server, tmp_path, emulator):
+    from tests.service.runs.harness import start_mesh
+
+    return await start_mesh(start_server, tmp_path, emulator, pg=True)
+
+
+async def test_an_agent_calling_itself_as_a_tool_is_bounded_in_depth(mesh):
+    from agentrt.runs.loop import child_phase
+
+    # (getattr: before the fix there was no bound, and the run tree grew past it)
+    max_depth = getattr(child_phase, "MAX_CHILD_DEPTH", 8)
+    looper = agent(name="looper", tools=[])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=looper))
+    looper = agent(name="looper", tools=[pb.AgentTool(name="ask_me", agent_name="looper")])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=looper))
+    levels = max_depth + 1  # the top run and its max_depth nested children
+    again = ToolCallReply("ask_me", json.dumps({"input": "again"}))
+    # every run asks itself again; one more level than allowed would take the script further
+    mesh.emu.script(
+        [Reply(tool_calls=[again]) for _ in range(levels)]
+        + [Reply(text=f"up {i}") for i in range(levels + 2)]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="looper", input="go"))
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    runs = (await mesh.runs.ListRuns(pb.ListRunsRequest(page_size=100))).runs
+    assert len(runs) == levels, [r.run_id for r in runs]
+    deepest = [r for r in runs if r.run_id != started.run_id and not r.child_run_ids]
+    assert len(deepest) == 1
+    entries = await mesh.entries(deepest[0].session_id)
+    results = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+    assert len(results) == 1 and "deep" in results[0].content, results
