@@ -13,6 +13,7 @@ import pytest
 from agentrt.mesh.status import reason_of
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
+from agentrt.v1 import tool_service_pb2 as tpb
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.service.runs.harness import agent
 
@@ -186,3 +187,163 @@ async def test_an_agent_calling_itself_as_a_tool_is_bounded_in_depth(mesh):
     entries = await mesh.entries(deepest[0].session_id)
     results = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
     assert len(results) == 1 and "deep" in results[0].content, results
+
+
+BIG = 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        dict(cpu_seconds=BIG),
+        dict(memory_bytes=BIG),
+        dict(file_size_bytes=BIG),
+        dict(open_files=BIG),
+        dict(open_files=10**9),
+        dict(memory_bytes=1),
+    ],
+)
+async def test_extreme_sandbox_limits_are_refused_or_honored_never_internal(mesh, limits):
+    from tests.service.runs.sandbox_helpers import LOCAL, sh
+
+    mesh.emu.script([Reply(tool_calls=[sh("echo hi")]), Reply(text="done")])
+    box = pb.RunSandbox(backend=LOCAL, limits=tpb.SandboxLimits(**limits))
+    try:
+        started = await mesh.runs.StartRun(
+            pb.StartRunRequest(
+                agent=agent(tools=[pb.AgentTool(name="exec_command")]), input="go", sandbox=box
+            )
+        )
+    except grpc.aio.AioRpcError as exc:
+        assert (exc.code(), reason_of(exc)) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_VALUE"), (
+            exc.details()
+        )
+        assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
+        return
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.failure.kind not in ("internal", "unknown"), run.failure
+    entries = await mesh.entries(started.session_id)
+    results = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    assert (
+        results and "Traceback" not in results[0].content and "internal" not in results[0].content.lower()
+    ), results
+
+
+async def test_sandbox_env_with_control_characters_and_a_large_value_reaches_the_command(mesh):
+    from tests.service.runs.sandbox_helpers import LOCAL, sh
+
+    env = {"CTRL": "a\nb\x1b[31m\x07\tc", "BIG": "x" * 60000}
+    mesh.emu.script(
+        [Reply(tool_calls=[sh('printf %s "$CTRL" | od -c | head -2; echo ${#BIG}')]), Reply(text="done")]
+    )
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(
+            agent=agent(tools=[pb.AgentTool(name="exec_command")]),
+            input="go",
+            sandbox=pb.RunSandbox(backend=LOCAL, env=env),
+        )
+    )
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    entries = await mesh.entries(started.session_id)
+    (result,) = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+    assert "60000" in result.content, result.content
+
+
+async def _suspended_child(mesh, workspace: str, extra: list[Reply]):
+
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ToolCallReply("ask_helper", json.dumps({"input": "append"}))]),
+            Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "echo two >> l.txt"}))]),
+            *extra,
+        ]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go", workspace=workspace))
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED, *DONE)
+    assert run.status == cpb.RUN_STATUS_SUSPENDED, run.failure
+    child_id = run.pending_calls[0].run_id
+    child = await mesh.wait_status(child_id, cpb.RUN_STATUS_SUSPENDED)
+    return started, run, child
+
+
+async def _register_boss(mesh) -> None:
+    helper = agent(name="helper", tools=[pb.AgentTool(name="exec_command", needs_approval=True)])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=helper))
+    boss = agent(name="boss", tools=[pb.AgentTool(name="ask_helper", agent_name="helper")])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=boss))
+
+
+@pytest.mark.parametrize("answers", [(True, True), (True, False), (False, True)])
+async def test_answers_on_parent_and_child_at_once_run_the_call_at_most_once(store_mesh, answers):
+    import asyncio
+    import os
+
+    mesh = store_mesh
+    await _register_boss(mesh)
+    for i in range(3):
+        workspace = os.path.join(mesh.work, f"both-{i}")
+        before = len(mesh.emu.requests)
+        started, run, child = await _suspended_child(
+            mesh, workspace, [Reply(text="child done"), Reply(text="parent done")]
+        )
+        call_id = child.pending_calls[0].call.call_id
+        on_parent = pb.ResumeRunRequest(
+            run_id=started.run_id, decisions=[pb.ApprovalDecision(call_id=call_id, approved=answers[0])]
+        )
+        on_child = pb.ResumeRunRequest(
+            run_id=child.run_id, decisions=[pb.ApprovalDecision(call_id=call_id, approved=answers[1])]
+        )
+        outcomes = await asyncio.gather(
+            mesh.runs.ResumeRun(on_parent), mesh.runs.ResumeRun(on_child), return_exceptions=True
+        )
+        for o in outcomes:
+            if isinstance(o, BaseException):
+                assert isinstance(o, grpc.aio.AioRpcError), o
+                assert o.code() == grpc.StatusCode.FAILED_PRECONDITION, (o.code(), o.details())
+        assert any(not isinstance(o, BaseException) for o in outcomes), outcomes
+        final = await mesh.wait_status(started.run_id, *DONE)
+        assert final.status == cpb.RUN_STATUS_COMPLETED, final.failure
+        kid = await mesh.wait_status(child.run_id, *DONE)
+        assert kid.status == cpb.RUN_STATUS_COMPLETED, kid.failure
+        path = os.path.join(workspace, "l.txt")
+        written = open(path).read() if os.path.exists(path) else ""
+        assert written in ("", "two\n"), written  # never twice
+        assert len(mesh.emu.requests) - before == 4  # no model call twice
+
+
+async def test_canceling_the_parent_while_the_child_is_approved_leaves_nothing_running(store_mesh):
+    import asyncio
+    import os
+
+    mesh = store_mesh
+    await _register_boss(mesh)
+    for i in range(4):
+        workspace = os.path.join(mesh.work, f"race-{i}")
+        started, run, child = await _suspended_child(
+            mesh, workspace, [Reply(text="child done"), Reply(text="parent done")]
+        )
+        call_id = child.pending_calls[0].call.call_id
+        target = started.run_id if i % 2 else child.run_id
+        approve = pb.ResumeRunRequest(
+            run_id=target, decisions=[pb.ApprovalDecision(call_id=call_id, approved=True)]
+        )
+        cancel = pb.CancelRunRequest(run_id=started.run_id, reason="race")
+        outcomes = await asyncio.gather(
+            mesh.runs.ResumeRun(approve), mesh.runs.CancelRun(cancel), return_exceptions=True
+        )
+        for o in outcomes:
+            if isinstance(o, BaseException):
+                assert isinstance(o, grpc.aio.AioRpcError), o
+                assert o.code() == grpc.StatusCode.FAILED_PRECONDITION, (o.code(), o.details())
+        final = await mesh.wait_status(started.run_id, *DONE)
+        kid = await mesh.wait_status(child.run_id, *DONE)
+        assert final.status in (cpb.RUN_STATUS_CANCELED, cpb.RUN_STATUS_COMPLETED), final
+        assert kid.status in (cpb.RUN_STATUS_CANCELED, cpb.RUN_STATUS_COMPLETED), kid
+        path = os.path.join(workspace, "l.txt")
+        written = open(path).read() if os.path.exists(path) else ""
+        assert written in ("", "two\n"), written
+        # drain what the emulator was scripted with but never asked, for the next round
+        with mesh.emu._lock:
+            mesh.emu._script.clear()
