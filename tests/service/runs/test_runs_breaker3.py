@@ -347,3 +347,151 @@ async def test_canceling_the_parent_while_the_child_is_approved_leaves_nothing_r
         # drain what the emulator was scripted with but never asked, for the next round
         with mesh.emu._lock:
             mesh.emu._script.clear()
+
+
+TOOL_IN, TOOL_OUT = pb.GUARDRAIL_STAGE_TOOL_INPUT, pb.GUARDRAIL_STAGE_TOOL_OUTPUT
+
+
+@pytest.mark.parametrize("decision", [pb.GUARDRAIL_DECISION_TRIP, pb.GUARDRAIL_DECISION_REPLACE])
+async def test_a_tool_input_guardrail_on_an_agent_tool_starts_no_child(mesh, decision):
+    helper = agent(name="helper", tools=[])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=helper))
+    rule = pb.PatternGuardrail(patterns=["secret"], on_match=decision)
+    if decision == pb.GUARDRAIL_DECISION_REPLACE:
+        rule.replacement = "withheld"
+    g = pb.Guardrail(name="nosecret", stages=[TOOL_IN], pattern=rule)
+    boss = agent(name="boss", tools=[pb.AgentTool(name="ask_helper", agent_name="helper", guardrails=[g])])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=boss))
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ToolCallReply("ask_helper", json.dumps({"input": "the secret"}))]),
+            Reply(text="boss done"),
+            Reply(text="child would answer"),
+        ]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go"))
+    run = await mesh.wait_status(started.run_id, *DONE)
+    runs = (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs
+    assert [r.run_id for r in runs] == [started.run_id], "a child started"
+    assert not run.child_run_ids
+    if decision == pb.GUARDRAIL_DECISION_TRIP:
+        assert run.failure.kind == "guardrail_tripped", run.failure
+        assert len(mesh.emu.requests) == 1
+    else:
+        assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "boss done", run.failure
+        entries = await mesh.entries(started.session_id)
+        (result,) = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+        assert result.content == "withheld"
+
+
+async def test_a_tool_output_replace_of_a_childs_answer_keeps_its_usage(mesh):
+    helper = agent(name="helper", tools=[])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=helper))
+    rule = pb.PatternGuardrail(
+        patterns=["password"], on_match=pb.GUARDRAIL_DECISION_REPLACE, replacement="[redacted]"
+    )
+    g = pb.Guardrail(name="redact", stages=[TOOL_OUT], pattern=rule)
+    boss = agent(name="boss", tools=[pb.AgentTool(name="ask_helper", agent_name="helper", guardrails=[g])])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=boss))
+    mesh.emu.script(
+        [
+            Reply(
+                tool_calls=[ToolCallReply("ask_helper", json.dumps({"input": "tell"}))],
+                input_tokens=10,
+                output_tokens=1,
+            ),
+            Reply(text="the password is hunter2", input_tokens=20, output_tokens=2),
+            Reply(text="boss done", input_tokens=30, output_tokens=3),
+        ]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go"))
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    entries = await mesh.entries(started.session_id)
+    (result,) = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+    assert result.content == "[redacted]"
+    assert "hunter2" not in str(await mesh.events(started.run_id))
+    assert (run.usage.input_tokens, run.usage.requests) == (60, 3), run.usage
+    assert run.nested_usage.input_tokens == 20
+
+
+async def test_agentrt_run_live_view_of_a_child_with_an_approval_at_80_columns(mesh, capsys, monkeypatch):
+    import asyncio
+    import os
+
+    from rich.cells import cell_len
+
+    from agentrt.cli.main import main
+
+    await _register_boss(mesh)
+    wide = "写" * 50
+    esc = "\x1b[2J\x1b]0;pwned\x07"
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ToolCallReply("ask_helper", json.dumps({"input": f"append {wide} {esc}"}))]),
+            Reply(
+                tool_calls=[
+                    ToolCallReply("exec_command", json.dumps({"cmd": f"echo '{wide}{esc}' >> l.txt"}))
+                ]
+            ),
+            Reply(text=f"child done {wide} {esc}"),
+            Reply(text=f"parent done {wide} {esc}"),
+        ]
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    workspace = os.path.join(mesh.work, "live")
+    code = await asyncio.to_thread(
+        main,
+        [
+            "run",
+            "go",
+            "--agent",
+            "boss",
+            "--approve-all",
+            "--workspace",
+            workspace,
+            "--runs-addr",
+            mesh.runs_address,
+        ],
+    )
+    out = capsys.readouterr()
+    lines = out.out.splitlines()
+    assert code == 0, (out.out, out.err)
+    assert any("parent done" in line for line in lines), lines
+    # (streamed model text is printed delta by delta and left to the terminal to wrap)
+    too_wide = [
+        x for x in lines if cell_len(x) > 80 and len(x.split()) > 1 and not x.startswith("parent done")
+    ]
+    assert not too_wide, too_wide
+    # what the model wrote cannot drive the terminal (clear the screen, set its title)
+    assert "\x1b[2J" not in out.out and "\x1b]0;" not in out.out, [line for line in lines if "\x1b" in line]
+    assert open(os.path.join(workspace, "l.txt")).read().count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"cmd": "echo [/x]"}', '{"cmd": "[conceal]rm -rf ~[/conceal] ls"}', '{"cmd": "rm -rf ~\\r\x1b[2Kls"}'],
+)
+async def test_the_approval_question_shows_the_calls_arguments_as_they_are(monkeypatch, arguments):
+    """A call's arguments are the model's: they must not be read as markup or drive the terminal."""
+    import builtins
+    import io
+
+    from rich.console import Console
+
+    from agentrt.cli.follow import terminal_approver
+
+    asked: list[str] = []
+    monkeypatch.setattr(builtins, "input", lambda *a: asked.append("asked") or "n")
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=80, color_system="standard")
+    decide = terminal_approver(console, approve_all=False, interactive=True)
+    call = cpb.ToolCall(call_id="c1", name="exec_command", arguments=arguments.replace("\\r", "\r"))
+    approved, _ = await decide(call)
+    assert approved is False and asked == ["asked"]
+    shown = buf.getvalue()
+    plain = __import__("re").sub(r"\x1b\[[0-9;]*m", "", shown)  # the console's own colors
+    assert "\x1b[2K" not in plain and "\r" not in plain, repr(shown)
+    assert "\x1b[8m" not in shown, repr(shown)  # nothing concealed
+    for word in ("rm -rf ~" if "rm" in arguments else "[/x]",):
+        assert word in plain, repr(shown)
