@@ -495,3 +495,93 @@ async def test_the_approval_question_shows_the_calls_arguments_as_they_are(monke
     assert "\x1b[8m" not in shown, repr(shown)  # nothing concealed
     for word in ("rm -rf ~" if "rm" in arguments else "[/x]",):
         assert word in plain, repr(shown)
+
+
+@pytest.mark.parametrize("bad", ["unknown_call", "duplicate", "result_for_approval"])
+async def test_a_bad_resume_through_the_parent_changes_nothing_in_the_child(mesh, bad):
+    import os
+
+    await _register_boss(mesh)
+    workspace = os.path.join(mesh.work, f"bad-{bad}")
+    started, run, child = await _suspended_child(mesh, workspace, [Reply(text="child done"), Reply(text="parent done")])
+    call_id = child.pending_calls[0].call.call_id
+    good = pb.ApprovalDecision(call_id=call_id, approved=True)
+    req = pb.ResumeRunRequest(run_id=started.run_id, decisions=[good])
+    if bad == "unknown_call":
+        req.decisions.append(pb.ApprovalDecision(call_id="call_nope", approved=True))
+    elif bad == "duplicate":
+        req.decisions.append(pb.ApprovalDecision(call_id=call_id, approved=False))
+    else:
+        req.results.append(cpb.ToolResult(call_id=call_id, name="exec_command", content="fake"))
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await mesh.runs.ResumeRun(req)
+    assert info.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION), (
+        info.value.code(), info.value.details())
+    assert reason_of(info.value), info.value.details()
+    # nothing changed: both still wait, the command has not run
+    assert (await mesh.runs.GetRun(pb.GetRunRequest(run_id=child.run_id))).run.status == cpb.RUN_STATUS_SUSPENDED
+    assert (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run.status == cpb.RUN_STATUS_SUSPENDED
+    assert not os.path.exists(os.path.join(workspace, "l.txt"))
+    # and the good answer still works
+    await mesh.runs.ResumeRun(pb.ResumeRunRequest(run_id=started.run_id, decisions=[good]))
+    final = await mesh.wait_status(started.run_id, *DONE)
+    assert final.status == cpb.RUN_STATUS_COMPLETED, final.failure
+    assert open(os.path.join(workspace, "l.txt")).read() == "two\n"
+
+
+async def test_many_concurrent_sandboxed_runs_complete_and_release_their_sandboxes(mesh):
+    import asyncio
+
+    from tests.service.runs.sandbox_helpers import LOCAL, released, sh
+
+    n = 12
+    mesh.emu.script([Reply(tool_calls=[sh("echo $N")]) for _ in range(n)] + [Reply(text="done") for _ in range(n)])
+    spec = agent(tools=[pb.AgentTool(name="exec_command")])
+    starts = await asyncio.gather(
+        *[
+            mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input=f"go {i}", sandbox=pb.RunSandbox(backend=LOCAL, env={"N": str(i)})))
+            for i in range(n)
+        ]
+    )
+    runs = [await mesh.wait_status(s.run_id, *DONE) for s in starts]
+    assert [r.status for r in runs] == [cpb.RUN_STATUS_COMPLETED] * n, [r.failure for r in runs]
+    assert len({r.sandbox_id for r in runs}) == n
+    for r in runs:
+        await released(mesh, r.sandbox_id)
+
+
+async def test_canceling_a_running_child_lets_its_waiting_parent_go_on(mesh):
+    import asyncio
+    import os
+
+    helper = agent(name="helper", tools=[pb.AgentTool(name="exec_command")])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=helper))
+    boss = agent(name="boss", tools=[pb.AgentTool(name="ask_helper", agent_name="helper")])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=boss))
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ToolCallReply("ask_helper", json.dumps({"input": "slow"}))]),
+            Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "touch started; sleep 20; touch finished"}))]),
+            Reply(text="parent went on"),
+        ]
+    )
+    workspace = os.path.join(mesh.work, "cancel-child")
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go", workspace=workspace))
+
+    async def child_started() -> str:
+        while True:
+            run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+            if run.child_run_ids and os.path.exists(os.path.join(workspace, "started")):
+                return run.child_run_ids[0]
+            await asyncio.sleep(0.05)
+
+    child_id = await asyncio.wait_for(child_started(), 30)
+    await mesh.runs.CancelRun(pb.CancelRunRequest(run_id=child_id, reason="too slow"))
+    child = await mesh.wait_status(child_id, *DONE)
+    assert child.status == cpb.RUN_STATUS_CANCELED
+    parent = await mesh.wait_status(started.run_id, *DONE)
+    assert parent.status == cpb.RUN_STATUS_COMPLETED and parent.final_output == "parent went on", parent.failure
+    entries = await mesh.entries(started.session_id)
+    (result,) = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+    assert result.child_run_id == child_id and "cancel" in result.content.lower(), result
+    assert not os.path.exists(os.path.join(workspace, "finished"))
