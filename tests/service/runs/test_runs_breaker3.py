@@ -16,6 +16,7 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.service.runs.harness import agent
+from tests.service.runs.sandbox_helpers import docker_mesh  # noqa: F401 - the fixture
 
 DONE = (cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED, cpb.RUN_STATUS_CANCELED)
 IN = pb.GUARDRAIL_STAGE_INPUT
@@ -585,3 +586,74 @@ async def test_canceling_a_running_child_lets_its_waiting_parent_go_on(mesh):
     (result,) = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
     assert result.child_run_id == child_id and "cancel" in result.content.lower(), result
     assert not os.path.exists(os.path.join(workspace, "finished"))
+
+
+JUDGE = "You are the JUDGE of inputs."
+
+
+def _judging(verdicts: dict[str, str], slow_s: float = 3.0):
+    """A responder: the judge answers at once with the verdict for the stage it is shown; the
+    guarded model is slow (so a racing judge decides while its call is in flight)."""
+
+    def respond(path: str, body):
+        text = json.dumps(body)
+        if JUDGE in text:
+            return Reply(text=verdicts.get("any", '{"decision": "allow", "message": ""}'), input_tokens=7, output_tokens=3)
+        return Reply(text="the model's answer", input_tokens=100, output_tokens=10, event_delay=slow_s / 10, chunk_chars=2)
+
+    return respond
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"decision": "trip", "message": "no"}',
+        "not json at all",
+        '{"decision": "replace", "message": ""}',
+        '{"decision": "TRIP", "message": "x"}',
+        '{"decision": "allow"}',
+        '{"decision": "replace", "message": "' + "r" * 200000 + '"}',
+        '["allow"]',
+        '{"decision": "allow", "message": null}',
+    ],
+)
+async def test_a_racing_model_guardrail_judges_any_reply_cleanly(mesh, reply):
+    mesh.emu.responder = _judging({"any": reply})
+    judge = pb.Guardrail(name="judge", stages=[IN], model=pb.ModelGuardrail(prompt=JUDGE))
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(tools=[], guardrails=[judge]), input="hello"))
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.failure.kind not in ("internal", "unknown"), run.failure
+    if run.status == cpb.RUN_STATUS_FAILED:
+        assert run.failure.kind in ("guardrail_tripped", "guardrail_failed"), run.failure
+        # the guarded call in flight was cancelled: its usage never counts; the judge's does
+        assert run.usage.input_tokens == 7, run.usage
+    else:
+        assert run.final_output == "the model's answer"
+    events = await mesh.events(started.run_id)
+    results = [e.guardrail_result for e in events if e.WhichOneof("payload") == "guardrail_result"]
+    assert len(results) == 1, results
+    assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("image", ["agentrt-sandbox:does-not-exist", "nosuchrepo/x@sha256:" + "0" * 64, "a" * 200])
+async def test_a_docker_sandbox_of_a_missing_image_fails_the_run_cleanly(docker_mesh, image):  # noqa: F811
+    import asyncio
+
+    from tests.service.runs.sandbox_helpers import DOCKER, owned_containers, sh
+
+    mesh = docker_mesh
+    mesh.emu.script([Reply(tool_calls=[sh("echo hi > out.txt")]), Reply(text="never")])
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=agent(tools=[pb.AgentTool(name="exec_command")]), input="go",
+                           sandbox=pb.RunSandbox(backend=DOCKER, image=image))
+    )
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_FAILED, run
+    assert run.failure.kind == "sandbox_unavailable", run.failure
+    assert run.failure.reason, run.failure
+    assert len(mesh.emu.requests) == 1  # the model was not asked again
+    entries = await mesh.entries(started.session_id)
+    results = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+    assert [r.content for r in results] == ["Not executed: the run's sandbox could not be created."]
+    assert await asyncio.to_thread(owned_containers, mesh.docker_owner) == []
