@@ -6,6 +6,10 @@ suspends on an approval (its sandbox exists), the tool service goes down, the ru
 (its end is stored, the release fails and is remembered in memory), the runs process is killed
 with SIGKILL, the tool service and the runs process come back: nothing ever releases the
 sandbox (a docker backend would keep its container forever). Real processes on PostgreSQL.
+
+And a child agent with a sandbox of its own, the runs process killed while the child's command
+runs in it: the next process takes both runs over, the command's line is written once, the
+child adopts the same sandbox and releases it at its end.
 """
 
 from __future__ import annotations
@@ -33,6 +37,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 def responder(path: str, body):
     text = json.dumps(body)
+    if "kidcell" in text:
+        answered = "function_call_output" in text
+        if "You are the sandboxed helper" in text:
+            if answered:
+                return Reply(text="child finished", input_tokens=3, output_tokens=1)
+            cmd = "echo start >> starts.txt; sleep 1.5; echo line >> lines.txt"
+            return Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))])
+        if answered:
+            return Reply(text="parent finished", input_tokens=3, output_tokens=1)
+        ask = ToolCallReply("ask_helper", json.dumps({"input": "append for kidcell"}))
+        return Reply(tool_calls=[ask], input_tokens=3, output_tokens=1)
     if "leakcell" not in text:
         return None
     answered = text.count('"function_call_output"')
@@ -128,3 +143,48 @@ async def test_a_missed_release_survives_kill_9_of_the_runs_process(chaos: Chaos
             break
         await asyncio.sleep(0.2)
     assert state == tpb.SANDBOX_STATE_ABSENT, tpb.SandboxState.Name(state)
+
+
+async def test_a_kill_while_a_sandboxed_child_runs_its_command_adopts_and_releases_its_sandbox(
+    chaos: ChaosMesh, tmp_path: Path
+):
+    a = chaos.replicas["a"]
+    model = cpb.ModelRef(provider="openai", model="gpt-test")
+    helper = pb.AgentSpec(
+        name="boxhelper",
+        instructions="You are the sandboxed helper.",
+        model=model,
+        tools=[pb.AgentTool(name="exec_command")],
+        sandbox=pb.RunSandbox(backend=tpb.SANDBOX_BACKEND_LOCAL, env={"WHO": "child"}),
+    )
+    boss = pb.AgentSpec(
+        name="boxboss", model=model, tools=[pb.AgentTool(name="ask_helper", agent_name="boxhelper")]
+    )
+    for spec in (helper, boss):
+        await _runs(a.address, "RegisterAgent", pb.RegisterAgentRequest(agent=spec))
+    workspace = tmp_path / "ws"
+    started = await _runs(
+        a.address,
+        "StartRun",
+        pb.StartRunRequest(agent_name="boxboss", input="do kidcell", workspace=str(workspace)),
+    )
+    deadline = time.monotonic() + STATE_TIMEOUT
+    while not (workspace / "starts.txt").exists():
+        assert time.monotonic() < deadline, "the child's command never started"
+        await asyncio.sleep(0.02)
+    chaos.kill(a)  # kill -9 while the child's command runs in its sandbox
+    survivor = chaos.restart(a)
+    chaos.replicas["a"] = survivor
+    parent = await _until(survivor.address, started.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED)
+    assert parent.status == cpb.RUN_STATUS_COMPLETED, parent.failure
+    assert len(parent.child_run_ids) == 1
+    child = (await _runs(survivor.address, "GetRun", pb.GetRunRequest(run_id=parent.child_run_ids[0]))).run
+    assert child.status == cpb.RUN_STATUS_COMPLETED and child.sandbox_id, child
+    assert (workspace / "starts.txt").read_text() == "start\n"
+    assert (workspace / "lines.txt").read_text() == "line\n"
+    asked = [b for _, b in chaos.emu.requests if "kidcell" in json.dumps(b)]
+    assert len(asked) == 4, len(asked)
+    deadline = time.monotonic() + STATE_TIMEOUT
+    while (await _sandbox(chaos.tools, child.sandbox_id)).state != tpb.SANDBOX_STATE_ABSENT:
+        assert time.monotonic() < deadline, "the child's sandbox was never released"
+        await asyncio.sleep(0.1)

@@ -657,3 +657,24 @@ async def test_a_docker_sandbox_of_a_missing_image_fails_the_run_cleanly(docker_
     results = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
     assert [r.content for r in results] == ["Not executed: the run's sandbox could not be created."]
     assert await asyncio.to_thread(owned_containers, mesh.docker_owner) == []
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        pb.AgentTool(name="ask", agent_name="helper", agent_version=999),
+        pb.AgentTool(name="ask", agent_name="helper", agent_version=-1),
+        pb.AgentTool(name="ask", agent_name="no-such-agent"),
+        pb.AgentTool(name="ask", agent_name="bad name!"),
+        pb.AgentTool(name="ask", agent_name="x" * 65),
+        pb.AgentTool(name="ask", agent_name="helper", needs_approval=True, description="d" * 100000),
+    ],
+)
+async def test_bad_agent_tools_are_refused_at_start(mesh, tool):
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=agent(name="helper", tools=[])))
+    mesh.emu.script([Reply(text="x")])
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(tools=[tool]), input="go"))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (info.value.code(), info.value.details())
+    assert reason_of(info.value), info.value.details()
+    assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
