@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -48,6 +49,18 @@ def responder(path: str, body):
             return Reply(text="parent finished", input_tokens=3, output_tokens=1)
         ask = ToolCallReply("ask_helper", json.dumps({"input": "append for kidcell"}))
         return Reply(tool_calls=[ask], input_tokens=3, output_tokens=1)
+    if "fancell" in text:
+        answered = "function_call_output" in text
+        if "You are a fan helper" in text:
+            if answered:
+                return Reply(text="child finished", input_tokens=3, output_tokens=1)
+            part = text.split("fan part ")[1][:1]
+            cmd = f"echo start-{part} >> starts.txt; sleep 0.8; echo line-{part} >> lines.txt"
+            return Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))])
+        if answered:
+            return Reply(text="parent finished", input_tokens=3, output_tokens=1)
+        asks = [ToolCallReply("ask_helper", json.dumps({"input": f"fan part {i} fancell"})) for i in range(3)]
+        return Reply(tool_calls=asks, input_tokens=3, output_tokens=1)
     if "leakcell" not in text:
         return None
     answered = text.count('"function_call_output"')
@@ -188,3 +201,52 @@ async def test_a_kill_while_a_sandboxed_child_runs_its_command_adopts_and_releas
     while (await _sandbox(chaos.tools, child.sandbox_id)).state != tpb.SANDBOX_STATE_ABSENT:
         assert time.monotonic() < deadline, "the child's sandbox was never released"
         await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_kill_9_at_random_moments_of_a_fan_out_runs_every_command_once(
+    chaos: ChaosMesh, tmp_path: Path, seed
+):
+    import random
+
+    rng = random.Random(seed)
+    a = chaos.replicas["a"]
+    model = cpb.ModelRef(provider="openai", model="gpt-test")
+    helper = pb.AgentSpec(
+        name="fanhelper",
+        instructions="You are a fan helper.",
+        model=model,
+        tools=[pb.AgentTool(name="exec_command")],
+    )
+    boss = pb.AgentSpec(
+        name="fanboss", model=model, tools=[pb.AgentTool(name="ask_helper", agent_name="fanhelper")]
+    )
+    for spec in (helper, boss):
+        await _runs(a.address, "RegisterAgent", pb.RegisterAgentRequest(agent=spec))
+    workspace = tmp_path / "ws"
+    started = await _runs(
+        a.address,
+        "StartRun",
+        pb.StartRunRequest(agent_name="fanboss", input="do fancell", workspace=str(workspace)),
+    )
+    for _ in range(3):
+        await asyncio.sleep(rng.uniform(0.05, 1.2))
+        chaos.kill(chaos.replicas["a"])
+        chaos.replicas["a"] = chaos.restart(chaos.replicas["a"])
+    address = chaos.replicas["a"].address
+    parent = await _until(
+        address, started.run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED, cpb.RUN_STATUS_SUSPENDED
+    )
+    assert parent.status == cpb.RUN_STATUS_COMPLETED, (
+        parent.status,
+        parent.failure,
+        list(parent.pending_calls),
+    )
+    assert len(parent.child_run_ids) == 3, list(parent.child_run_ids)
+    for child_id in parent.child_run_ids:
+        child = (await _runs(address, "GetRun", pb.GetRunRequest(run_id=child_id))).run
+        assert child.status == cpb.RUN_STATUS_COMPLETED, child.failure
+    starts = sorted((workspace / "starts.txt").read_text().split())
+    lines = sorted((workspace / "lines.txt").read_text().split())
+    assert starts == ["start-0", "start-1", "start-2"], starts
+    assert lines == ["line-0", "line-1", "line-2"], lines

@@ -504,7 +504,9 @@ async def test_a_bad_resume_through_the_parent_changes_nothing_in_the_child(mesh
 
     await _register_boss(mesh)
     workspace = os.path.join(mesh.work, f"bad-{bad}")
-    started, run, child = await _suspended_child(mesh, workspace, [Reply(text="child done"), Reply(text="parent done")])
+    started, run, child = await _suspended_child(
+        mesh, workspace, [Reply(text="child done"), Reply(text="parent done")]
+    )
     call_id = child.pending_calls[0].call.call_id
     good = pb.ApprovalDecision(call_id=call_id, approved=True)
     req = pb.ResumeRunRequest(run_id=started.run_id, decisions=[good])
@@ -517,11 +519,17 @@ async def test_a_bad_resume_through_the_parent_changes_nothing_in_the_child(mesh
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await mesh.runs.ResumeRun(req)
     assert info.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION), (
-        info.value.code(), info.value.details())
+        info.value.code(),
+        info.value.details(),
+    )
     assert reason_of(info.value), info.value.details()
     # nothing changed: both still wait, the command has not run
-    assert (await mesh.runs.GetRun(pb.GetRunRequest(run_id=child.run_id))).run.status == cpb.RUN_STATUS_SUSPENDED
-    assert (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run.status == cpb.RUN_STATUS_SUSPENDED
+    assert (
+        await mesh.runs.GetRun(pb.GetRunRequest(run_id=child.run_id))
+    ).run.status == cpb.RUN_STATUS_SUSPENDED
+    assert (
+        await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))
+    ).run.status == cpb.RUN_STATUS_SUSPENDED
     assert not os.path.exists(os.path.join(workspace, "l.txt"))
     # and the good answer still works
     await mesh.runs.ResumeRun(pb.ResumeRunRequest(run_id=started.run_id, decisions=[good]))
@@ -536,11 +544,17 @@ async def test_many_concurrent_sandboxed_runs_complete_and_release_their_sandbox
     from tests.service.runs.sandbox_helpers import LOCAL, released, sh
 
     n = 12
-    mesh.emu.script([Reply(tool_calls=[sh("echo $N")]) for _ in range(n)] + [Reply(text="done") for _ in range(n)])
+    mesh.emu.script(
+        [Reply(tool_calls=[sh("echo $N")]) for _ in range(n)] + [Reply(text="done") for _ in range(n)]
+    )
     spec = agent(tools=[pb.AgentTool(name="exec_command")])
     starts = await asyncio.gather(
         *[
-            mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input=f"go {i}", sandbox=pb.RunSandbox(backend=LOCAL, env={"N": str(i)})))
+            mesh.runs.StartRun(
+                pb.StartRunRequest(
+                    agent=spec, input=f"go {i}", sandbox=pb.RunSandbox(backend=LOCAL, env={"N": str(i)})
+                )
+            )
             for i in range(n)
         ]
     )
@@ -562,7 +576,13 @@ async def test_canceling_a_running_child_lets_its_waiting_parent_go_on(mesh):
     mesh.emu.script(
         [
             Reply(tool_calls=[ToolCallReply("ask_helper", json.dumps({"input": "slow"}))]),
-            Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "touch started; sleep 20; touch finished"}))]),
+            Reply(
+                tool_calls=[
+                    ToolCallReply(
+                        "exec_command", json.dumps({"cmd": "touch started; sleep 20; touch finished"})
+                    )
+                ]
+            ),
             Reply(text="parent went on"),
         ]
     )
@@ -581,7 +601,9 @@ async def test_canceling_a_running_child_lets_its_waiting_parent_go_on(mesh):
     child = await mesh.wait_status(child_id, *DONE)
     assert child.status == cpb.RUN_STATUS_CANCELED
     parent = await mesh.wait_status(started.run_id, *DONE)
-    assert parent.status == cpb.RUN_STATUS_COMPLETED and parent.final_output == "parent went on", parent.failure
+    assert parent.status == cpb.RUN_STATUS_COMPLETED and parent.final_output == "parent went on", (
+        parent.failure
+    )
     entries = await mesh.entries(started.session_id)
     (result,) = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
     assert result.child_run_id == child_id and "cancel" in result.content.lower(), result
@@ -598,8 +620,18 @@ def _judging(verdicts: dict[str, str], slow_s: float = 3.0):
     def respond(path: str, body):
         text = json.dumps(body)
         if JUDGE in text:
-            return Reply(text=verdicts.get("any", '{"decision": "allow", "message": ""}'), input_tokens=7, output_tokens=3)
-        return Reply(text="the model's answer", input_tokens=100, output_tokens=10, event_delay=slow_s / 10, chunk_chars=2)
+            return Reply(
+                text=verdicts.get("any", '{"decision": "allow", "message": ""}'),
+                input_tokens=7,
+                output_tokens=3,
+            )
+        return Reply(
+            text="the model's answer",
+            input_tokens=100,
+            output_tokens=10,
+            event_delay=slow_s / 10,
+            chunk_chars=2,
+        )
 
     return respond
 
@@ -620,7 +652,9 @@ def _judging(verdicts: dict[str, str], slow_s: float = 3.0):
 async def test_a_racing_model_guardrail_judges_any_reply_cleanly(mesh, reply):
     mesh.emu.responder = _judging({"any": reply})
     judge = pb.Guardrail(name="judge", stages=[IN], model=pb.ModelGuardrail(prompt=JUDGE))
-    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(tools=[], guardrails=[judge]), input="hello"))
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=agent(tools=[], guardrails=[judge]), input="hello")
+    )
     run = await mesh.wait_status(started.run_id, *DONE)
     assert run.failure.kind not in ("internal", "unknown"), run.failure
     if run.status == cpb.RUN_STATUS_FAILED:
@@ -636,7 +670,9 @@ async def test_a_racing_model_guardrail_judges_any_reply_cleanly(mesh, reply):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("image", ["agentrt-sandbox:does-not-exist", "nosuchrepo/x@sha256:" + "0" * 64, "a" * 200])
+@pytest.mark.parametrize(
+    "image", ["agentrt-sandbox:does-not-exist", "nosuchrepo/x@sha256:" + "0" * 64, "a" * 200]
+)
 async def test_a_docker_sandbox_of_a_missing_image_fails_the_run_cleanly(docker_mesh, image):  # noqa: F811
     import asyncio
 
@@ -645,8 +681,11 @@ async def test_a_docker_sandbox_of_a_missing_image_fails_the_run_cleanly(docker_
     mesh = docker_mesh
     mesh.emu.script([Reply(tool_calls=[sh("echo hi > out.txt")]), Reply(text="never")])
     started = await mesh.runs.StartRun(
-        pb.StartRunRequest(agent=agent(tools=[pb.AgentTool(name="exec_command")]), input="go",
-                           sandbox=pb.RunSandbox(backend=DOCKER, image=image))
+        pb.StartRunRequest(
+            agent=agent(tools=[pb.AgentTool(name="exec_command")]),
+            input="go",
+            sandbox=pb.RunSandbox(backend=DOCKER, image=image),
+        )
     )
     run = await mesh.wait_status(started.run_id, *DONE)
     assert run.status == cpb.RUN_STATUS_FAILED, run
@@ -678,3 +717,58 @@ async def test_bad_agent_tools_are_refused_at_start(mesh, tool):
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (info.value.code(), info.value.details())
     assert reason_of(info.value), info.value.details()
     assert (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs == []
+
+
+async def test_a_turn_that_fans_out_to_many_children_counts_each_once(mesh):
+    n = 30
+    await mesh.runs.RegisterAgent(
+        pb.RegisterAgentRequest(agent=agent(name="helper", tools=[], instructions="HELPER"))
+    )
+    boss = agent(
+        name="boss", instructions="BOSS", tools=[pb.AgentTool(name="ask_helper", agent_name="helper")]
+    )
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=boss))
+
+    def respond(path: str, body):
+        text = json.dumps(body)
+        if "HELPER" in text:
+            return Reply(text="child ok", input_tokens=2, output_tokens=1)
+        if "function_call_output" in text:
+            return Reply(text="all done", input_tokens=5, output_tokens=1)
+        calls = [ToolCallReply("ask_helper", json.dumps({"input": f"part {i}"})) for i in range(n)]
+        return Reply(tool_calls=calls, input_tokens=5, output_tokens=1)
+
+    mesh.emu.responder = respond
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go"))
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    assert len(run.child_run_ids) == n and len(set(run.child_run_ids)) == n
+    assert len([p for p, _ in mesh.emu.requests if p.endswith("/responses")]) == n + 2
+    assert run.usage.requests == n + 2 and run.nested_usage.requests == n, (run.usage, run.nested_usage)
+    assert run.usage.input_tokens == 10 + 2 * n
+
+
+@pytest.mark.slow
+async def test_docker_sandbox_env_with_control_characters_and_a_large_value(docker_mesh):  # noqa: F811
+    from tests.service.runs.sandbox_helpers import DOCKER, IMAGE, sh
+
+    mesh = docker_mesh
+    env = {"CTRL": "a\nb\x1b[31m\x07\tc=d", "BIG": "x" * 60000, "EMPTY": ""}
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[sh('printf %s "$CTRL" | wc -c; echo ${#BIG}; echo "e=[$EMPTY]"')]),
+            Reply(text="done"),
+        ]
+    )
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(
+            agent=agent(tools=[pb.AgentTool(name="exec_command")]),
+            input="go",
+            sandbox=pb.RunSandbox(backend=DOCKER, image=IMAGE, env=env),
+        )
+    )
+    run = await mesh.wait_status(started.run_id, *DONE)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    entries = await mesh.entries(started.session_id)
+    (result,) = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
+    assert result.content.split()[:3] == [str(len(env["CTRL"].encode())), "60000", "e=[]"], result.content
