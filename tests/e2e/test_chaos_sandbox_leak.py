@@ -7,9 +7,12 @@ suspends on an approval (its sandbox exists), the tool service goes down, the ru
 with SIGKILL, the tool service and the runs process come back: nothing ever releases the
 sandbox (a docker backend would keep its container forever). Real processes on PostgreSQL.
 
-And a child agent with a sandbox of its own, the runs process killed while the child's command
-runs in it: the next process takes both runs over, the command's line is written once, the
-child adopts the same sandbox and releases it at its end.
+Then random kill -9 of a parent fanning out to three children: every command runs once and
+every run completes (this found the tool service stranding a call whose caller went away while
+its STARTED record was written). And a child agent with a sandbox of its own, the runs
+process killed while the child's command runs in it: the next process takes both runs over,
+the command's line is written once, the child adopts the same sandbox and releases it at
+its end.
 """
 
 from __future__ import annotations

@@ -772,3 +772,45 @@ async def test_docker_sandbox_env_with_control_characters_and_a_large_value(dock
     entries = await mesh.entries(started.session_id)
     (result,) = [e.item.tool_result for e in entries if e.item.HasField("tool_result")]
     assert result.content.split()[:3] == [str(len(env["CTRL"].encode())), "60000", "e=[]"], result.content
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_a_caller_that_goes_away_while_the_call_is_journaled_never_strands_it(
+    start_server, tmp_path, emulator, backend
+):
+    """Found by a random kill -9 of the runs process (tests/e2e/test_chaos_sandbox_leak.py): a
+    caller gone while its call's STARTED record was being written left that record with no
+    command behind it, and the next attempt was told "the tool service stopped while it ran"
+    (a reconciliation for a command that never started)."""
+    import asyncio
+    import os
+
+    from tests.service.runs.harness import start_mesh
+    from tests.service.runs.sandbox_helpers import tools
+
+    mesh = await start_mesh(start_server, tmp_path, emulator, pg=backend == "postgres")
+    stub = tools(mesh)
+    workspace = os.path.join(mesh.work, "strand")
+    stranded = []
+    for i in range(60):
+        call = cpb.ToolCall(
+            call_id=f"c{i}", name="exec_command", arguments=json.dumps({"cmd": f"echo ran-{i}"})
+        )
+        req = tpb.ExecuteToolRequest(run_id="r-strand", call=call, workspace=workspace)
+        attempt = stub.ExecuteTool(req)
+        await asyncio.sleep((i % 20) * 0.0015)  # the caller goes away at a different point each time
+        attempt.cancel()
+        with __import__("contextlib").suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
+            await attempt
+        for _ in range(200):  # the same call again, as a takeover sends it
+            try:
+                result = (await stub.ExecuteTool(req)).result
+                break
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() in (grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE), exc.details()
+                await asyncio.sleep(0.05)
+        if result.status != cpb.TOOL_RESULT_STATUS_OK:
+            stranded.append((i, result.summary))
+        else:
+            assert f"ran-{i}" in result.content, result.content
+    assert not stranded, stranded
