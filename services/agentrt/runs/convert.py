@@ -390,9 +390,13 @@ def run_out(r: RunRecord) -> pb.Run:
     disclosed = r.state.get("disclosure")  # runs/loop/disclosure_phase.py
     if disclosed:
         run.disclosed_tools.extend(json.loads(str(disclosed)).get("disclosed", []))
-    nested = r.state.get("nested_usage")  # off the conversation: model guardrails (004 §2.7f)
-    if nested:
-        run.nested_usage.CopyFrom(cpb.Usage(**nested))
+    # agents as tools (runs/loop/child_phase.py): the parent link, the children, nested usage
+    run.parent_run_id = str(r.state.get("parent_run_id", ""))
+    run.parent_call_id = str(r.state.get("parent_call_id", ""))
+    run.child_run_ids.extend(str(x) for x in r.state.get("child_run_ids", []))
+    nested = r.state.get("nested_usage")
+    if isinstance(nested, dict):
+        run.nested_usage.CopyFrom(cpb.Usage(**{k: int(v) for k, v in nested.items()}))
     run.sandbox_id = str(r.state.get("sandbox_id", ""))  # runs/sandboxes.py
     current = r.state.get("agent")  # the last handoff's target (runs/loop/handoff_phase.py)
     if current:

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from agentrt.core.guardrails import Result
-from agentrt.runs.records import StoredEvent
+from agentrt.runs.records import RunRecord, StoredEvent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -372,6 +372,35 @@ def as_session_event(stored: StoredEvent) -> pb.RunEvent:
     event.CopyFrom(stored.event)
     event.seq = stored.session_seq
     return event
+
+
+def run_started_events(record: RunRecord) -> list[pb.RunEvent]:
+    """Return a new run's first events (`run_started`, phase `prompted`), stamped now (002 RunStarted)."""
+    snap = record.agent
+    started = pb.RunEvent(
+        run_id=record.run_id,
+        run_started=pb.RunStarted(
+            agent_name=snap.name, session_id=record.session_id, input=record.input, model=snap.model
+        ),
+    )
+    prompted = pb.RunEvent(run_id=record.run_id, phase_changed=pb.PhaseChanged(phase=cpb.RUN_PHASE_PROMPTED))
+    for ev in (started, prompted):
+        ev.time.FromNanoseconds(time.time_ns())
+    return [started, prompted]
+
+
+def child_run_linked(call_id: str, child: RunRecord) -> pb.ChildRunLinked:
+    """Return the payload of a parent's `child_run_linked` event (002 run tree; 004 §2.8).
+
+    Durable (not in PROVISIONAL): it reaches a subscriber only once the parent's log holds the link.
+    """
+    return pb.ChildRunLinked(
+        call_id=call_id,
+        child_run_id=child.run_id,
+        agent_name=child.agent_name,
+        agent_version=child.agent_version,
+        session_id=child.session_id,
+    )
 
 
 _STAGES = {

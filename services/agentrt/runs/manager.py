@@ -28,10 +28,12 @@ from agentrt.core.ids import new_id, valid_id
 from agentrt.core.truncate import byte_len
 from agentrt.mesh.durations import check_duration
 from agentrt.runs import sandboxes
+from agentrt.runs.child_runs import ChildRuns, split
 from agentrt.runs.convert import STOP_KIND, injected_only, injected_out
 from agentrt.runs.domain import Resume
-from agentrt.runs.events import run_topic, session_topic
+from agentrt.runs.events import run_started_events, run_topic, session_topic
 from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.loop.child_phase import PARENT_RUN_ID
 from agentrt.runs.loop.executor import Deps, RunExecutor
 from agentrt.runs.loop.tools_phase import merge_answers
 from agentrt.runs.observe import store_gauges
@@ -72,6 +74,11 @@ class RunManager:
         self._loop_task: asyncio.Task[None] | None = None
         #: Runs this process is resuming: the takeover scan leaves them to the resume.
         self._claiming: set[str] = set()
+        #: Background cancels of an ended run's unfinished children (kept referenced).
+        self._tails: set[asyncio.Task[None]] = set()
+        #: Agents as tools: the executors' ChildHost, answers routed to children (runs/child_runs.py).
+        self.children = ChildRuns(self)
+        deps.children = self.children
 
     @property
     def store(self) -> RunStore:
@@ -128,6 +135,7 @@ class RunManager:
                     record = await self.store.get_run(run_id)
                     self._stop_local(run_id, "cancel", record.cancel_reason if record else "")
                 await self.expire_suspended()
+                await self.children.sync_all()
                 await self.takeover()
                 await self.observe_store()
                 sandboxes.retry_releases(self.deps.peers, self.deps.releases)
@@ -160,6 +168,7 @@ class RunManager:
                 await self._end_here(record, "", None, status=cpb.RUN_STATUS_FAILED, failure=timeout)
             except MeshError:
                 continue  # resumed or ended meanwhile
+            await self.children.cancel_children(record, "the parent run used its time budget")
             ended.append(run_id)
         return ended
 
@@ -179,11 +188,12 @@ class RunManager:
                 self.deps.metrics.replica_wait.observe(max(0.0, time.time() - since))
             seq, session_seq = await self.store.event_heads(run_id, record.tenant, record.session_id)
             log.info("run %s: taken over by %s", run_id, self.deps.owner)
-            self._spawn(record, token, seq, session_seq)
+            self.spawn(record, token, seq, session_seq)
             taken.append(run_id)
         return taken
 
-    def _spawn(self, record: RunRecord, token: int, seq: int, session_seq: int) -> None:
+    def spawn(self, record: RunRecord, token: int, seq: int, session_seq: int) -> None:
+        """Execute a run whose lease this replica holds (token); events are numbered after seq."""
         executor = RunExecutor(self.deps, record, token, seq, session_seq)
         task = asyncio.create_task(executor.run(), name=f"run-{record.run_id}")
         self._executors[record.run_id] = (executor, task)
@@ -194,6 +204,11 @@ class RunManager:
             entry = self._executors.get(run_id)
             if entry is not None and entry[1] is done:
                 del self._executors[run_id]
+            if executor.ended and executor.r.state.get("child_run_ids"):
+                # A run that ended leaves no child running (one its batch never reached).
+                tail = asyncio.create_task(self.children.cancel_children(executor.r, "the parent run ended"))
+                self._tails.add(tail)
+                tail.add_done_callback(self._tails.discard)
 
         task.add_done_callback(forget)
 
@@ -267,19 +282,8 @@ class RunManager:
             state={DIGEST_STATE: digest} if digest else {},
         )  # fmt: skip
         record.state.update(sandboxes.initial_state(record.run_id, sandboxes.effective(spec, req)))
-        started = pb.RunEvent(
-            run_id=record.run_id,
-            run_started=pb.RunStarted(
-                agent_name=snap.name, session_id=session_id, input=req.input, model=snap.model
-            ),
-        )
-        prompted = pb.RunEvent(
-            run_id=record.run_id, phase_changed=pb.PhaseChanged(phase=cpb.RUN_PHASE_PROMPTED)
-        )
-        for ev in (started, prompted):
-            ev.time.FromNanoseconds(time.time_ns())
         try:
-            stored_record, stored = await self.store.insert_run(record, [started, prompted])
+            stored_record, stored = await self.store.insert_run(record, run_started_events(record))
         except SessionBusy as busy:
             raise precondition(
                 Reason.SESSION_BUSY, f"session {session_id!r} already has an unfinished run {busy}"
@@ -289,7 +293,7 @@ class RunManager:
             return stored_record
         self.deps.hub.deliver(stored)
         self.deps.metrics.runs_started.inc()
-        self._spawn(record, 1, stored[-1].seq, stored[-1].session_seq)
+        self.spawn(record, 1, stored[-1].seq, stored[-1].session_seq)
         return record
 
     async def _resolve_agent(self, tenant: str, req: pb.StartRunRequest) -> pb.AgentSpec:
@@ -342,6 +346,8 @@ class RunManager:
                 `pending_calls` at once).
         """
         record = await self.get_run(tenant, req.run_id)
+        if record.status == cpb.RUN_STATUS_SUSPENDED:
+            record = await self.children.refresh(record)  # a child answered on its own meanwhile
         if record.finished:
             raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
         if record.status != cpb.RUN_STATUS_SUSPENDED:
@@ -350,6 +356,16 @@ class RunManager:
             raise missing("decisions, results or reconciliations")
         check_answers(req)
         answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
+        own, forwarded = split(record, req)
+        if forwarded:
+            # A child's calls are answered in the child (004 §2.2 step 6; decision 0018): each
+            # child resumes, then wakes this run once it waits on nothing (child_runs.py).
+            for sub in forwarded:
+                await self.resume(tenant, sub)
+            if own is None:
+                return await self.get_run(tenant, req.run_id)
+            record, req = await self.get_run(tenant, req.run_id), own
+            answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
         waiting = {p.call.call_id for p in record.pending}
         answered = answers.answered()
         # An "always" approval answers the turn's other waiting calls of the same tool too.
@@ -367,11 +383,8 @@ class RunManager:
             )
             if done is None:
                 raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
+            await self.children.sync_parent(await self.get_run(tenant, req.run_id))
             return await self.get_run(tenant, req.run_id)
-        resumed = pb.RunEvent(
-            run_id=record.run_id, turn=record.turns + 1, run_resumed=pb.RunResumed(decisions=len(answered))
-        )
-        resumed.time.FromNanoseconds(time.time_ns())
         # A call reconciled with RUN_AGAIN runs as a new execution attempt (its own journal
         # record at the tool service): exactly one more run of it.
         attempts = dict(record.state.get("attempts", {}))
@@ -379,31 +392,63 @@ class RunManager:
             if rec.action == pb.RECONCILIATION_ACTION_RUN_AGAIN:
                 attempts[rec.call_id] = int(attempts.get(rec.call_id, 0)) + 1
         state = record.with_state(attempts=attempts, suspension_reason=0)
+        await self.wake(record, changes, state, len(answered))
+        if record.state.get(PARENT_RUN_ID):
+            self.deps.crash("after_child_resumed")  # crash tests: the parent is repaired later
+        await self.children.sync_parent(await self.get_run(tenant, req.run_id))
+        return await self.get_run(tenant, req.run_id)
+
+    async def wake(
+        self, record: RunRecord, changes: dict[str, object], state: dict[str, object], answered: int
+    ) -> None:
+        """Continue a suspended run here: one guarded write (SUSPENDED -> RUNNING), then its executor.
+
+        Raises:
+            MeshError: FAILED_PRECONDITION/RUN_NOT_SUSPENDED when it changed state meanwhile.
+        """
+        resumed = pb.RunEvent(
+            run_id=record.run_id, turn=record.turns + 1, run_resumed=pb.RunResumed(decisions=answered)
+        )
+        resumed.time.FromNanoseconds(time.time_ns())
         self._claiming.add(record.run_id)
         try:
             stored = await self.store.save(
                 record.run_id,
                 changes={**changes, "status": cpb.RUN_STATUS_RUNNING, "pending": [], "state": state},
-                log=[("resumed", {"turn": record.turns + 1, "answers": len(answered)})],
+                log=[("resumed", {"turn": record.turns + 1, "answers": answered})],
                 new_events=[resumed],
                 session=(record.tenant, record.session_id),
                 expect_status=[cpb.RUN_STATUS_SUSPENDED],
             )
             if stored is None:
-                raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
+                raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {record.run_id!r} is not suspended")
             self.deps.hub.deliver(stored)
             await self._claim(record.run_id, stored)
         finally:
             self._claiming.discard(record.run_id)
-        return await self.get_run(tenant, req.run_id)
 
     async def _claim(self, run_id: str, stored: list[StoredEvent]) -> None:
         token = await self.store.acquire_lease(run_id, self.deps.owner, self.deps.lease_seconds)
         record = await self.store.get_run(run_id) if token is not None else None
         if record is not None and token is not None:
-            self._spawn(record, token, stored[-1].seq, stored[-1].session_seq)
+            self.spawn(record, token, stored[-1].seq, stored[-1].session_seq)
 
     async def cancel(self, tenant: str, run_id: str, reason: str) -> RunRecord:
+        """Cancel a run and its unfinished child runs (004 §2.8); see `_cancel_one`.
+
+        A canceled child whose parent waits on it wakes the parent: the call's result says
+        the agent's run was canceled.
+
+        Raises:
+            MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION/RUN_FINISHED.
+        """
+        record = await self._cancel_one(tenant, run_id, reason)
+        if record.finished:
+            await self.children.cancel_children(record, reason)
+            await self.children.sync_parent(record)  # a parent suspended on it goes on without it
+        return await self.get_run(tenant, run_id)
+
+    async def _cancel_one(self, tenant: str, run_id: str, reason: str) -> RunRecord:
         """Cancel a run; canceled is terminal, not an error (002).
 
         A run executing here stops at its next wait and records its end before this

@@ -392,6 +392,16 @@ class RunStore:
             )
             return [r[0] for r in rows]
 
+    async def suspended_on_children(self) -> list[str]:
+        """Return ids of SUSPENDED runs waiting on child runs (state `child_pending`, 004 §2.8)."""
+        async with self.db.read() as conn:
+            rows = await conn.execute(
+                select(RunRow.run_id).where(
+                    RunRow.status == cpb.RUN_STATUS_SUSPENDED, RunRow.state_json.like('%"child_pending"%')
+                )
+            )
+            return [r[0] for r in rows]
+
     async def expired_runs(self) -> list[str]:
         """Return ids of RUNNING runs whose lease has expired (takeover candidates)."""
         now = time.time()
@@ -436,6 +446,14 @@ class RunStore:
         given to another event.
         """
         return await self.db.read_sync(lambda conn: sql.heads(conn, run_id, tenant, session_id))
+
+    async def last_stored_seq(self, run_id: str) -> int:
+        """Return the highest seq of the run's stored events (0 for none); reservations aside."""
+        query = select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
+        def body(conn: Connection) -> int:
+            return int(conn.scalar(query) or 0)
+
+        return await self.db.read_sync(body)
 
     async def run_head(self, run_id: str) -> int:
         """Return the highest seq the run's timeline may have issued (stored or reserved)."""

@@ -47,13 +47,13 @@ CASES = [
         IA,
         "INVALID_VALUE",
     ),
-    (
-        "RegisterAgent",
-        pb.RegisterAgentRequest(
-            agent=pb.AgentSpec(name="a", tools=[pb.AgentTool(name="ask", agent_name="b")])
+    (  # an agent tool naming an agent that is not registered (004 §2.8)
+        "StartRun",
+        pb.StartRunRequest(
+            agent=pb.AgentSpec(name="a", tools=[pb.AgentTool(name="ask", agent_name="b")]), input="x"
         ),
-        UN,
-        "NOT_IMPLEMENTED_YET",
+        IA,
+        "UNKNOWN_AGENT",
     ),
     ("GetAgent", pb.GetAgentRequest(), IA, "MISSING_FIELD"),
     ("GetAgent", pb.GetAgentRequest(name="nobody"), NF, "AGENT_NOT_FOUND"),

@@ -223,11 +223,6 @@ BAD = [
     ({"sandbox": pb.RunSandbox(backend=5)}, "INVALID_VALUE", "sandbox.backend"),
 ]
 
-#: Well-formed uses of what the loop does not honor yet: (spec fields, metadata field).
-UNWIRED = [
-    ({"tools": [T(name="ask", agent_name="b")]}, "tools[0].agent_name"),
-]
-
 
 async def expect(call, code: grpc.StatusCode, reason: str, field: str | None = None) -> dict[str, str]:
     with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -270,17 +265,16 @@ async def test_a_malformed_output_schema_names_the_schema_error_and_where(mesh):
     await nothing_changed(mesh)
 
 
-async def test_unhonored_contract_fields_are_refused_not_ignored(mesh):
+async def test_the_fields_once_refused_as_not_honored_are_accepted_now(mesh):
+    # guardrails and agent tools used to be UNIMPLEMENTED/NOT_IMPLEMENTED_YET; both are wired
     await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=agent(name="b")))  # the referenced agent
-    for fields, field in UNWIRED:
-        spec = agent(name="a", **fields)
-        for method, request in (
-            ("RegisterAgent", pb.RegisterAgentRequest(agent=spec)),
-            ("StartRun", pb.StartRunRequest(agent=spec, input="x")),
-        ):
-            meta = await expect(getattr(mesh.runs, method)(request), UN, "NOT_IMPLEMENTED_YET")
-            assert meta["field"].startswith(f"agent.{field}"), (fields, meta)
-    await nothing_changed(mesh)
+    for fields in (
+        {"guardrails": [pattern()]},
+        {"tools": [T(name="read_file", guardrails=[pattern(stages=(pb.GUARDRAIL_STAGE_TOOL_INPUT,))])]},
+        {"tools": [T(name="ask", agent_name="b")]},
+    ):
+        registered = await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=agent(name="a", **fields)))
+        assert registered.agent.name == "a"
 
 
 async def test_references_to_unregistered_agents_are_refused_at_start(mesh):

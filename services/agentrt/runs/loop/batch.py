@@ -20,6 +20,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from agentrt.core.decide import Call
 from agentrt.core.errors import MeshError, Reason, Status
@@ -46,6 +47,8 @@ MAX_PROGRESS_BYTES = 64 * 1024
 _PROGRESS_MARK = "\n[... further output is in the result only ...]\n"
 
 ProgressSink = Callable[[str, str, str], None]
+#: One call's chunk sink (`_progress_relay`: capped at MAX_PROGRESS_BYTES).
+ProgressRelay = Callable[[tpb.ToolProgress], None]
 
 
 async def _execute(
@@ -157,6 +160,19 @@ class BatchStop:
         await self._event.wait()
 
 
+class ChildRunner(Protocol):
+    """Runs the batch's agent-tool calls as child runs (runs/loop/child_phase.ChildCalls)."""
+
+    def handles(self, call_id: str) -> bool:
+        """True when the call is an agent tool's."""
+
+    def withholds(self, call_id: str) -> bool:
+        """True when the call's output is withheld (its child suspended): no on_result."""
+
+    async def run(self, p: Planned, stop: BatchStop, relay: ProgressRelay | None) -> cpb.ToolResult:
+        """Return the call's result once its child ended (or a placeholder when it suspended)."""
+
+
 class Abandoned(Exception):
     """The batch was abandoned (BatchStop.abandon): nothing more is known here."""
 
@@ -241,6 +257,7 @@ async def execute_calls(
     stop: BatchStop | None = None,
     attempts: Mapping[str, int] | None = None,
     on_queue_wait: Callable[[float], None] | None = None,
+    children: ChildRunner | None = None,
 ) -> BatchResult:
     """Run the runnable calls; return all results in call order (004 §2.2 step 5).
 
@@ -261,6 +278,7 @@ async def execute_calls(
         stop: lets the caller kill or abandon the batch (BatchStop).
         attempts: execution attempt per call id (0 when absent; a reconciliation's re-run).
         on_queue_wait: called with each call's wait for the concurrency cap, in seconds.
+        children: runs the agent-tool calls (child runs, 004 §2.8) instead of the tool service.
 
     Each runnable call is one tool call span ("execute_tool <tool>", mesh/telemetry), the
     parent of its ExecuteTool RPC.
@@ -301,6 +319,12 @@ async def execute_calls(
             relay = None
             if on_progress is not None and p.spec is not None and not p.spec.read_only:
                 relay = _progress_relay(p.call.call_id, on_progress)
+            if children is not None and children.handles(p.call.call_id):
+                result = await children.run(p, stop, relay)
+                result.call_id, result.name = p.call.call_id, p.call.name
+                if not children.withholds(p.call.call_id):
+                    on_result(result)
+                return result
             call = asyncio.ensure_future(_execute_regaining(peers, tenant, request, relay, regain_sandbox))
             stopped = asyncio.ensure_future(stop.wait())
             try:

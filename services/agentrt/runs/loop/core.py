@@ -55,11 +55,13 @@ class Interrupted(Exception):
 #: right after the save that records a model response; after a turn's session batch is
 #: written and before the save point records it; after a compaction summary is logged and
 #: before its checkpoint is appended; after a guardrail's tripwire is recorded and before
-#: the run's failure is.
+#: the run's failure is; after a child run was resumed by ResumeRun and before its parent's
+#: view of it is refreshed (agents as tools: the lease loop repairs the parent).
 CRASH_POINTS = (
     "after_model_responded",
     "after_session_write",
     "after_compaction_summary",
+    "after_child_resumed",
     "after_guardrail_tripped",
 )
 
@@ -93,7 +95,9 @@ class Deps:
     """What every executor shares: storage, peers, the event hub and run-level settings.
 
     `crash` is called at each of CRASH_POINTS (a no-op unless a crash test asked for it);
-    `metrics` are the replica's run series (its server's registry; a private one by default).
+    `metrics` are the replica's run series (its server's registry; a private one by default);
+    `children` is the manager's side of agent tools (runs/loop/child_phase.ChildHost: spawn a
+    child run here, cancel one), set by the RunManager.
     """
 
     store: RunStore
@@ -105,6 +109,7 @@ class Deps:
     metrics: RunMetrics = field(default_factory=RunMetrics)
     #: Sandboxes of ended runs whose release failed; the manager retries them (runs/sandboxes.py).
     releases: sandboxes.Releases = field(default_factory=sandboxes.Releases)
+    children: Any = None
 
 
 def b64(msg: Any) -> str:

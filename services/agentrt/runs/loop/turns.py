@@ -25,7 +25,14 @@ from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
 from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
 from agentrt.runs.domain import Answers
-from agentrt.runs.loop import disclosure_phase, guardrail_checks, handoff_phase, reconcile, structured_phase
+from agentrt.runs.loop import (
+    child_phase,
+    disclosure_phase,
+    guardrail_checks,
+    handoff_phase,
+    reconcile,
+    structured_phase,
+)
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
 from agentrt.runs.loop.core import Interrupted, b64
@@ -225,6 +232,7 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
         except (RunFailed, MeshError) as err:
             # nothing ran: the runtime's answers are shown at once (no tool_output verdict)
             return self._sandbox_lost(turn, planned, err, lambda res: on_result(res, handoff_calls))
+        children = await child_phase.start(self, planned)  # agent tools: child runs (004 §2.8)
         batch = await self._watch(
             execute_calls(
                 planned,
@@ -242,12 +250,17 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
                 ),
                 stop=(stop := BatchStop()),
                 attempts={p.call.call_id: r.attempt_of(p.call.call_id) for p in planned},
+                children=children,
             ),
             stop,
         )
         calls = [p.call for p in planned]
         if not batch.killed:
             pending = reconcile.waiting(calls, batch.results, specs, r.answers)
+            if children is not None and children.suspended:  # the parent waits too (004 §2.2 step 6)
+                kept = [p for p in pending if not children.withholds(p.call.call_id)]
+                await child_phase.suspend(self, turn, children, kept)
+                return None
             if pending:
                 await self._suspend(turn, pending, pb.SUSPENSION_REASON_RECONCILIATION)
                 return None
@@ -260,10 +273,14 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
                 )
         killed = bool(batch.killed)
         batch.results = await self._guard_tool_outputs(turn, planned, batch.results, killed=killed)
+        usage, nested = child_phase.fold(r.usage, r.state, batch.results)  # 004 §2.7f nested usage
+        if nested:
+            self._defer_state(**nested)
         self._defer(
             "tools_finished",
             {"turn": turn, "results": [b64(x) for x in batch.results]},
             tool_calls=r.tool_calls + sum(1 for p in planned if p.runs),
+            usage=usage,
         )
         return batch
 

@@ -58,7 +58,8 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
     """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
 
     Honored today, so not refused: handoffs (runs/loop/handoff_phase.py), guardrails
-    (runs/loop/guardrail_phase.py),
+    (runs/loop/guardrail_phase.py), agent tools (`AgentTool.agent_name`: child runs,
+    runs/loop/child_phase.py),
     AgentTool.sequential, `deferred`, error handlers (fail or fallback),
     `final_turn_without_tools`, `terminates_run`, every output_strategy (the final-output tool,
     runs/loop/structured_phase.py), `sandbox` (runs/sandboxes.py).
@@ -67,10 +68,9 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
         MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET; metadata `field` names the first such
             field.
     """
-    for i, tool in enumerate(spec.tools):
-        where = f"{field}.tools[{i}]"
-        if tool.agent_name:
-            raise _not_yet("agents as tools", f"{where}.agent_name")
+    # Every field of the turn contract is honored today: nothing to refuse. A field added to
+    # the contract before the loop honors it is refused here (with `_not_yet`).
+    del spec, field
 
 
 def refuse_unwired_start(req: pb.StartRunRequest) -> None:
@@ -159,7 +159,7 @@ async def check_start(req: pb.StartRunRequest, lookup: AgentLookup) -> None:
         spec = req.agent
     if spec is None:
         return  # the manager refuses the request itself
-    if uses_contract(spec) or spec.handoffs or spec.handoff_targets:
+    if uses_contract(spec) or spec.handoffs or spec.handoff_targets or any(t.agent_name for t in spec.tools):
         validate_agent(spec, require_name=bool(req.agent_name), field=field, refuse=False)
         await check_references(spec, lookup, field)
         refuse_unwired(spec, field)

@@ -135,7 +135,8 @@ export type AgentTool = Message<"agentrt.v1.AgentTool"> & {
    * tool name the model sees; the tool takes {"input": string}, the child run's input.
    * `spec` and `command_policy` must be unset. "" = a catalog or client-declared tool.
    * The agent must be registered when the run starts (INVALID_ARGUMENT/UNKNOWN_AGENT).
-   * Not yet honored.
+   * Honored: the child's final output is the call's result (a failed child's is an error
+   * result), its usage the result's nested_usage; an approval inside it suspends this run too.
    *
    * @generated from field: string agent_name = 20;
    */
