@@ -1,0 +1,412 @@
+"""The model-call journal: a keyed model call reaches the provider once (docs/decisions/0099).
+
+A Generate or StreamGenerate whose request carries an `idempotency_key` goes through
+`CallJournal`; one without a key goes straight to `ModelGateway` as before. For a keyed
+call, per (tenant, key):
+
+1. The request is checked as a call would check it (nothing is recorded for a bad one)
+   and fingerprinted (SHA-256 of its deterministic bytes without the key, the tenant and
+   max_queue_wait).
+2. In this process, calls of one key share one *flight*: a task, detached from every
+   caller, that owns the key's work. A caller joins the flight and follows it; a caller
+   that goes away (cancel, deadline, its runs replica killed) leaves the flight running.
+3. The flight claims the key in the store. Claimed: it asks the provider, renewing its
+   lease every third of the lease while the call runs, records the answer (DONE) and only
+   then hands it to its callers, so a caller that saw an answer can always have it
+   replayed. A provider error releases the claim (nothing was answered; the next call
+   asks again) and reaches every caller of the flight.
+4. Not claimed: the key's row says DONE (the answer is replayed: for a stream, deltas
+   synthesized from the recorded response, then the final) or PENDING on a live holder
+   (another replica, or an earlier process): the flight polls the row (50 ms doubling to
+   1 s) until it is DONE, or until the holder's lease has ended, when exactly one waiter
+   takes the call over (compare-and-set on the dead holder) and asks again, once per
+   dead holder.
+5. A key whose fingerprint differs is INVALID_ARGUMENT/IDEMPOTENCY_KEY_REUSED. A store
+   that fails at the claim fails the call UNAVAILABLE/DEPENDENCY_UNAVAILABLE (nothing was
+   asked); a store that fails at the record leaves the answer unrecorded (the callers
+   still get it; a repeat after the lease asks again), logged.
+6. Rows older than the retention (`ttl_s`) are swept at most once a minute.
+
+Only the first caller of a flight that asked the provider gets `replayed=False`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import suppress
+
+from agentrt.core.errors import MeshError, Reason, Status, invalid, quote
+from agentrt.gateway.gateway import ModelGateway
+from agentrt.gateway.journal.store import JournalStore, State
+from agentrt.v1 import common_pb2 as c
+from agentrt.v1 import gateway_service_pb2 as g
+
+log = logging.getLogger("agentrt.gateway.journal")
+
+#: The holder's lease on a key while its provider call runs, seconds.
+DEFAULT_LEASE_SECONDS = 10.0
+#: How long a finished call's answer is kept for a repeat, seconds.
+DEFAULT_TTL_SECONDS = 3600.0
+POLL_MIN_SECONDS = 0.05
+POLL_MAX_SECONDS = 1.0
+SWEEP_INTERVAL_SECONDS = 60.0
+
+Key = tuple[str, str]
+
+
+def fingerprint(request: g.ModelRequest) -> str:
+    """Return the hex SHA-256 of request without its key, tenant and max_queue_wait."""
+    copy = g.ModelRequest()
+    copy.CopyFrom(request)
+    copy.idempotency_key = ""
+    copy.tenant = ""
+    copy.ClearField("max_queue_wait")
+    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
+
+
+def replay_items(response: c.ModelResponse) -> list[g.StreamGenerateResponse]:
+    """Return the deltas a stream of response would have carried, in block order (no final)."""
+    items: list[g.StreamGenerateResponse] = []
+    calls = 0
+    for block in response.content:
+        kind = block.WhichOneof("block")
+        if kind == "text" and block.text.text:
+            items.append(g.StreamGenerateResponse(text_delta=block.text.text))
+        elif kind == "thinking" and block.thinking.text:
+            items.append(g.StreamGenerateResponse(thinking_delta=block.thinking.text))
+        elif kind == "tool_use":
+            delta = g.ToolCallDelta(
+                index=calls, name=block.tool_use.name, arguments_delta=block.tool_use.arguments
+            )
+            items.append(g.StreamGenerateResponse(tool_call_delta=delta))
+            calls += 1
+    return items
+
+
+def _reused(key: str) -> MeshError:
+    return invalid(
+        Reason.IDEMPOTENCY_KEY_REUSED,
+        f"idempotency_key {quote(key)} was used by another model request; use a new key for a new call",
+        field="idempotency_key",
+    )
+
+
+class _Flight:
+    """One key's work in this process, and what its callers follow."""
+
+    def __init__(self, fp: str, streamed: bool) -> None:
+        self.fingerprint = fp
+        self.streamed = streamed  # ask with StreamGenerate (live deltas) rather than Generate
+        self.deltas: list[g.StreamGenerateResponse] = []
+        self.final: g.GenerateResponse | None = None
+        self.error: BaseException | None = None
+        self.replayed = False
+        self.asking = False
+        self.subscribers = 0
+        self.task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    @property
+    def done(self) -> bool:
+        return self.final is not None or self.error is not None
+
+    def _changed(self) -> None:
+        wake, self._wake = self._wake, asyncio.Event()
+        wake.set()
+
+    def push(self, item: g.StreamGenerateResponse) -> None:
+        self.deltas.append(item)
+        self._changed()
+
+    def finish(self, final: g.GenerateResponse, replayed: bool) -> None:
+        if not self.deltas:  # asked with Generate, or answered from the journal
+            self.deltas = replay_items(final.response)
+        self.final, self.replayed = final, replayed
+        self._changed()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.error = error
+            self._changed()
+
+    def answer(self, origin: bool) -> g.GenerateResponse:
+        assert self.final is not None
+        out = g.GenerateResponse()
+        out.CopyFrom(self.final)
+        out.replayed = self.replayed or not origin
+        return out
+
+    async def wait(self) -> None:
+        while not self.done:
+            await self._wake.wait()
+        if self.error is not None:
+            raise self.error
+
+    async def follow(self, origin: bool) -> AsyncIterator[g.StreamGenerateResponse]:
+        sent = 0
+        while True:
+            wake = self._wake
+            while sent < len(self.deltas):
+                yield self.deltas[sent]
+                sent += 1
+            if self.error is not None:
+                raise self.error
+            if self.final is not None and sent == len(self.deltas):
+                yield g.StreamGenerateResponse(final=self.answer(origin))
+                return
+            if sent == len(self.deltas):
+                await wake.wait()
+
+
+class CallJournal:
+    """Generate / StreamGenerate through the model-call journal (see the module docstring)."""
+
+    def __init__(
+        self,
+        gateway: ModelGateway,
+        store: JournalStore,
+        *,
+        lease_s: float = DEFAULT_LEASE_SECONDS,
+        ttl_s: float = DEFAULT_TTL_SECONDS,
+        holder: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Journal gateway's keyed calls in store.
+
+        Args:
+            gateway: asks the providers.
+            store: the journal rows (memory, or SQL shared by every replica).
+            lease_s: a holder's lease on a key while it asks, seconds (renewed every third).
+            ttl_s: retention of a row after its first claim, seconds.
+            holder: this process's holder id ("" = host:pid:random, unique per process).
+            clock: epoch seconds (the store compares leases across replicas).
+        """
+        self._gateway = gateway
+        self._store = store
+        self._lease = lease_s
+        self._ttl = ttl_s
+        self._clock = clock
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._flights: dict[Key, _Flight] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last_sweep = 0.0
+
+    async def prepare(self) -> None:
+        """Prepare the store (migrations); see JournalStore.prepare."""
+        await self._store.prepare()
+
+    async def close(self) -> None:
+        """Stop the flights still running (their claims are released) and close the store."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._store.close()
+
+    async def generate(
+        self, request: g.ModelRequest, time_remaining: float | None = None
+    ) -> g.GenerateResponse:
+        """ModelGateway.generate, journaled when the request has an idempotency key.
+
+        Raises:
+            MeshError: ModelGateway.generate's errors; INVALID_ARGUMENT/INVALID_VALUE (a bad
+                key), INVALID_ARGUMENT/IDEMPOTENCY_KEY_REUSED, UNAVAILABLE/DEPENDENCY_UNAVAILABLE
+                (the journal's store failed before anything was asked).
+        """
+        if not request.idempotency_key:
+            return await self._gateway.generate(request, time_remaining)
+        key, flight, origin = self._join(request, time_remaining, streamed=False)
+        try:
+            await flight.wait()
+            return flight.answer(origin)
+        finally:
+            self._leave(key, flight)
+
+    def stream(
+        self, request: g.ModelRequest, time_remaining: float | None = None
+    ) -> AsyncIterator[g.StreamGenerateResponse]:
+        """ModelGateway.stream, journaled when the request has an idempotency key.
+
+        A journaled stream carries the flight's deltas (live, or synthesized from the
+        recorded answer), then exactly one final. Raises as `generate`.
+        """
+        if not request.idempotency_key:
+            return self._gateway.stream(request, time_remaining)
+        return self._stream(request, time_remaining)
+
+    async def _stream(
+        self, request: g.ModelRequest, time_remaining: float | None
+    ) -> AsyncIterator[g.StreamGenerateResponse]:
+        key, flight, origin = self._join(request, time_remaining, streamed=True)
+        try:
+            async for item in flight.follow(origin):
+                yield item
+        finally:
+            self._leave(key, flight)
+
+    def _join(
+        self, request: g.ModelRequest, time_remaining: float | None, streamed: bool
+    ) -> tuple[Key, _Flight, bool]:
+        self._gateway.check(request)
+        fp = fingerprint(request)
+        key = (request.tenant, request.idempotency_key)
+        flight = self._flights.get(key)
+        if flight is not None:
+            if flight.fingerprint != fp:
+                raise _reused(request.idempotency_key)
+            flight.subscribers += 1
+            return key, flight, False
+        flight = _Flight(fp, streamed)
+        flight.subscribers = 1
+        self._flights[key] = flight
+        copy = g.ModelRequest()
+        copy.CopyFrom(request)
+        deadline = None if time_remaining is None else time.monotonic() + time_remaining
+        flight.task = asyncio.create_task(self._run(key, flight, copy, deadline))
+        self._tasks.add(flight.task)
+        flight.task.add_done_callback(self._tasks.discard)
+        return key, flight, True
+
+    def _leave(self, key: Key, flight: _Flight) -> None:
+        flight.subscribers -= 1
+        if flight.subscribers == 0 and not flight.asking and not flight.done and flight.task is not None:
+            flight.task.cancel()  # only waiting for another holder: nobody to wait for
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+
+    async def _run(self, key: Key, flight: _Flight, request: g.ModelRequest, deadline: float | None) -> None:
+        tenant, name = key
+        try:
+            self._maybe_sweep()
+            poll = POLL_MIN_SECONDS
+            while True:
+                now = self._clock()
+                try:
+                    row, claimed = await self._store.claim(
+                        tenant, name, flight.fingerprint, self.holder, now, now + self._lease
+                    )
+                except Exception as exc:  # noqa: BLE001 - any store failure is the same answer
+                    log.warning("model-call journal unavailable at claim of %r: %s", name, exc)
+                    flight.fail(
+                        MeshError(
+                            Status.UNAVAILABLE,
+                            Reason.DEPENDENCY_UNAVAILABLE,
+                            "the gateway's model-call journal is unavailable; nothing was asked",
+                        )
+                    )
+                    return
+                if claimed:
+                    await self._ask(key, flight, request, deadline)
+                    return
+                if row.fingerprint != flight.fingerprint:
+                    flight.fail(_reused(name))
+                    return
+                if row.state == State.DONE:
+                    flight.finish(g.GenerateResponse.FromString(row.response), replayed=True)
+                    return
+                if row.lease_until_s < now:
+                    if await self._store.take_over(
+                        tenant, name, row.holder, self.holder, now, now + self._lease
+                    ):
+                        log.warning(
+                            "model call %r: its holder %s stopped renewing; asking again (takeover %d)",
+                            name,
+                            row.holder,
+                            row.takeovers + 1,
+                        )
+                        await self._ask(key, flight, request, deadline)
+                        return
+                    continue
+                await asyncio.sleep(poll)
+                poll = min(poll * 2, POLL_MAX_SECONDS)
+        except asyncio.CancelledError:
+            flight.fail(MeshError(Status.CANCELLED, Reason.INTERNAL, "the gateway stopped the call"))
+            raise
+        except Exception as exc:  # noqa: BLE001 - reaches the callers, who answer INTERNAL
+            log.exception("model call %r failed in the journal", name)
+            flight.fail(exc)
+        finally:
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+
+    async def _ask(self, key: Key, flight: _Flight, request: g.ModelRequest, deadline: float | None) -> None:
+        """Ask the provider as the key's holder; record the answer, then hand it over."""
+        tenant, name = key
+        flight.asking = True
+        renewer = asyncio.create_task(self._renew(key))
+        left = None if deadline is None else max(0.001, deadline - time.monotonic())
+        final: g.GenerateResponse | None = None
+        try:
+            if flight.streamed:
+                async for item in self._gateway.stream(request, left):
+                    if item.WhichOneof("event") == "final":
+                        final = item.final
+                        break
+                    flight.push(item)
+            else:
+                final = await self._gateway.generate(request, left)
+        except BaseException as exc:
+            renewer.cancel()
+            # Nothing answered: the next call with the key asks again (now, not after the lease).
+            with suppress(Exception):
+                await asyncio.shield(self._store.release(tenant, name, self.holder))
+            flight.fail(exc)
+            if not isinstance(exc, Exception):
+                raise  # cancelled: the gateway is closing
+            return
+        renewer.cancel()
+        if final is None:
+            flight.fail(
+                MeshError(
+                    Status.UNAVAILABLE,
+                    Reason.PROVIDER_UNAVAILABLE,
+                    "the model stream ended without a response",
+                )
+            )
+            with suppress(Exception):
+                await self._store.release(tenant, name, self.holder)
+            return
+        replayed = False
+        try:
+            stored = await self._store.finish(tenant, name, final.SerializeToString(), self._clock())
+            if stored != final.SerializeToString():
+                final, replayed = g.GenerateResponse.FromString(stored), True  # a takeover answered first
+        except Exception as exc:  # noqa: BLE001 - the answer still reaches its callers
+            log.warning("model call %r answered but not journaled: %s", name, exc)
+        flight.finish(final, replayed=replayed)
+
+    async def _renew(self, key: Key) -> None:
+        tenant, name = key
+        while True:
+            await asyncio.sleep(self._lease / 3)
+            try:
+                if not await self._store.renew(tenant, name, self.holder, self._clock() + self._lease):
+                    log.warning("model call %r: this gateway's lease was taken over; answering anyway", name)
+                    return
+            except Exception as exc:  # noqa: BLE001 - the next renewal tries again
+                log.warning("model call %r: lease renewal failed: %s", name, exc)
+
+    def _maybe_sweep(self) -> None:
+        now = self._clock()
+        if now - self._last_sweep < SWEEP_INTERVAL_SECONDS:
+            return
+        self._last_sweep = now
+
+        async def sweep() -> None:
+            try:
+                gone = await self._store.sweep(now, self._ttl)
+                if gone:
+                    log.info("model-call journal: %d row(s) past retention removed", gone)
+            except Exception as exc:  # noqa: BLE001 - the next sweep tries again
+                log.warning("model-call journal sweep failed: %s", exc)
+
+        task = asyncio.create_task(sweep())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
