@@ -10,7 +10,10 @@ and no call without its result, the run completes, and the client following the 
 the crash (reconnecting from its last seq) never sees a seq come back as another event.
 
 Then: a client connected while runs dies mid model stream, during tools and after a save
-point gets every event once or an explicit gap; and the tools service killed mid-command
+point gets every event once or an explicit gap, and the provider is asked each request once
+(the gateway's model-call journal answers the new owner's repeat); a gateway killed mid-call
+has that call asked again exactly once, by the next gateway after the dead one's journal
+lease, and the run completes; and the tools service killed mid-command
 makes the run suspend for a reconciliation, after which "run it again" runs the command
 exactly once more.
 """
@@ -213,6 +216,54 @@ async def test_a_subscriber_across_a_kill_sees_every_event_once_or_a_gap(
     for gap in follower.gaps:
         assert gap.next > gap.last_good and gap.dropped > 0
     assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+    # killed mid model stream too, the provider was asked each request once: the gateway
+    # finished the dead replica's call and journaled it; the new owner's repeat was replayed
+    asked = _requests_of(chaos.emu, cell)
+    assert len(asked) == 2 and len(set(asked)) == 2, f"model requests of {cell}: {len(asked)}"
+
+
+async def test_a_gateway_killed_mid_call_has_the_call_asked_again_once(chaos: ChaosMesh, tmp_path):
+    cell = "gatewaykill"
+    chaos.emu.responder.slow.add(cell)
+    a = chaos.replicas["a"]
+    workspace = tmp_path / "ws"
+    started = await _start(a.address, cell, workspace, approval=False)
+    follower = Follower(started.run_id)
+    await follower.follow(a.address, until="model_delta")  # the gateway is streaming the call
+    gateway = chaos.mesh.addresses["gateway"]
+    chaos.kill(Replica("gateway", gateway, None, chaos.gateway_pid))
+    killed_at = len(_requests_of(chaos.emu, cell))
+    chaos.gateway_pid = chaos.spawn("gateway", "gateway-2", int(gateway.rsplit(":", 1)[1])).pid
+    await follower.to_the_end([a.address])
+    run = await _get_run([a.address], started.run_id)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    asked = _requests_of(chaos.emu, cell)
+    # the dead gateway's call, asked again once by the new gateway after its lease; then turn 2
+    assert killed_at == 1 and len(asked) == 3 and asked[0] == asked[1] and asked[2] != asked[0], asked
+    assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+    check_session(await session_entries(chaos.sessions, started.session_id))
+    takeovers = await _journal_takeovers(chaos, started.run_id)
+    assert takeovers == [1, 0], takeovers  # turn 1 taken over from the dead holder once; turn 2 not
+
+
+async def _journal_takeovers(chaos: ChaosMesh, run_id: str) -> list[int]:
+    from sqlalchemy import text
+
+    from agentrt.mesh.db import Database
+
+    db = Database(chaos.env["AGENTRT_GATEWAY_DB"])
+    try:
+        async with db.read() as conn:
+            rows = await conn.execute(
+                text(
+                    "SELECT call_key, takeovers FROM gateway_model_calls "
+                    "WHERE call_key LIKE :k ORDER BY call_key"
+                ),
+                {"k": f"{run_id}/turn-%"},
+            )
+            return [int(t) for _, t in rows.all()]
+    finally:
+        await db.close()
 
 
 async def test_tools_killed_mid_command_suspends_for_reconciliation_then_runs_once_more(

@@ -4,7 +4,8 @@ What it owns (records.py holds the decoded shapes it returns):
 - `save()`: the save point. In ONE transaction it updates the run row (guarded by the
   fencing token of the lease and/or the expected status), appends run-log entries and
   inserts events. A guard that no longer holds rolls everything back and returns None:
-  the caller lost the lease or the race, and must not act.
+  the caller lost the lease or the race, and must not act. A transient database failure
+  is retried, exactly once in effect (runs/save_retry.py).
 - leases: acquire (expired or free), renew, release; a takeover scan for RUNNING runs
   whose lease expired.
 - event replay by run (seq) and by session (session_seq).
@@ -37,6 +38,7 @@ from agentrt.mesh.db import Database
 from agentrt.runs import migrate
 from agentrt.runs.models import AgentRow, RunEventRow, RunLogRow, RunRow
 from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, decode, encode
+from agentrt.runs.save_retry import save_with_retries
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -226,7 +228,8 @@ class RunStore:
             The events numbered here (possibly []), or None when a guard failed (nothing written).
         """
         values = dict(encode(k, v) for k, v in (changes or {}).items())
-        values["update_time_s"] = time.time()
+        # Also this save's mark: after a COMMIT whose answer was lost, the row says whether it landed.
+        values["update_time_s"] = marker = time.time()
         cond = [RunRow.run_id == run_id]
         if token is not None:
             cond.append(RunRow.fencing_token == token)
@@ -234,7 +237,11 @@ class RunStore:
             cond.append(RunRow.status.in_(list(expect_status)))
         log = list(log)
 
+        reached_commit = False
+
         def transaction(conn: Connection) -> list[StoredEvent]:
+            nonlocal reached_commit
+            reached_commit = False
             result = conn.execute(update(RunRow).where(and_(*cond)).values(**values))
             if result.rowcount == 0:
                 raise _GuardFailed()
@@ -261,12 +268,22 @@ class RunStore:
                 stored = _number_events(conn, run_id, session[0], session[1], new_events)
                 conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
             _notify(conn, self.replica, [*events, *stored])
+            reached_commit = True
             return stored
 
         # The whole save point runs as one transaction on the database's own thread
-        # (mesh.db write_sync): the hot path of every turn.
+        # (mesh.db write_sync): the hot path of every turn. A transient failure (a lost
+        # connection, a serialization failure, a deadlock) is retried (runs/save_retry.py);
+        # a guard that fails is an answer, never retried.
         try:
-            return await self.db.write_sync(transaction)
+            return await save_with_retries(
+                self,
+                run_id,
+                lambda: self.db.write_sync(transaction),
+                lambda: reached_commit,
+                marker,
+                len(new_events),
+            )
         except _GuardFailed:
             return None
 
