@@ -264,3 +264,25 @@ def test_config_refuses_a_bad_journal_url_or_lease(emu):
         replace(emulator_config(emu), journal_lease_seconds=0)
     with pytest.raises(ValueError, match="TTL"):
         replace(emulator_config(emu), journal_ttl_seconds=1.0)
+
+
+async def test_concurrent_calls_on_one_replica_share_one_provider_call(start_server, emu, journal_url):
+    (gw,), channels = await open_gateways(start_server, emu, journal_url)
+    emu.script([Reply(text="shared", chunk_chars=2, event_delay=0.02, reply_delay=0.3)])
+    request = keyed()
+    answers = await asyncio.gather(
+        gw.Generate(pb.GenerateRequest(request=request)),
+        gw.Generate(pb.GenerateRequest(request=request)),
+        _final_of(gw.StreamGenerate(pb.StreamGenerateRequest(request=request))),
+    )
+    assert asked(emu) == 1
+    assert len({a.response.SerializeToString() for a in answers}) == 1
+    assert sorted(a.replayed for a in answers) == [False, True, True]
+    for ch in channels:
+        await ch.close()
+
+
+async def _final_of(call) -> pb.GenerateResponse:  # type: ignore[no-untyped-def]
+    items = [i async for i in call]
+    assert "".join(i.text_delta for i in items) == "shared"
+    return items[-1].final

@@ -1,13 +1,15 @@
 """The gateway's model-call journal (docs/decisions/0099): keyed calls reach a provider once.
 
-`CallJournal` (calls.py) routes keyed Generate/StreamGenerate calls through a `JournalStore`:
-`MemoryJournalStore` (store.py: this process only) or `SqlJournalStore` (sql.py: SQLite or
-PostgreSQL, shared by every replica). `build_store(url)` picks one from a URL.
+`CallJournal` (calls.py) routes keyed Generate/StreamGenerate calls, one `Flight` (flight.py)
+per key in a process, through a `JournalStore`: `MemoryJournalStore` (store.py: this process
+only) or `SqlJournalStore` (sql.py: SQLite or PostgreSQL, shared by every replica).
+`build_store(url)` picks one from a URL.
 """
 
 from __future__ import annotations
 
-from agentrt.gateway.journal.calls import CallJournal, fingerprint, replay_items
+from agentrt.gateway.journal.calls import CallJournal
+from agentrt.gateway.journal.flight import fingerprint, replay_items
 from agentrt.gateway.journal.store import JournalStore, MemoryJournalStore, Row, State
 
 #: The journal URL that keeps the journal in the process (no shared store).

@@ -33,7 +33,6 @@ Only the first caller of a flight that asked the provider gets `replayed=False`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import socket
@@ -42,10 +41,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
 
-from agentrt.core.errors import MeshError, Reason, Status, invalid, quote
+from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.gateway.gateway import ModelGateway
+from agentrt.gateway.journal.flight import Flight, fingerprint, reused
 from agentrt.gateway.journal.store import JournalStore, State
-from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 
 log = logging.getLogger("agentrt.gateway.journal")
@@ -59,110 +58,6 @@ POLL_MAX_SECONDS = 1.0
 SWEEP_INTERVAL_SECONDS = 60.0
 
 Key = tuple[str, str]
-
-
-def fingerprint(request: g.ModelRequest) -> str:
-    """Return the hex SHA-256 of request without its key, tenant and max_queue_wait."""
-    copy = g.ModelRequest()
-    copy.CopyFrom(request)
-    copy.idempotency_key = ""
-    copy.tenant = ""
-    copy.ClearField("max_queue_wait")
-    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
-
-
-def replay_items(response: c.ModelResponse) -> list[g.StreamGenerateResponse]:
-    """Return the deltas a stream of response would have carried, in block order (no final)."""
-    items: list[g.StreamGenerateResponse] = []
-    calls = 0
-    for block in response.content:
-        kind = block.WhichOneof("block")
-        if kind == "text" and block.text.text:
-            items.append(g.StreamGenerateResponse(text_delta=block.text.text))
-        elif kind == "thinking" and block.thinking.text:
-            items.append(g.StreamGenerateResponse(thinking_delta=block.thinking.text))
-        elif kind == "tool_use":
-            delta = g.ToolCallDelta(
-                index=calls, name=block.tool_use.name, arguments_delta=block.tool_use.arguments
-            )
-            items.append(g.StreamGenerateResponse(tool_call_delta=delta))
-            calls += 1
-    return items
-
-
-def _reused(key: str) -> MeshError:
-    return invalid(
-        Reason.IDEMPOTENCY_KEY_REUSED,
-        f"idempotency_key {quote(key)} was used by another model request; use a new key for a new call",
-        field="idempotency_key",
-    )
-
-
-class _Flight:
-    """One key's work in this process, and what its callers follow."""
-
-    def __init__(self, fp: str, streamed: bool) -> None:
-        self.fingerprint = fp
-        self.streamed = streamed  # ask with StreamGenerate (live deltas) rather than Generate
-        self.deltas: list[g.StreamGenerateResponse] = []
-        self.final: g.GenerateResponse | None = None
-        self.error: BaseException | None = None
-        self.replayed = False
-        self.asking = False
-        self.subscribers = 0
-        self.task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-
-    @property
-    def done(self) -> bool:
-        return self.final is not None or self.error is not None
-
-    def _changed(self) -> None:
-        wake, self._wake = self._wake, asyncio.Event()
-        wake.set()
-
-    def push(self, item: g.StreamGenerateResponse) -> None:
-        self.deltas.append(item)
-        self._changed()
-
-    def finish(self, final: g.GenerateResponse, replayed: bool) -> None:
-        if not self.deltas:  # asked with Generate, or answered from the journal
-            self.deltas = replay_items(final.response)
-        self.final, self.replayed = final, replayed
-        self._changed()
-
-    def fail(self, error: BaseException) -> None:
-        if not self.done:
-            self.error = error
-            self._changed()
-
-    def answer(self, origin: bool) -> g.GenerateResponse:
-        assert self.final is not None
-        out = g.GenerateResponse()
-        out.CopyFrom(self.final)
-        out.replayed = self.replayed or not origin
-        return out
-
-    async def wait(self) -> None:
-        while not self.done:
-            await self._wake.wait()
-        if self.error is not None:
-            raise self.error
-
-    async def follow(self, origin: bool) -> AsyncIterator[g.StreamGenerateResponse]:
-        sent = 0
-        while True:
-            wake = self._wake
-            while sent < len(self.deltas):
-                yield self.deltas[sent]
-                sent += 1
-            if self.error is not None:
-                raise self.error
-            if self.final is not None and sent == len(self.deltas):
-                yield g.StreamGenerateResponse(final=self.answer(origin))
-                return
-            if sent == len(self.deltas):
-                await wake.wait()
 
 
 class CallJournal:
@@ -194,7 +89,7 @@ class CallJournal:
         self._ttl = ttl_s
         self._clock = clock
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._flights: dict[Key, _Flight] = {}
+        self._flights: dict[Key, Flight] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_sweep = 0.0
 
@@ -253,17 +148,17 @@ class CallJournal:
 
     def _join(
         self, request: g.ModelRequest, time_remaining: float | None, streamed: bool
-    ) -> tuple[Key, _Flight, bool]:
+    ) -> tuple[Key, Flight, bool]:
         self._gateway.check(request)
         fp = fingerprint(request)
         key = (request.tenant, request.idempotency_key)
         flight = self._flights.get(key)
         if flight is not None:
             if flight.fingerprint != fp:
-                raise _reused(request.idempotency_key)
+                raise reused(request.idempotency_key)
             flight.subscribers += 1
             return key, flight, False
-        flight = _Flight(fp, streamed)
+        flight = Flight(fp, streamed)
         flight.subscribers = 1
         self._flights[key] = flight
         copy = g.ModelRequest()
@@ -274,14 +169,14 @@ class CallJournal:
         flight.task.add_done_callback(self._tasks.discard)
         return key, flight, True
 
-    def _leave(self, key: Key, flight: _Flight) -> None:
+    def _leave(self, key: Key, flight: Flight) -> None:
         flight.subscribers -= 1
         if flight.subscribers == 0 and not flight.asking and not flight.done and flight.task is not None:
             flight.task.cancel()  # only waiting for another holder: nobody to wait for
             if self._flights.get(key) is flight:
                 del self._flights[key]
 
-    async def _run(self, key: Key, flight: _Flight, request: g.ModelRequest, deadline: float | None) -> None:
+    async def _run(self, key: Key, flight: Flight, request: g.ModelRequest, deadline: float | None) -> None:
         tenant, name = key
         try:
             self._maybe_sweep()
@@ -306,7 +201,7 @@ class CallJournal:
                     await self._ask(key, flight, request, deadline)
                     return
                 if row.fingerprint != flight.fingerprint:
-                    flight.fail(_reused(name))
+                    flight.fail(reused(name))
                     return
                 if row.state == State.DONE:
                     flight.finish(g.GenerateResponse.FromString(row.response), replayed=True)
@@ -336,7 +231,7 @@ class CallJournal:
             if self._flights.get(key) is flight:
                 del self._flights[key]
 
-    async def _ask(self, key: Key, flight: _Flight, request: g.ModelRequest, deadline: float | None) -> None:
+    async def _ask(self, key: Key, flight: Flight, request: g.ModelRequest, deadline: float | None) -> None:
         """Ask the provider as the key's holder; record the answer, then hand it over."""
         tenant, name = key
         flight.asking = True
