@@ -7,10 +7,11 @@ What it owns (records.py holds the decoded shapes it returns):
   the caller lost the lease or the race, and must not act. A transient database failure
   is retried, exactly once in effect (runs/save_retry.py).
 - leases: acquire (expired or free), renew, release; a takeover scan for RUNNING runs
-  whose lease expired.
+  whose lease expired (runs/lease_store.py, which RunStore inherits).
 - event replay by run (seq) and by session (session_seq).
 - on PostgreSQL, every transaction that inserts events also sends one NOTIFY on
-  `EVENTS_CHANNEL` (delivered at commit, so a woken subscriber finds the events stored):
+  `EVENTS_CHANNEL` (runs/event_rows.py: numbering, rows, the notification; delivered at
+  commit, so a woken subscriber finds the events stored):
   how subscribers on other replicas learn of them (runs/notify.py, decision 0011).
 
 Events passed to `save()` either carry their seqs (the owning executor numbers them
@@ -30,27 +31,34 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, text, update
+from sqlalchemy import Connection, and_, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.mesh.db import Database
 from agentrt.runs import migrate
+from agentrt.runs.event_rows import (
+    EVENTS_CHANNEL,
+    event_values,
+    heads_of,
+    insert_events,
+    notify_events,
+    number_events,
+    session_head_of,
+    stored_of,
+)
+from agentrt.runs.lease_store import LeaseRows, lease_overlaps
 from agentrt.runs.models import AgentRow, RunEventRow, RunLogRow, RunRow
 from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, decode, encode
 from agentrt.runs.save_retry import save_with_retries
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
-#: The PostgreSQL notification channel carrying "events were written" (runs/notify.py).
-EVENTS_CHANNEL = "agentrt_run_events"
-
 
 class _GuardFailed(Exception):
     """Raised inside a transaction to roll it back when a guard no longer holds."""
 
 
-class RunStore:
+class RunStore(LeaseRows):
     """The runs database (see the module docstring)."""
 
     def __init__(self, db: Database, replica: str = "") -> None:
@@ -171,8 +179,8 @@ class RunStore:
                         record.lease_owner,
                     ),  # fmt: skip
                 )
-                stored = await _insert_events(conn, record.run_id, record.tenant, record.session_id, events)
-                await conn.run_sync(_notify, self.replica, stored)
+                stored = await insert_events(conn, record.run_id, record.tenant, record.session_id, events)
+                await conn.run_sync(notify_events, self.replica, stored)
         except IntegrityError:
             if record.idempotency_key:
                 existing = await self.find_idempotent(record.tenant, record.idempotency_key)
@@ -261,13 +269,13 @@ class RunStore:
                 conn.execute(insert(RunLogRow), _log_rows(run_id, last, log, held[0], held[1]))
             if events:
                 # One executemany statement: a save point carries a turn's events.
-                conn.execute(insert(RunEventRow), [_event_values(ev) for ev in events])
+                conn.execute(insert(RunEventRow), [event_values(ev) for ev in events])
             stored: list[StoredEvent] = []
             if new_events:
                 assert session is not None
-                stored = _number_events(conn, run_id, session[0], session[1], new_events)
-                conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
-            _notify(conn, self.replica, [*events, *stored])
+                stored = number_events(conn, run_id, session[0], session[1], new_events)
+                conn.execute(insert(RunEventRow), [event_values(ev) for ev in stored])
+            notify_events(conn, self.replica, [*events, *stored])
             reached_commit = True
             return stored
 
@@ -326,103 +334,6 @@ class RunStore:
         rows = await self.db.read_sync(lambda conn: conn.execute(query.order_by(RunLogRow.seq)).all())
         return [(r[0], r[1], json.loads(r[2])) for r in rows]
 
-    async def log_leases(self, run_id: str) -> list[tuple[int, str, int, str]]:
-        """Return the run log's leases in order: (seq, kind, fencing token, lease owner).
-
-        What a check that no lease was held twice reads (`lease_overlaps`).
-        """
-        query = select(RunLogRow.seq, RunLogRow.kind, RunLogRow.fencing_token, RunLogRow.lease_owner)
-        query = query.where(RunLogRow.run_id == run_id).order_by(RunLogRow.seq)
-        rows = await self.db.read_sync(lambda conn: conn.execute(query).all())
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
-
-    # -- leases ---------------------------------------------------------------------------
-
-    async def acquire_lease(
-        self, run_id: str, owner: str, ttl_s: float, *, status: int = cpb.RUN_STATUS_RUNNING
-    ) -> int | None:
-        """Take the lease of a run in `status` that is free, expired or already ours.
-
-        Returns:
-            The new fencing token, or None when another owner holds a live lease.
-        """
-        now = time.time()
-        free = or_(RunRow.lease_owner == "", RunRow.lease_expires_s < now, RunRow.lease_owner == owner)
-        async with self.db.write() as conn:
-            result = await conn.execute(
-                update(RunRow)
-                .where(RunRow.run_id == run_id, RunRow.status == status, free)
-                .values(
-                    lease_owner=owner, lease_expires_s=now + ttl_s, fencing_token=RunRow.fencing_token + 1
-                )
-            )
-            if result.rowcount == 0:
-                return None
-            return await conn.scalar(select(RunRow.fencing_token).where(RunRow.run_id == run_id))
-
-    async def renew_leases(
-        self, owner: str, tokens: dict[str, int], ttl_s: float
-    ) -> tuple[set[str], set[str]]:
-        """Extend the leases owner holds; one transaction.
-
-        Returns:
-            (run ids whose lease was lost, run ids whose cancellation was requested).
-        """
-        lost: set[str] = set()
-        canceled: set[str] = set()
-        if not tokens:
-            return lost, canceled
-        expires = time.time() + ttl_s
-        async with self.db.write() as conn:
-            for run_id, token in tokens.items():
-                result = await conn.execute(
-                    update(RunRow)
-                    .where(
-                        RunRow.run_id == run_id, RunRow.lease_owner == owner, RunRow.fencing_token == token
-                    )
-                    .values(lease_expires_s=expires)
-                )
-                if result.rowcount == 0:
-                    lost.add(run_id)
-            rows = await conn.execute(
-                select(RunRow.run_id).where(
-                    RunRow.run_id.in_(list(tokens)), RunRow.cancel_requested.is_(True)
-                )
-            )
-            canceled = {r[0] for r in rows}
-        return lost, canceled
-
-    async def release_lease(self, run_id: str, token: int) -> None:
-        """Give the lease up (expire it now) if token is still current."""
-        async with self.db.write() as conn:
-            await conn.execute(
-                update(RunRow)
-                .where(RunRow.run_id == run_id, RunRow.fencing_token == token)
-                .values(lease_owner="", lease_expires_s=0.0)
-            )
-
-    async def overdue_suspended(self) -> list[str]:
-        """Return ids of SUSPENDED runs whose time budget has ended (004 §2.9)."""
-        now = time.time()
-        async with self.db.read() as conn:
-            rows = await conn.execute(
-                select(RunRow.run_id).where(
-                    RunRow.status == cpb.RUN_STATUS_SUSPENDED, RunRow.deadline_s > 0, RunRow.deadline_s < now
-                )
-            )
-            return [r[0] for r in rows]
-
-    async def expired_runs(self) -> list[str]:
-        """Return ids of RUNNING runs whose lease has expired (takeover candidates)."""
-        now = time.time()
-        async with self.db.read() as conn:
-            rows = await conn.execute(
-                select(RunRow.run_id).where(
-                    RunRow.status == cpb.RUN_STATUS_RUNNING, RunRow.lease_expires_s < now
-                )
-            )
-            return [r[0] for r in rows]
-
     # -- events ---------------------------------------------------------------------------
 
     async def read_events(self, run_id: str, after: int, upto: int | None = None) -> list[StoredEvent]:
@@ -432,7 +343,7 @@ class RunStore:
             query = query.where(RunEventRow.seq <= upto)
         async with self.db.read() as conn:
             rows = (await conn.execute(query.order_by(RunEventRow.seq))).all()
-        return [_stored(r) for r in rows]
+        return [stored_of(r) for r in rows]
 
     async def read_session_events(
         self, tenant: str, session_id: str, after: int, upto: int | None = None
@@ -447,7 +358,7 @@ class RunStore:
             query = query.where(RunEventRow.session_seq <= upto)
         async with self.db.read() as conn:
             rows = (await conn.execute(query.order_by(RunEventRow.session_seq))).all()
-        return [_stored(r) for r in rows]
+        return [stored_of(r) for r in rows]
 
     async def event_heads(self, run_id: str, tenant: str, session_id: str) -> tuple[int, int]:
         """Return the run's and its session's highest seq issued: stored or reserved.
@@ -455,7 +366,7 @@ class RunStore:
         A new owner numbers after these, so no seq an earlier owner may have delivered is
         given to another event.
         """
-        return await self.db.read_sync(lambda conn: _heads(conn, run_id, tenant, session_id))
+        return await self.db.read_sync(lambda conn: heads_of(conn, run_id, tenant, session_id))
 
     async def run_head(self, run_id: str) -> int:
         """Return the highest seq the run's timeline may have issued (stored or reserved)."""
@@ -471,7 +382,7 @@ class RunStore:
         """Return the highest seq the session's timeline may have issued (stored or reserved)."""
 
         def body(conn: Connection) -> int:
-            return _session_head(conn, tenant, session_id)
+            return session_head_of(conn, tenant, session_id)
 
         return await self.db.read_sync(body)
 
@@ -510,111 +421,4 @@ def _log_rows(
     ]
 
 
-async def _insert_events(
-    conn: AsyncConnection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
-) -> list[StoredEvent]:
-    if not events:
-        return []
-    stored = await conn.run_sync(_number_events, run_id, tenant, session_id, events)
-    await conn.execute(insert(RunEventRow), [_event_values(ev) for ev in stored])
-    return stored
-
-
-def lease_overlaps(entries: Sequence[tuple[int, str, int, str]]) -> list[str]:
-    """Return what in a run log's leases (`RunStore.log_leases`) shows a lease held twice.
-
-    Fenced writes make two facts hold: along the log the token never decreases (a holder
-    whose token was superseded cannot write), and one token names one owner (a token is
-    minted by one acquisition). Entries written with no lease held (owner "") are skipped.
-
-    Returns:
-        One message per violation; [] when the log shows one holder at a time.
-    """
-    problems: list[str] = []
-    owners: dict[int, str] = {}
-    top = 0
-    for seq, kind, token, owner in entries:
-        if not owner:
-            continue
-        if token < top:
-            problems.append(f"log seq {seq} ({kind}) written under token {token} after token {top}")
-        top = max(top, token)
-        if owners.setdefault(token, owner) != owner:
-            problems.append(f"token {token} held by {owners[token]!r} and {owner!r} (log seq {seq})")
-    return problems
-
-
-def _session_head(conn: Connection, tenant: str, session_id: str) -> int:
-    stored = conn.scalar(
-        select(func.max(RunEventRow.session_seq)).where(
-            RunEventRow.tenant == tenant, RunEventRow.session_id == session_id
-        )
-    )
-    reserved = conn.scalar(
-        select(func.max(RunRow.session_seq_reserved)).where(
-            RunRow.tenant == tenant, RunRow.session_id == session_id
-        )
-    )
-    return max(stored or 0, reserved or 0)
-
-
-def _heads(conn: Connection, run_id: str, tenant: str, session_id: str) -> tuple[int, int]:
-    stored = conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id))
-    reserved = conn.scalar(select(RunRow.event_seq_reserved).where(RunRow.run_id == run_id))
-    return max(stored or 0, reserved or 0), _session_head(conn, tenant, session_id)
-
-
-def _number_events(
-    conn: Connection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
-) -> list[StoredEvent]:
-    """Number events after the highest seqs the run and its session issued (stored or reserved)."""
-    seq, sseq = _heads(conn, run_id, tenant, session_id)
-    stored = []
-    for i, event in enumerate(events, start=1):
-        event.seq = seq + i
-        stored.append(StoredEvent(run_id, seq + i, tenant, session_id, sseq + i, event))
-    return stored
-
-
-def _notify(conn: Connection, replica: str, events: Sequence[StoredEvent]) -> None:
-    """On PostgreSQL, tell every listening replica which topics got events (sent at commit).
-
-    One notification per transaction and run: {"replica", "run_id", "tenant", "session_id",
-    "seq"} (the highest run seq written), well under PostgreSQL's 8000-byte payload bound.
-    """
-    if not events or conn.dialect.name != "postgresql":
-        return
-    last = max(events, key=lambda e: e.seq)
-    payload = json.dumps(
-        {
-            "replica": replica,
-            "run_id": last.run_id,
-            "tenant": last.tenant,
-            "session_id": last.session_id,
-            "seq": last.seq,
-        }
-    )
-    conn.execute(text("SELECT pg_notify(:ch, :payload)"), {"ch": EVENTS_CHANNEL, "payload": payload})
-
-
-def _event_values(ev: StoredEvent) -> dict[str, Any]:
-    return {
-        "run_id": ev.run_id,
-        "seq": ev.seq,
-        "tenant": ev.tenant,
-        "session_id": ev.session_id,
-        "session_seq": ev.session_seq,
-        "event": ev.event.SerializeToString(),
-    }
-
-
-def _stored(row: Any) -> StoredEvent:
-    m = row._mapping
-    return StoredEvent(
-        m["run_id"],
-        m["seq"],
-        m["tenant"],
-        m["session_id"],
-        m["session_seq"],
-        pb.RunEvent.FromString(m["event"]),
-    )
+__all__ = ["EVENTS_CHANNEL", "RunRecord", "RunStore", "SessionBusy", "StoredEvent", "lease_overlaps"]

@@ -22,9 +22,10 @@ call, per (tenant, key):
    takes the call over (compare-and-set on the dead holder) and asks again, once per
    dead holder.
 5. A key whose fingerprint differs is INVALID_ARGUMENT/IDEMPOTENCY_KEY_REUSED. A store
-   that fails at the claim fails the call UNAVAILABLE/DEPENDENCY_UNAVAILABLE (nothing was
-   asked); a store that fails at the record leaves the answer unrecorded (the callers
-   still get it; a repeat after the lease asks again), logged.
+   that fails at the claim (after quick retries of a transient failure) fails the call
+   UNAVAILABLE/DEPENDENCY_UNAVAILABLE (nothing was asked); a store that fails at the
+   record leaves the answer unrecorded (the callers still get it; a repeat after the lease
+   asks again), logged.
 6. Rows older than the retention (`ttl_s`) are swept at most once a minute.
 
 Only the first caller of a flight that asked the provider gets `replayed=False`.
@@ -33,6 +34,7 @@ Only the first caller of a flight that asked the provider gets `replayed=False`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -45,6 +47,7 @@ from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.gateway.gateway import ModelGateway
 from agentrt.gateway.journal.flight import Flight, fingerprint, reused
 from agentrt.gateway.journal.store import JournalStore, State
+from agentrt.mesh.transient import RetryPolicy, retry_transient
 from agentrt.v1 import gateway_service_pb2 as g
 
 log = logging.getLogger("agentrt.gateway.journal")
@@ -56,6 +59,8 @@ DEFAULT_TTL_SECONDS = 3600.0
 POLL_MIN_SECONDS = 0.05
 POLL_MAX_SECONDS = 1.0
 SWEEP_INTERVAL_SECONDS = 60.0
+#: Quick retries of a claim through a transient store failure (a dropped connection).
+STORE_POLICY = RetryPolicy(attempts=3, first_delay_s=0.05, max_delay_s=0.5)
 
 Key = tuple[str, str]
 
@@ -184,8 +189,18 @@ class CallJournal:
             while True:
                 now = self._clock()
                 try:
-                    row, claimed = await self._store.claim(
-                        tenant, name, flight.fingerprint, self.holder, now, now + self._lease
+                    row, claimed = await retry_transient(
+                        functools.partial(
+                            self._store.claim,
+                            tenant,
+                            name,
+                            flight.fingerprint,
+                            self.holder,
+                            now,
+                            now + self._lease,
+                        ),
+                        what=f"journal claim of {name!r}",
+                        policy=STORE_POLICY,
                     )
                 except Exception as exc:  # noqa: BLE001 - any store failure is the same answer
                     log.warning("model-call journal unavailable at claim of %r: %s", name, exc)
@@ -197,7 +212,9 @@ class CallJournal:
                         )
                     )
                     return
-                if claimed:
+                # A PENDING row of this process's holder is this flight's own claim: an earlier
+                # try committed and its answer was lost (flights are one per key and process).
+                if claimed or (row.state == State.PENDING and row.holder == self.holder):
                     await self._ask(key, flight, request, deadline)
                     return
                 if row.fingerprint != flight.fingerprint:
