@@ -286,3 +286,36 @@ async def _final_of(call) -> pb.GenerateResponse:  # type: ignore[no-untyped-def
     items = [i async for i in call]
     assert "".join(i.text_delta for i in items) == "shared"
     return items[-1].final
+
+
+@pytest.mark.postgres
+async def test_a_journal_that_is_gone_refuses_keyed_calls_and_asks_nothing(start_server, emu):
+    if not await pg_reachable():
+        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
+    import asyncpg
+
+    from tests.stores import PG_HOST
+
+    name = f"journal_gone_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/postgres")
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        (gw,), channels = await open_gateways(
+            start_server, emu, f"postgresql+asyncpg://postgres@{PG_HOST}/{name}"
+        )
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # the journal's database is gone
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await gw.Generate(pb.GenerateRequest(request=keyed()))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert reason_of(err.value) == "DEPENDENCY_UNAVAILABLE"
+        assert asked(emu) == 0
+        emu.script([Reply(text="unkeyed calls still go")])
+        request = keyed()
+        request.idempotency_key = ""
+        ok = await gw.Generate(pb.GenerateRequest(request=request))
+        assert ok.response.content[0].text.text == "unkeyed calls still go"
+        for ch in channels:
+            await ch.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()

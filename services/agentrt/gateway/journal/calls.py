@@ -43,6 +43,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.gateway.gateway import ModelGateway
 from agentrt.gateway.journal.flight import Flight, fingerprint, reused
@@ -241,7 +243,16 @@ class CallJournal:
         except asyncio.CancelledError:
             flight.fail(MeshError(Status.CANCELLED, Reason.INTERNAL, "the gateway stopped the call"))
             raise
-        except Exception as exc:  # noqa: BLE001 - reaches the callers, who answer INTERNAL
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("model-call journal failed while waiting on %r: %s", name, exc)
+            flight.fail(
+                MeshError(
+                    Status.UNAVAILABLE,
+                    Reason.DEPENDENCY_UNAVAILABLE,
+                    "the gateway's model-call journal is unavailable; try again",
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - a bug: reaches the callers, who answer INTERNAL
             log.exception("model call %r failed in the journal", name)
             flight.fail(exc)
         finally:
