@@ -135,6 +135,7 @@ bench: install ## Run tests/bench; figures go to bench-results/
 	AGENTRT_BENCH_DIR=$(CURDIR)/bench-results $(PY) tests/bench/bench_sessions.py
 	$(PY) tests/bench/bench_tools.py bench-results/tools.json
 	$(PY) tests/bench/bench_docker.py bench-results/docker.json
+	$(PY) tests/bench/bench_run_sandbox.py bench-results/run_sandbox.json
 	$(PY) tests/bench/bench_shells.py bench-results/shells.json
 	$(PY) tests/bench/bench_gateway.py bench-results/gateway.json
 	$(PY) tests/bench/bench_limiter.py bench-results/limiter.json

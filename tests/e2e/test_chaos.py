@@ -41,6 +41,7 @@ from chaos_helpers import (
 )
 from e2e_helpers import STATE_TIMEOUT
 
+from agentrt.core.handoffs import default_tool_name
 from agentrt.runs.store import lease_overlaps
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -388,3 +389,167 @@ async def _lease_log(chaos: ChaosMesh, run_id: str) -> list[tuple[int, str, int,
 
 async def _leases(chaos: ChaosMesh, run_id: str) -> list[tuple[int, str]]:
     return [(token, owner) for _, _, token, owner in await _lease_log(chaos, run_id)]
+
+
+HANDOFF_TRIAGE, HANDOFF_BILLING = "You are triage: route the user.", "You are billing: answer invoices."
+
+
+@pytest.mark.parametrize("mode", ["restart", "second"])
+async def test_a_kill_mid_handoff_turn_hands_off_once(chaos: ChaosMesh, tmp_path, mode: str):
+    """kill -9 while the regular tool of a handoff response runs (it runs before the handoff,
+    004 §2.4): after the restart or takeover the command ran once, the handoff happened once,
+    the target's turn asked the model with the target's instructions, and no request repeated."""
+    cell = f"handoff{mode}"
+    a = chaos.replicas["a"]
+    b = chaos.replicas.get("b")
+    if mode == "second" and (b is None or b.proc is None or b.proc.poll() is not None):
+        b = chaos.spawn("runs", "b", new_port(), {"AGENTRT_RUNS_REPLICA_ID": "b"})
+    model = cpb.ModelRef(provider="openai", model="gpt-test")
+    billing = pb.AgentSpec(
+        name=f"billing-{cell}",
+        model=model,
+        instructions=HANDOFF_BILLING,
+        tools=[pb.AgentTool(name="list_files")],
+    )
+    triage = pb.AgentSpec(
+        name=f"triage-{cell}",
+        model=model,
+        instructions=HANDOFF_TRIAGE,
+        tools=[pb.AgentTool(name="exec_command")],
+        handoff_targets=[pb.Handoff(agent_name=billing.name)],
+        limits=pb.AgentLimits(max_turns=4),
+    )
+    cmd = f"echo start >> starts.txt; sleep 1.5; echo line-{cell} >> lines.txt; echo ok"
+
+    def responder(path: str, body):
+        text = json.dumps(body)
+        if f"cell:{cell}" not in text:
+            return base(path, body)
+        if HANDOFF_BILLING in text:
+            return Reply(text=f"billing answers {cell}")
+        return Reply(
+            tool_calls=[
+                ToolCallReply("exec_command", json.dumps({"cmd": cmd})),
+                ToolCallReply(default_tool_name(billing.name), "{}"),
+            ]
+        )
+
+    base = chaos.emu.responder
+    chaos.emu.responder = responder
+    try:
+        async with grpc.aio.insecure_channel(a.address) as channel:
+            stub = pb_grpc.RunServiceStub(channel)
+            for spec in (billing, triage):
+                await stub.RegisterAgent(pb.RegisterAgentRequest(agent=spec))
+            workspace = tmp_path / "ws"
+            started = await stub.StartRun(
+                pb.StartRunRequest(
+                    agent_name=triage.name, input=f"my invoice? cell:{cell}", workspace=str(workspace)
+                )
+            )
+        follower = Follower(started.run_id)
+        await follower.follow(a.address, until="tool_called")
+        await _until(lambda: asyncio.sleep(0, (workspace / "starts.txt").exists()), "the command to run")
+        chaos.kill(a)
+        survivor = chaos.restart(a) if mode == "restart" else b
+        assert survivor is not None
+        await follower.to_the_end([survivor.address])
+        chaos.replicas["a"] = survivor if mode == "restart" else chaos.restart(a)
+
+        run = await _get_run([survivor.address], started.run_id)
+        assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+        assert run.final_output == f"billing answers {cell}"
+        assert run.current_agent_name == billing.name
+        assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+        asked = [b for p, b in chaos.emu.requests if f"cell:{cell}" in json.dumps(b)]
+        assert len(asked) == 2, f"model requests of {cell}: {len(asked)}"
+        assert HANDOFF_TRIAGE in json.dumps(asked[0]) and HANDOFF_BILLING in json.dumps(asked[1])
+        assert [t.get("name") for t in asked[1].get("tools") or []] == ["list_files"]
+        handed = [e for e in follower.order if e.WhichOneof("payload") == "handoff_requested"]
+        assert len(handed) == 1 and handed[0].handoff_requested.to_agent == billing.name
+        entries = await session_entries(chaos.sessions, started.session_id)
+        check_session(entries)
+        agents = {(e.turn, e.item.agent) for e in entries if e.item.agent}
+        assert {(1, triage.name), (2, billing.name)} <= agents
+    finally:
+        chaos.emu.responder = base
+
+
+@pytest.mark.parametrize("mode", ["restart", "second"])
+async def test_a_kill_mid_command_of_a_sandboxed_run_continues_in_its_sandbox(
+    chaos: ChaosMesh, tmp_path, mode: str
+):
+    """kill -9 of the runs process while the first command of a sandboxed run runs: the run
+    continues (restart or second replica) with the same Run.sandbox_id, the next command sees
+    the sandbox's env and the file the first wrote, the first ran once, and the sandbox is
+    destroyed at the end (issue 11 "Sandboxes for runs")."""
+    cell = f"sandbox{mode}"
+    a = chaos.replicas["a"]
+    b = chaos.replicas.get("b")
+    if mode == "second" and (b is None or b.proc is None or b.proc.poll() is not None):
+        b = chaos.spawn("runs", "b", new_port(), {"AGENTRT_RUNS_REPLICA_ID": "b"})
+    first = f"echo start >> starts.txt; echo kept > note.txt; sleep 1.5; echo line-{cell} >> lines.txt"
+    second = 'cat note.txt; echo "where=$WHERE"'
+
+    def responder(path: str, body):
+        text = json.dumps(body)
+        if f"cell:{cell}" not in text:
+            return base(path, body)
+        done = text.count("function_call_output")
+        if done >= 2:
+            return Reply(text=f"finished {cell}")
+        cmd = second if done == 1 else first
+        return Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))])
+
+    base = chaos.emu.responder
+    chaos.emu.responder = responder
+    try:
+        workspace = tmp_path / "ws"
+        async with grpc.aio.insecure_channel(a.address) as channel:
+            stub = pb_grpc.RunServiceStub(channel)
+            started = await stub.StartRun(
+                pb.StartRunRequest(
+                    agent=pb.AgentSpec(
+                        model=cpb.ModelRef(provider="openai", model="gpt-test"),
+                        tools=[pb.AgentTool(name="exec_command")],
+                        limits=pb.AgentLimits(max_turns=4),
+                    ),
+                    input=f"do cell:{cell}",
+                    workspace=str(workspace),
+                    sandbox=pb.RunSandbox(backend=tpb.SANDBOX_BACKEND_LOCAL, env={"WHERE": cell}),
+                )
+            )
+            sandbox_id = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run.sandbox_id
+        assert sandbox_id
+        follower = Follower(started.run_id)
+        await follower.follow(a.address, until="tool_called")
+        await _until(lambda: asyncio.sleep(0, (workspace / "starts.txt").exists()), "the command to run")
+        chaos.kill(a)
+        survivor = chaos.restart(a) if mode == "restart" else b
+        assert survivor is not None
+        await follower.to_the_end([survivor.address])
+        chaos.replicas["a"] = survivor if mode == "restart" else chaos.restart(a)
+
+        run = await _get_run([survivor.address], started.run_id)
+        assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+        assert run.sandbox_id == sandbox_id
+        assert (workspace / "starts.txt").read_text() == "start\n"  # the first command ran once
+        assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+        entries = await session_entries(chaos.sessions, started.session_id)
+        check_session(entries)
+        outputs = [e.item.tool_result.content for e in entries if e.item.HasField("tool_result")]
+        assert len(outputs) == 2 and "kept" in outputs[1] and f"where={cell}" in outputs[1], outputs
+        asked = [b for p, b in chaos.emu.requests if f"cell:{cell}" in json.dumps(b)]
+        assert len(asked) == 3, f"model requests of {cell}: {len(asked)}"
+
+        async def released() -> bool:
+            async with grpc.aio.insecure_channel(chaos.tools) as channel:
+                got = await tpb_grpc.ToolServiceStub(channel).GetSandbox(
+                    tpb.GetSandboxRequest(sandbox_id=sandbox_id)
+                )
+            return got.sandbox.state == tpb.SANDBOX_STATE_ABSENT
+
+        await _until(released, "the sandbox to be released")
+        assert (workspace / "note.txt").exists()  # the run's own workspace outlives its sandbox
+    finally:
+        chaos.emu.responder = base

@@ -3,7 +3,10 @@
 `RunRenderer.show(event)` prints, as they arrive: the run header, phases (002 Run Phases,
 non-terminal ones only), each turn, streamed model text, each tool call with its exact
 argument string, each result (shortened to `RESULT_PREVIEW_CHARS`), suspensions,
-diagnostics, gaps (never hidden, 004 §2.11), and the terminal outcome with usage.
+diagnostics, gaps (never hidden, 004 §2.11), the turn contract's events (handoffs, 004
+§2.4; child runs of agent tools and their progress, 004 §2.8; guardrail results, 004 §2.6;
+a requested stop; disclosed tools), and the terminal outcome with usage. Every line is
+meant to read at 80 columns: ids go last, previews are shortened, rich wraps the rest.
 It holds no run state beyond what it needs to lay the text out; the caller decides when
 the run is over.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.text import Text
 
@@ -49,6 +53,19 @@ _RESULT_STATUS = {
     common_pb2.TOOL_RESULT_STATUS_TIMED_OUT: ("timed out", "red"),
 }
 
+_GUARDRAIL_STAGES = {
+    run_service_pb2.GUARDRAIL_STAGE_INPUT: "input",
+    run_service_pb2.GUARDRAIL_STAGE_OUTPUT: "output",
+    run_service_pb2.GUARDRAIL_STAGE_TOOL_INPUT: "tool input",
+    run_service_pb2.GUARDRAIL_STAGE_TOOL_OUTPUT: "tool output",
+}
+
+_GUARDRAIL_DECISIONS = {
+    run_service_pb2.GUARDRAIL_DECISION_ALLOW: ("allowed", "green"),
+    run_service_pb2.GUARDRAIL_DECISION_REPLACE: ("replaced", "yellow"),
+    run_service_pb2.GUARDRAIL_DECISION_TRIP: ("tripped", "bold red"),
+}
+
 _DECISIONS = {
     run_service_pb2.DECISION_KIND_NO_TOOL_CALL: "no tool call",
     run_service_pb2.DECISION_KIND_TRUNCATED: "truncated",
@@ -83,6 +100,11 @@ def usage_line(usage: common_pb2.Usage) -> str:
     return line
 
 
+def _indented(text: str, style: str = "") -> Padding:
+    """Return text indented two columns, its wrapped lines too (for a line under an event)."""
+    return Padding(Text(text, style=style), (0, 0, 0, 2), expand=False)
+
+
 def _text_of(response: common_pb2.ModelResponse) -> str:
     return "".join(b.text.text for b in response.content if b.WhichOneof("block") == "text")
 
@@ -94,6 +116,10 @@ class RunRenderer:
         self.console = console
         self._streamed = False  # text of the current response was printed as deltas
         self._midline = False  # the cursor sits after streamed text
+        #: call id -> the child agent's name, for agent-tool calls that started a child run
+        self._children: dict[str, str] = {}
+        #: the agent whose turns these are since the last handoff ("" = the run's own)
+        self._agent = ""
 
     def _endline(self) -> None:
         if self._midline:
@@ -122,7 +148,8 @@ class RunRenderer:
 
     def _on_turn_started(self, event: run_service_pb2.RunEvent, p: run_service_pb2.TurnStarted) -> None:
         self._streamed = False
-        self.console.rule(f"turn {p.turn or event.turn}", style="cyan")
+        agent = f" · {self._agent}" if self._agent else ""
+        self.console.rule(f"turn {p.turn or event.turn}{agent}", style="cyan")
 
     def _on_model_delta(self, event: run_service_pb2.RunEvent, p: run_service_pb2.ModelDelta) -> None:
         if p.text:
@@ -147,12 +174,22 @@ class RunRenderer:
         args = call.arguments or (f"(not JSON) {call.invalid_arguments}" if call.invalid_arguments else "{}")
         line = Text("→ ", style="bold magenta")
         line.append(call.name, style="bold")
+        if p.handoff:
+            line.append(" (handoff)", style="magenta")
         line.append(" " + shorten(args, ARGS_PREVIEW_CHARS))
         line.append(f"  [{call.call_id}]", style="dim")
         self.console.print(line)
 
     def _on_tool_progressed(self, event: run_service_pb2.RunEvent, p: run_service_pb2.ToolProgressed) -> None:
-        self.console.print(Text(shorten(p.text.rstrip("\n"), RESULT_PREVIEW_CHARS), style="dim"))
+        text = shorten(p.text.rstrip("\n"), RESULT_PREVIEW_CHARS)
+        child = self._children.get(p.call_id)
+        if child is None:
+            self.console.print(Text(text, style="dim"))
+            return
+        # a child run's progress, indented under its call and marked with its agent
+        line = Text(f"  {child} │ ", style="cyan")
+        line.append(text.replace("\n", f"\n  {child} │ "), style="dim")
+        self.console.print(line)
 
     def _on_tool_returned(self, event: run_service_pb2.RunEvent, p: run_service_pb2.ToolReturned) -> None:
         r = p.result
@@ -167,13 +204,73 @@ class RunRenderer:
             line.append(f" {r.duration.seconds + r.duration.nanos / 1e9:.2f} s", style="dim")
         if r.output_truncated:
             line.append(" [output truncated]", style="yellow")
+        if r.child_run_id:
+            line.append(f"  [child run {r.child_run_id}]", style="dim")
         self.console.print(line)
         body = r.summary if not r.content else r.content
         if body.strip():
             self.console.print(Text("  " + shorten(body.strip(), RESULT_PREVIEW_CHARS).replace("\n", "\n  ")))
 
+    def _on_handoff_requested(
+        self, event: run_service_pb2.RunEvent, p: run_service_pb2.HandoffRequested
+    ) -> None:
+        self._agent = p.to_agent
+        line = Text("⇒ handoff ", style="bold magenta")
+        line.append(f"{p.from_agent} → {p.to_agent}", style="bold")
+        if p.to_agent_version:
+            line.append(f" v{p.to_agent_version}")
+        line.append(f"  [{p.call_id}]", style="dim")
+        self.console.print(line)
+        if p.arguments.strip() not in ("", "{}"):
+            self.console.print(_indented("input " + shorten(p.arguments, ARGS_PREVIEW_CHARS), "magenta"))
+        if p.ignored_call_ids:
+            n = len(p.ignored_call_ids)
+            ignored = f"{n} further handoff call{'s' if n != 1 else ''} ignored (the first wins)"
+            self.console.print(_indented(ignored, "dim"))
+
+    def _on_child_run_linked(
+        self, event: run_service_pb2.RunEvent, p: run_service_pb2.ChildRunLinked
+    ) -> None:
+        self._children[p.call_id] = p.agent_name or "child"
+        line = Text("↳ child run ", style="bold cyan")
+        line.append(p.agent_name or "(agent)", style="bold")
+        if p.agent_version:
+            line.append(f" v{p.agent_version}")
+        line.append(f"  {p.child_run_id}", style="dim")
+        line.append(f"  [{p.call_id}]", style="dim")
+        self.console.print(line)
+
+    def _on_guardrail_result(
+        self, event: run_service_pb2.RunEvent, p: run_service_pb2.GuardrailResult
+    ) -> None:
+        stage = _GUARDRAIL_STAGES.get(p.stage, "unknown stage")  # type: ignore[call-overload]
+        label, color = _GUARDRAIL_DECISIONS.get(p.decision, ("undecided", "red"))  # type: ignore[call-overload]
+        line = Text("◆ guardrail ", style=color)
+        line.append(p.guardrail, style="bold")
+        line.append(f" · {stage}" + (f" ({p.scope})" if p.scope else "") + " · ")
+        line.append(label, style=color)
+        if p.duration.seconds or p.duration.nanos:
+            line.append(f" {(p.duration.seconds + p.duration.nanos / 1e9) * 1000:.0f} ms", style="dim")
+        if p.call_id:
+            line.append(f"  [{p.call_id}]", style="dim")
+        self.console.print(line)
+        if p.error:
+            self.console.print(_indented("could not decide: " + shorten(p.error, ARGS_PREVIEW_CHARS), "red"))
+        elif p.message and p.decision != run_service_pb2.GUARDRAIL_DECISION_ALLOW:
+            self.console.print(_indented(shorten(p.message, ARGS_PREVIEW_CHARS), color))
+
+    def _on_stop_requested(self, event: run_service_pb2.RunEvent, p: run_service_pb2.StopRequested) -> None:
+        why = f": {p.reason}" if p.reason else ""
+        self.console.print(Text(f"· stop requested{why}; the run ends after this turn", style="yellow"))
+
+    def _on_tools_disclosed(self, event: run_service_pb2.RunEvent, p: run_service_pb2.ToolsDisclosed) -> None:
+        self.console.print(f"[dim]· tools disclosed: {escape(', '.join(p.names))}[/]")
+
     def _on_run_suspended(self, event: run_service_pb2.RunEvent, p: run_service_pb2.RunSuspended) -> None:
-        names = ", ".join(f"{c.call.name} [{c.call.call_id}]" for c in p.pending_calls)
+        names = ", ".join(
+            f"{c.call.name} [{c.call.call_id}]" + (f" in child run {c.run_id}" if c.run_id else "")
+            for c in p.pending_calls
+        )
         self.console.print(Text(f"run suspended, waiting on: {names}", style="bold yellow"))
 
     def _on_run_resumed(self, event: run_service_pb2.RunEvent, p: run_service_pb2.RunResumed) -> None:

@@ -1,13 +1,10 @@
 """`agentrt run "<task>"`: start a run through RunService and follow it live.
 
-`follow_run()` is the client loop the command and the demo share: StartRun with an inline
-tool-using agent, then StreamRunEvents from seq 0, rendering each event; when the stream
-breaks it reconnects with the last seq it saw (the server replays the rest, or says what
-it lost as a gap event). A suspension for approval is answered through ResumeRun with the
-decisions of an `Approver`. The stream of a run ends with `stream_end`; the outcome is
-then read back with GetRun, which is the record of truth.
+The command builds the request (an inline tool-using agent, or a registered one with
+`--agent`; a sandbox with `--sandbox`), then follows the run with `follow_run()`
+(cli/follow.py), which renders each event as it arrives (cli/render.py).
 
-With `--tasks` the agent also gets the four task tools and is registered (as `cli`, a new
+With `--tasks` the inline agent also gets the four task tools and is registered (as `cli`, a new
 version) so the background tasks it spawns run as it; the session's tasks are shown live
 beside the run (cli/taskcards.py: a line at each spawn, a card at each ending), and the
 command waits for the tasks still working when the run ends before it exits.
@@ -23,8 +20,6 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +28,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from agentrt.cli.args import read_task, task_text
-from agentrt.cli.render import RunRenderer, status_name
+from agentrt.cli.follow import Approver, RunOutcome, follow_run, terminal_approver
+from agentrt.cli.render import status_name
 from agentrt.cli.taskcards import TaskCards, stop_watching, watch_tasks
 from agentrt.cli.tls import add_client_flags, client_security
 from agentrt.client.channels import MeshClient
@@ -43,6 +39,19 @@ from agentrt.mesh.security import TlsConfig
 from agentrt.mesh.status import reason_of
 from agentrt.tools.config import ToolsConfig
 from agentrt.v1 import common_pb2, run_service_pb2
+from agentrt.v1 import tool_service_pb2 as tool_pb
+
+__all__ = [
+    "Approver",
+    "RunOutcome",
+    "build_agent",
+    "follow_run",
+    "parse_model",
+    "parse_sandbox",
+    "print_outcome",
+    "terminal_approver",
+    "workspace_listing",
+]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -73,31 +82,6 @@ LOCAL_MODEL_INSTRUCTIONS = (
     'You: {"answer": "done"}'
 )
 
-#: Times a broken event stream is reopened in a row before giving up.
-MAX_RECONNECTS = 8
-_RECONNECT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
-
-#: Decides a pending call: returns (approved, message for the model when denied).
-Approver = Callable[[common_pb2.ToolCall], Awaitable[tuple[bool, str]]]
-
-
-@dataclass
-class RunOutcome:
-    """How a followed run ended.
-
-    Attributes:
-        run: the run's record from GetRun after its stream ended.
-        events: every event received, in order (seq increasing; a gap event carries the seq it follows).
-    """
-
-    run: run_service_pb2.Run
-    events: list[run_service_pb2.RunEvent]
-
-    @property
-    def completed(self) -> bool:
-        """True when the run ended with status completed."""
-        return self.run.status == common_pb2.RUN_STATUS_COMPLETED
-
 
 def parse_model(spec: str) -> common_pb2.ModelRef:
     """Parse "PROVIDER:MODEL" (or "PROVIDER") into a ModelRef.
@@ -126,6 +110,43 @@ def build_agent(model: common_pb2.ModelRef, max_turns: int) -> run_service_pb2.A
     )
 
 
+def parse_sandbox(spec: str, env_pairs: list[str], network: str) -> run_service_pb2.RunSandbox | None:
+    """Parse `--sandbox local|docker[:IMAGE]`, `--sandbox-env`, `--sandbox-network` (None: no sandbox).
+
+    The server checks the rest (names, sizes, images) as CreateSandbox does.
+
+    Raises:
+        ValueError: an unknown backend, a NAME=VALUE without "=", or env/network without --sandbox.
+    """
+    if not spec:
+        if env_pairs or network:
+            raise ValueError("--sandbox-env and --sandbox-network need --sandbox")
+        return None
+    backend, _, image = spec.partition(":")
+    backends = {"local": tool_pb.SANDBOX_BACKEND_LOCAL, "docker": tool_pb.SANDBOX_BACKEND_DOCKER}
+    if backend not in backends:
+        raise ValueError(f"--sandbox {spec!r}: expected local or docker[:IMAGE]")
+    box = run_service_pb2.RunSandbox(backend=backends[backend], image=image, network=network)  # type: ignore[arg-type]
+    for pair in env_pairs:
+        name, eq, value = pair.partition("=")
+        if not eq:
+            raise ValueError(f"--sandbox-env {pair!r}: expected NAME=VALUE")
+        box.env[name] = value
+    return box
+
+
+def parse_agent_ref(ref: str) -> tuple[str, int]:
+    """Parse `--agent NAME[:VERSION]` into (name, version; 0 = the latest).
+
+    Raises:
+        ValueError: an empty name or a version that is not a positive integer.
+    """
+    name, _, version = ref.partition(":")
+    if not name or (version and (not version.isdigit() or int(version) < 1)):
+        raise ValueError(f"--agent {ref!r}: expected NAME or NAME:VERSION (VERSION >= 1)")
+    return name, int(version or 0)
+
+
 def add_parser(subparsers: Any) -> None:
     """Register the `run` subcommand."""
     p = subparsers.add_parser(
@@ -149,7 +170,34 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--runs-addr", default=None, help="RunService address (default AGENTRT_RUNS_ADDR or 127.0.0.1:50051)"
     )
-    p.add_argument("--max-turns", type=int, default=10, help="turns before the run fails (default 10)")
+    p.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        help="turns before the run fails (default 10; inline agent only)",
+    )
+    p.add_argument(
+        "--agent",
+        default="",
+        metavar="NAME[:VERSION]",
+        help="run this registered agent (its model, tools, handoffs) instead of the inline one",
+    )
+    p.add_argument(
+        "--sandbox",
+        default="",
+        metavar="local|docker[:IMAGE]",
+        help="run the agent's commands in a sandbox of their own, released when the run ends",
+    )
+    p.add_argument(
+        "--sandbox-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment of every command in the sandbox (repeatable; needs --sandbox)",
+    )
+    p.add_argument(
+        "--sandbox-network", default="", metavar="NAME", help="docker network to join (default: none)"
+    )
     p.add_argument(
         "--approve-all", action="store_true", help="approve every tool call that asks for approval"
     )
@@ -167,175 +215,6 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run_command)
 
 
-def terminal_approver(console: Console, approve_all: bool, interactive: bool) -> Approver:
-    """Return the approver of the command: approve all, ask on the TTY, or deny without one."""
-
-    async def decide(call: common_pb2.ToolCall) -> tuple[bool, str]:
-        if approve_all:
-            console.print(f"[green]approved[/] {escape(call.name)} (--approve-all)")
-            return True, ""
-        if not interactive:
-            console.print(
-                f"[yellow]denied[/] {escape(call.name)}: no terminal to ask; rerun with --approve-all"
-            )
-            return False, "denied: nobody was at a terminal to approve the call"
-        question = f"approve {call.name} {call.arguments or call.invalid_arguments}? [y/N] "
-        answer = await asyncio.to_thread(console.input, question)
-        if answer.strip().lower() in ("y", "yes"):
-            return True, ""
-        return False, "the user denied this call"
-
-    return decide
-
-
-async def _resume_request(
-    run_id: str, suspended: run_service_pb2.RunSuspended, approver: Approver
-) -> run_service_pb2.ResumeRunRequest:
-    """Decide every pending call once (asking the approver) and return the ResumeRun request."""
-    decisions, results = [], []
-    for pending in suspended.pending_calls:
-        if pending.kind == run_service_pb2.PENDING_CALL_KIND_EXTERNAL_RESULT:
-            # The CLI declares no tools of its own, so it can only say it cannot answer.
-            results.append(
-                common_pb2.ToolResult(
-                    call_id=pending.call.call_id,
-                    name=pending.call.name,
-                    content=f"the client cannot run the tool {pending.call.name}",
-                    is_error=True,
-                    status=common_pb2.TOOL_RESULT_STATUS_ERROR,
-                )
-            )
-            continue
-        approved, message = await approver(pending.call)
-        decisions.append(
-            run_service_pb2.ApprovalDecision(call_id=pending.call.call_id, approved=approved, message=message)
-        )
-    return run_service_pb2.ResumeRunRequest(run_id=run_id, decisions=decisions, results=results)
-
-
-async def _send_resume(
-    client: MeshClient, request: run_service_pb2.ResumeRunRequest, console: Console
-) -> None:
-    """Send ResumeRun; an answer that already landed (RUN_NOT_SUSPENDED) counts as sent.
-
-    Raises:
-        grpc.aio.AioRpcError: any other failure (the caller retries transient ones).
-    """
-    try:
-        await client.run_service.ResumeRun(request)
-    except grpc.aio.AioRpcError as exc:
-        if reason_of(exc) != "RUN_NOT_SUSPENDED":
-            raise
-        console.print("[dim]· already resumed[/]")
-
-
-async def follow_run(
-    client: MeshClient,
-    request: run_service_pb2.StartRunRequest,
-    console: Console,
-    approver: Approver,
-    on_started: Callable[[run_service_pb2.StartRunResponse], None] | None = None,
-) -> RunOutcome:
-    """Start a run and render its events until its stream ends; return its outcome.
-
-    Args:
-        client: a MeshClient with the runs address.
-        request: the StartRun request.
-        console: where the live view goes.
-        approver: decides calls waiting for approval.
-        on_started: called with StartRun's answer before the stream is opened.
-
-    Returns:
-        The run record (GetRun) after `stream_end`, and the events as received: seq strictly
-        increasing, except that gap events (004 §2.11) carry the seq they resume after.
-
-    Raises:
-        grpc.aio.AioRpcError: StartRun was refused, or the stream broke more than
-            MAX_RECONNECTS times in a row.
-    """
-    started = await client.run_service.StartRun(request)
-    if on_started is not None:
-        on_started(started)
-    renderer = RunRenderer(console)
-    events: list[run_service_pb2.RunEvent] = []
-    last_seq, failures, ended = 0, 0, False
-    # A decided but undelivered resume: re-sent before the stream is reopened, so a
-    # connection lost between the decision and ResumeRun cannot leave the run suspended.
-    resume: run_service_pb2.ResumeRunRequest | None = None
-    while not ended:
-        try:
-            if resume is not None:
-                await _send_resume(client, resume, console)
-                resume = None
-            stream = client.run_service.StreamRunEvents(
-                run_service_pb2.StreamRunEventsRequest(run_id=started.run_id, after_seq=last_seq)
-            )
-            async for message in stream:
-                event = message.event
-                if event.HasField("gap"):
-                    # A gap carries seq = its last_good, at or below our cursor; a last_good
-                    # below the cursor is a reset of the timeline, which starts again after it.
-                    renderer.show(event)
-                    events.append(event)
-                    last_seq = min(last_seq, event.gap.last_good)
-                    continue
-                if event.seq <= last_seq:
-                    continue  # a replay overlapping what we already have
-                last_seq, failures = event.seq, 0
-                events.append(event)
-                renderer.show(event)
-                if event.HasField("run_suspended"):
-                    resume = await _resume_request(started.run_id, event.run_suspended, approver)
-                    await _send_resume(client, resume, console)
-                    resume = None
-                if event.HasField("stream_end"):
-                    ended = True
-                    break
-            if not ended:
-                failures += 1
-                if failures > MAX_RECONNECTS:
-                    raise RuntimeError(
-                        f"the event stream of run {started.run_id} kept closing without its end"
-                    )
-        except grpc.aio.AioRpcError as exc:
-            failures += 1
-            if exc.code() not in _RECONNECT_CODES or failures > MAX_RECONNECTS:
-                raise
-            what = "resume" if resume is not None else "event stream"
-            console.print(f"[yellow]{what} failed ({exc.code().name}); retrying after seq {last_seq}[/]")
-            await asyncio.sleep(min(0.2 * 2**failures, 5.0))  # backoff before reopening, not a wait for state
-    return RunOutcome(run=await _final_record(client, started.run_id, events), events=events)
-
-
-_TERMINAL = (common_pb2.RUN_STATUS_COMPLETED, common_pb2.RUN_STATUS_FAILED, common_pb2.RUN_STATUS_CANCELED)
-#: Bound on waiting for the run record to show the terminal status its stream announced, in seconds.
-FINAL_RECORD_SECONDS = 10.0
-
-
-async def _final_record(
-    client: MeshClient, run_id: str, events: list[run_service_pb2.RunEvent]
-) -> run_service_pb2.Run:
-    """Return GetRun's record once it is terminal; past the bound, the record patched from run_completed."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + FINAL_RECORD_SECONDS
-    while True:
-        run = (await client.run_service.GetRun(run_service_pb2.GetRunRequest(run_id=run_id))).run
-        if run.status in _TERMINAL or loop.time() >= deadline:
-            break
-        await asyncio.sleep(0.05)  # polling a state with a bound
-    done = next((e.run_completed for e in reversed(events) if e.HasField("run_completed")), None)
-    if run.status not in _TERMINAL and done is not None:
-        run.status, run.phase, run.final_output, run.turns = (
-            done.status,
-            done.phase,
-            done.final_output,
-            done.turns,
-        )
-        run.failure.CopyFrom(done.failure)
-        run.usage.CopyFrom(done.usage)
-    return run
-
-
 def print_outcome(console: Console, run: run_service_pb2.Run, default_workspace: str = "") -> None:
     """Print the ending: status, run id, session, workspace; the failure when failed.
 
@@ -349,19 +228,24 @@ def print_outcome(console: Console, run: run_service_pb2.Run, default_workspace:
         f"run {escape(run.run_id)} {status_name(run.status)} · session {escape(run.session_id)}"
         + (f" · workspace {escape(run.workspace)}" if run.workspace else "")
     )
-    if not run.workspace and default_workspace:
+    if run.sandbox_id:
+        console.print(
+            f"sandbox {escape(run.sandbox_id)} (released when the run ended)", highlight=False, soft_wrap=True
+        )
+    elif not run.workspace and default_workspace:
         if os.path.isdir(default_workspace):
             console.print(f"workspace {escape(default_workspace)}", highlight=False, soft_wrap=True)
         else:
             # The tool service runs with other settings (another state dir or workspace root),
             # or no tool ran; say the rule rather than a path that may be wrong.
+            # Words wrap at the terminal's width; the path stays one line, to be copied whole.
             console.print(
                 f"workspace: made by the tool service at <workspace root>/{escape(_tenant())}/runs/"
-                f"{escape(run.run_id)} (root: AGENTRT_WORKSPACE_ROOT, else <state-dir>/workspaces; "
-                f"here that would be {escape(default_workspace)}, which does not exist)",
+                f"{escape(run.run_id)} (root: AGENTRT_WORKSPACE_ROOT, else <state-dir>/workspaces); "
+                "here that would be this directory, which does not exist:",
                 highlight=False,
-                soft_wrap=True,
             )
+            console.print(escape(default_workspace), highlight=False, soft_wrap=True)
     if run.status == common_pb2.RUN_STATUS_FAILED:
         f = run.failure
         console.print(
@@ -394,10 +278,18 @@ def run_command(args: argparse.Namespace) -> int:
     errors = Console(stderr=True)
     try:
         model = parse_model(args.model or env("DEFAULT_MODEL", "local"))
+        sandbox = parse_sandbox(args.sandbox, args.sandbox_env, args.sandbox_network)
+        agent_ref = parse_agent_ref(args.agent) if args.agent else None
     except ValueError as exc:
         errors.print(f"agentrt run: {exc}")
         return EXIT_USAGE
-    if args.max_turns < 1:
+    if agent_ref is not None and (args.model or args.max_turns is not None):
+        errors.print(
+            "agentrt run: --model and --max-turns are for the inline agent; --agent runs a registered one"
+        )
+        return EXIT_USAGE
+    max_turns = 10 if args.max_turns is None else args.max_turns
+    if max_turns < 1:
         errors.print("agentrt run: --max-turns must be at least 1")
         return EXIT_USAGE
     try:
@@ -418,15 +310,15 @@ def run_command(args: argparse.Namespace) -> int:
         # only a directory it created to the sandbox user (docs/services/tools.md).
         path.parent.mkdir(parents=True, exist_ok=True)
         workspace = str(path)
-    spec = build_agent(model, args.max_turns)
-    if args.tasks:
-        spec.tools.extend(run_service_pb2.AgentTool(name=name) for name in TASK_TOOLS)
-    request = run_service_pb2.StartRunRequest(
-        agent=spec,
-        input=task,
-        session_id=args.session,
-        workspace=workspace,
-    )
+    request = run_service_pb2.StartRunRequest(input=task, session_id=args.session, workspace=workspace)
+    if sandbox is not None:
+        request.sandbox.CopyFrom(sandbox)
+    if agent_ref is not None:
+        request.agent_name, request.agent_version = agent_ref
+    else:
+        request.agent.CopyFrom(build_agent(model, max_turns))
+        if args.tasks:
+            request.agent.tools.extend(run_service_pb2.AgentTool(name=name) for name in TASK_TOOLS)
     runs_addr = args.runs_addr or env("RUNS_ADDR", f"127.0.0.1:{DEFAULT_PORTS['runs']}")
     approver = terminal_approver(console, args.approve_all, sys.stdin.isatty() and sys.stdout.isatty())
     tasks_addr = ""
@@ -453,7 +345,8 @@ async def _run(
             watchers.append(asyncio.create_task(watch_tasks(client, started.session_id, cards)))
 
     try:
-        if tasks_addr:  # registered, so a task it spawns runs as it (tasks inherit a registered agent)
+        if tasks_addr and request.HasField("agent"):
+            # registered, so a task it spawns runs as it (tasks inherit a registered agent)
             registered = await client.run_service.RegisterAgent(
                 run_service_pb2.RegisterAgentRequest(agent=request.agent)
             )

@@ -241,6 +241,9 @@ async def show_run(client: MeshClient, console: Console, run_id: str) -> int:
         lines.append(f"nested usage {_usage(run.nested_usage)}")
     if run.workspace:
         lines.append(f"workspace {run.workspace}")
+    if run.sandbox_id:
+        ended = run.status in (cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED, cpb.RUN_STATUS_CANCELED)
+        lines.append(f"sandbox {run.sandbox_id}" + (" (released when the run ended)" if ended else ""))
     if run.parent_run_id:
         lines.append(f"parent run {run.parent_run_id} (call {run.parent_call_id})")
     lines += [f"child run {child}" for child in run.child_run_ids]

@@ -28,6 +28,7 @@ from agentrt.core.errors import MeshError, Reason, invalid, missing, not_found, 
 from agentrt.core.ids import new_id, valid_id
 from agentrt.core.truncate import byte_len
 from agentrt.mesh.durations import check_duration
+from agentrt.runs import sandboxes
 from agentrt.runs.convert import STOP_KIND, injected_only, injected_out
 from agentrt.runs.domain import Resume
 from agentrt.runs.events import run_topic, session_topic
@@ -44,6 +45,7 @@ from agentrt.runs.spec.start import (
     check_replay,
     request_digest,
 )
+from agentrt.runs.spec.validation import validate_sandbox
 from agentrt.runs.store import RunRecord, RunStore, SessionBusy, StoredEvent
 from agentrt.runs.stream import follow
 from agentrt.v1 import common_pb2 as cpb
@@ -101,6 +103,7 @@ class RunManager:
             _, late = await asyncio.wait(tasks, timeout=grace_s)
             for task in late:
                 task.cancel()
+        await self.deps.releases.drain(grace_s)  # the sandboxes of runs that just ended
 
     async def _lease_loop(self) -> None:
         """The leases' own task (runs/lease_keeper.py), then the housekeeping every period."""
@@ -120,6 +123,7 @@ class RunManager:
                     await self.expire_suspended()
                     await self.takeover()
                     await self.observe_store()
+                    sandboxes.retry_releases(self.deps.peers, self.deps.releases)
                 except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
                     log.exception("runs housekeeping failed")
         finally:
@@ -243,6 +247,8 @@ class RunManager:
         check_text_bytes(req.input, "input")
         if req.workspace and not req.workspace.startswith("/"):
             raise invalid(Reason.INVALID_VALUE, "workspace must be an absolute path", field="workspace")
+        if req.HasField("sandbox"):
+            validate_sandbox(req.sandbox, "sandbox")
         check_idempotency_key(req.idempotency_key)
         check_labels(dict(req.labels))
         digest = request_digest(req) if req.idempotency_key else ""
@@ -263,6 +269,7 @@ class RunManager:
             create_time_s=now, update_time_s=now, deadline_s=now + budget if budget else 0.0,
             state={DIGEST_STATE: digest} if digest else {},
         )  # fmt: skip
+        record.state.update(sandboxes.initial_state(record.run_id, sandboxes.effective(spec, req)))
         started = pb.RunEvent(
             run_id=record.run_id,
             run_started=pb.RunStarted(
@@ -473,6 +480,7 @@ class RunManager:
         if stored is None:
             raise precondition(Reason.RUN_FINISHED, f"run {record.run_id!r} changed state; read it again")
         self.deps.hub.deliver(stored)
+        self.deps.releases.start(self.deps.peers, record)
 
     async def inject(self, tenant: str, req: pb.InjectInputRequest) -> int:
         """Queue input for a live run (004 §2.11b); return its queue position (from 1).

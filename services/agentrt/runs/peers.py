@@ -41,6 +41,8 @@ from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import tool_service_pb2 as tpb
 
 SESSION_CALL_TIMEOUT_S = 30.0
+#: Deadline of CreateSandbox / DestroySandbox, seconds (a container starts or is removed).
+SANDBOX_CALL_TIMEOUT_S = 120.0
 CATALOG_TTL_S = 30.0
 #: Deadline of one model call, seconds: above the gateway's own provider-call cap
 #: (AGENTRT_GATEWAY_TIMEOUT_SECONDS, 600) so the gateway's answer, not ours, ends a slow call.
@@ -146,6 +148,36 @@ class Peers:
         self._catalog = {t.name: t for t in resp.tools}
         self._catalog_time = time.monotonic()
         return self._catalog
+
+    async def create_sandbox(self, tenant: str, request: tpb.CreateSandboxRequest) -> tpb.Sandbox:
+        """Create or adopt a run's sandbox (idempotent on its id and settings, 004 §2.7n).
+
+        Raises:
+            MeshError: the tool service's error (INVALID_ARGUMENT, FAILED_PRECONDITION
+                SANDBOX_UNAVAILABLE or SANDBOX_FOREIGN, UNAVAILABLE when it is down).
+        """
+        resp = await self._call(
+            "tools",
+            lambda: self.client.tool_service.CreateSandbox(
+                request, metadata=_md(tenant), timeout=SANDBOX_CALL_TIMEOUT_S
+            ),
+        )
+        return resp.sandbox
+
+    async def destroy_sandbox(self, tenant: str, sandbox_id: str) -> None:
+        """Destroy a sandbox: its commands, its container, a workspace the tool service made.
+
+        Raises:
+            MeshError: the tool service's error (NOT_FOUND/SANDBOX_NOT_FOUND when it is gone).
+        """
+        await self._call(
+            "tools",
+            lambda: self.client.tool_service.DestroySandbox(
+                tpb.DestroySandboxRequest(sandbox_id=sandbox_id),
+                metadata=_md(tenant),
+                timeout=SANDBOX_CALL_TIMEOUT_S,
+            ),
+        )
 
     async def create_session(self, tenant: str, title: str = "") -> str:
         """Create a session; return its id."""

@@ -41,7 +41,7 @@ class RunServicer(pb_grpc.RunServiceServicer):
 
         Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_AGENT, INVALID_JSON, INVALID_SCHEMA,
         INVALID_VALUE, UNKNOWN_AGENT); UNIMPLEMENTED/NOT_IMPLEMENTED_YET for a contract field
-        the loop does not honor yet (agents as tools, guardrails, run sandboxes).
+        the loop does not honor yet (agents as tools, guardrails).
         """
         if not request.HasField("agent"):
             raise missing("agent")

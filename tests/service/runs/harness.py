@@ -166,11 +166,13 @@ async def start_mesh(
     *,
     pg: bool = False,
     tasks_address: str = "",
+    tools_kw: dict[str, object] | None = None,
     **runs_kw: object,
 ) -> Mesh:
     """Start sessions, tools, gateway and runs; with pg, runs and sessions on fresh PostgreSQL databases.
 
-    tasks_address is the TaskService the tool service's task tools call ("" = none).
+    tasks_address is the TaskService the tool service's task tools call ("" = none);
+    tools_kw are further ToolsConfig fields (a test's own docker owner label, say).
     """
     tmp = str(tmp_path / "state")
     os.makedirs(tmp, exist_ok=True)
@@ -187,6 +189,7 @@ async def start_mesh(
         workspace_root=workspace_root,
         heartbeat_seconds=0.5,
         tasks_address=tasks_address,
+        **(tools_kw or {}),  # type: ignore[arg-type]
     )
     tools_server = build_tools(tools_config)
     tools = await start_server(tools_server)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agentrt.core.decide import Call
@@ -78,6 +78,31 @@ async def _execute(
                 raise
             await asyncio.sleep(IN_PROGRESS_BACKOFF_S[min(attempt, len(IN_PROGRESS_BACKOFF_S) - 1)])
             attempt += 1
+
+
+#: ExecuteTool refusals saying the run's sandbox is gone or stopped (nothing ran).
+SANDBOX_LOST = (Reason.SANDBOX_NOT_FOUND, Reason.SANDBOX_STOPPED)
+
+
+async def _execute_regaining(
+    peers: Peers,
+    tenant: str,
+    request: tpb.ExecuteToolRequest,
+    on_progress: Callable[[tpb.ToolProgress], None] | None,
+    regain: Callable[[], Awaitable[None]] | None,
+) -> cpb.ToolResult:
+    """`_execute`, regaining a lost sandbox once.
+
+    When the run's sandbox was stopped or destroyed behind its back (the call was refused,
+    nothing ran), `regain` creates or resumes it, then the call is sent once more.
+    """
+    try:
+        return await _execute(peers, tenant, request, on_progress)
+    except MeshError as err:
+        if regain is None or not request.sandbox_id or err.reason not in SANDBOX_LOST:
+            raise
+    await regain()
+    return await _execute(peers, tenant, request, on_progress)
 
 
 def _progress_relay(call_id: str, sink: ProgressSink) -> Callable[[tpb.ToolProgress], None]:
@@ -172,6 +197,23 @@ def not_executed_result(call: Call, why: str) -> cpb.ToolResult:
     return runtime_result(call, f"Not executed: {why}.", cpb.TOOL_RESULT_STATUS_NOT_EXECUTED)
 
 
+def not_run(
+    planned: Sequence[Planned], failure: BaseException, why: str, on_result: Callable[[cpb.ToolResult], None]
+) -> BatchResult:
+    """Answer a batch none of whose calls could start (the run's sandbox could not be had).
+
+    Every runnable call gets a "Not executed: <why>." result, the others their planned
+    result, in call order, each passed to on_result; `failure` ends the run once the turn
+    is recorded, as a tool service failing mid-batch does.
+    """
+    out = []
+    for p in planned:
+        result = not_executed_result(p.call, why) if p.runs or p.result is None else p.result
+        on_result(result)
+        out.append(result)
+    return BatchResult(out, failure)
+
+
 def unknown_outcome_result(call: Call, err: BaseException) -> cpb.ToolResult:
     """The result of a call whose execution failed in the infrastructure (outcome unknown)."""
     message = err.message if isinstance(err, MeshError) else str(err)
@@ -192,6 +234,8 @@ async def execute_calls(
     run_id: str,
     workspace: str,
     concurrency: int,
+    sandbox_id: str = "",
+    regain_sandbox: Callable[[], Awaitable[None]] | None = None,
     on_result: Callable[[cpb.ToolResult], None],
     on_progress: ProgressSink | None = None,
     stop: BatchStop | None = None,
@@ -207,6 +251,9 @@ async def execute_calls(
         run_id: the run (with the call id and attempt, the tool service's idempotency key).
         workspace: absolute directory the calls run in; "" = the tool service's default.
         concurrency: calls executing at once (>= 1).
+        sandbox_id: the run's sandbox the calls run in ("" = none; then `workspace` is "").
+        regain_sandbox: creates or resumes that sandbox when a call finds it gone or stopped
+            (SANDBOX_NOT_FOUND, SANDBOX_STOPPED); the call is then sent once more.
         on_result: called with each result as it completes (for live events).
         on_progress: called with (call_id, stream, text) for output chunks of calls that
             change things (read-only calls finish quickly and stream nothing), at most
@@ -235,7 +282,7 @@ async def execute_calls(
     async def run_one(p: Planned) -> cpb.ToolResult:
         attempt = attempts.get(p.call.call_id, 0)
         request = tpb.ExecuteToolRequest(
-            run_id=run_id, call=call_out(p.call), workspace=workspace, attempt=attempt
+            run_id=run_id, call=call_out(p.call), workspace=workspace, sandbox_id=sandbox_id, attempt=attempt
         )
         if p.spec is not None and p.spec.HasField("timeout"):
             request.timeout.CopyFrom(p.spec.timeout)
@@ -254,7 +301,7 @@ async def execute_calls(
             relay = None
             if on_progress is not None and p.spec is not None and not p.spec.read_only:
                 relay = _progress_relay(p.call.call_id, on_progress)
-            call = asyncio.ensure_future(_execute(peers, tenant, request, relay))
+            call = asyncio.ensure_future(_execute_regaining(peers, tenant, request, relay, regain_sandbox))
             stopped = asyncio.ensure_future(stop.wait())
             try:
                 await asyncio.wait({call, stopped}, return_when=asyncio.FIRST_COMPLETED)

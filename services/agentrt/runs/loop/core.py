@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.mesh.telemetry.metrics import RunMetrics
+from agentrt.runs import sandboxes
 from agentrt.runs.convert import injected_only, injected_out
 from agentrt.runs.events import EventHub
 from agentrt.runs.loop.compaction import Compactor
@@ -96,6 +97,8 @@ class Deps:
     lease_seconds: float
     crash: Callable[[str], None] = _no_crash
     metrics: RunMetrics = field(default_factory=RunMetrics)
+    #: Sandboxes of ended runs whose release failed; the manager retries them (runs/sandboxes.py).
+    releases: sandboxes.Releases = field(default_factory=sandboxes.Releases)
 
 
 def b64(msg: Any) -> str:
@@ -141,6 +144,11 @@ class ExecutorCore:
         self._unbatched: list[dict[str, Any]] = []
         self.compactor = Compactor(deps.peers, record.agent, record.tenant, record.run_id)
         self._last_usage: cpb.Usage | None = None
+        #: The run's sandbox id once this executor created or adopted it (runs/sandboxes.py).
+        self._sandbox_id: str | None = None
+        #: How many times this executor had it created or adopted; the lock serializes asking.
+        self._sandbox_asks = 0
+        self._sandbox_lock = asyncio.Lock()
         self._bytes_since = 0
 
     def stop(self, reason: str, message: str = "") -> None:
@@ -352,6 +360,7 @@ class ExecutorCore:
             lease_expires_s=0.0,
         )
         self.ended = status
+        self.deps.releases.start(self.deps.peers, r)
 
     async def _end_quietly(self, status: int, *, failure: cpb.FailureInfo | None = None) -> None:
         try:

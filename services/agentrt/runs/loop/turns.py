@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
+from agentrt.core.errors import MeshError
 from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
 from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
@@ -37,6 +38,7 @@ from agentrt.runs.loop.persistence import (
     turn_entries,
     write_batch,
 )
+from agentrt.runs.loop.sandbox_phase import SandboxSteps
 from agentrt.runs.loop.stopping_phase import STOPPED_OUTPUT
 from agentrt.runs.loop.tools_phase import pending_calls, plan_calls
 from agentrt.runs.loop.turn import ContextOverflow, RunFailed
@@ -53,7 +55,7 @@ AT_SAVE_POINT = ("steer", "next_turn")
 AT_FINAL = ("steer", "follow_up")
 
 
-class TurnSteps(Housekeeping):
+class TurnSteps(SandboxSteps, Housekeeping):
     """The phases of a turn (see the module docstring)."""
 
     def _recorded_response(self, recorded: dict[str, dict[str, Any]]) -> cpb.ModelResponse | None:
@@ -214,19 +216,27 @@ class TurnSteps(Housekeeping):
             "tools_started", {"turn": turn, "calls": [p.call.call_id for p in planned if p.runs]}
         )
         self.deps.crash("after_model_responded")
+
+        def on_result(res: cpb.ToolResult) -> None:
+            if res.call_id not in handoff_calls:
+                self._publish(tool_returned=pb.ToolReturned(result=res))
+
+        # After tools_started: the response is logged before this wait, which a drain may cut.
+        try:
+            sandbox_id = await self._sandbox() if any(p.runs for p in planned) else ""
+        except (RunFailed, MeshError) as err:
+            return self._sandbox_lost(turn, planned, err, on_result)
         batch = await self._watch(
             execute_calls(
                 planned,
                 peers=self.deps.peers,
                 tenant=r.tenant,
                 run_id=r.run_id,
-                workspace=r.workspace,
+                workspace="" if sandbox_id else r.workspace,
+                sandbox_id=sandbox_id,
+                regain_sandbox=self._regain_sandbox if sandbox_id else None,
                 concurrency=limits.concurrency,
-                on_result=lambda res: (
-                    None
-                    if res.call_id in handoff_calls
-                    else self._publish(tool_returned=pb.ToolReturned(result=res))
-                ),
+                on_result=on_result,
                 on_queue_wait=self.deps.metrics.tool_queue_wait.observe,
                 on_progress=lambda call_id, stream, text: self._publish(
                     tool_progressed=pb.ToolProgressed(call_id=call_id, stream=stream, text=text)

@@ -60,7 +60,7 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
     Honored today, so not refused: handoffs (runs/loop/handoff_phase.py),
     AgentTool.sequential, `deferred`, error handlers (fail or fallback),
     `final_turn_without_tools`, `terminates_run`, every output_strategy (the final-output tool,
-    runs/loop/structured_phase.py).
+    runs/loop/structured_phase.py), `sandbox` (runs/sandboxes.py).
 
     Raises:
         MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET; metadata `field` names the first such
@@ -74,20 +74,16 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
             raise _not_yet("agents as tools", f"{where}.agent_name")
         if tool.guardrails:
             raise _not_yet("guardrails", f"{where}.guardrails")
-    if spec.HasField("sandbox"):
-        raise _not_yet("run sandboxes", f"{field}.sandbox")
 
 
 def refuse_unwired_start(req: pb.StartRunRequest) -> None:
-    """Refuse a StartRun request field the loop does not honor yet (after validating it).
+    """Check the StartRun request's own turn-contract fields (the loop honors them all).
 
     Raises:
-        MeshError: INVALID_ARGUMENT (validation.validate_sandbox); UNIMPLEMENTED/
-            NOT_IMPLEMENTED_YET for `sandbox`.
+        MeshError: INVALID_ARGUMENT (validation.validate_sandbox) for `sandbox`.
     """
     if req.HasField("sandbox"):
         validation.validate_sandbox(req.sandbox, "sandbox")
-        raise _not_yet("run sandboxes", "sandbox")
 
 
 def refuse_unwired_resume(req: pb.ResumeRunRequest) -> None:

@@ -602,7 +602,8 @@ export const ErrorHandlersSchema: GenMessage<ErrorHandlers> = /*@__PURE__*/
 /**
  * RunSandbox is the sandbox a run's tool calls execute in (the vocabulary of
  * ToolService.CreateSandbox, 004 §2.7n–§2.7q): the run loop creates (or adopts) it for
- * the run. Validated as CreateSandbox validates. Not yet honored.
+ * the run at its first tool batch, runs every tool call in it, and destroys it when the
+ * run ends (Run.sandbox_id names it). Validated as CreateSandbox validates.
  *
  * @generated from message agentrt.v1.RunSandbox
  */
@@ -1076,8 +1077,7 @@ export type StartRunRequest = Message<"agentrt.v1.StartRunRequest"> & {
   idempotencyKey: string;
 
   /**
-   * The sandbox the run's commands execute in; overrides the agent's `sandbox`. Not yet
-   * honored.
+   * The sandbox the run's commands execute in; overrides the agent's `sandbox`.
    *
    * @generated from field: agentrt.v1.RunSandbox sandbox = 20;
    */
