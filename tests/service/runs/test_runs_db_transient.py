@@ -220,3 +220,53 @@ async def test_a_fencing_refusal_is_not_retried(store: RunStore):
     assert await store.save("r2", log=[("turn", {})], token=7) is None
     assert len(calls) == 2
     assert [kind for _, kind, _ in await store.read_log("r2")] == ["started"]
+
+
+@pytest.mark.postgres
+async def test_a_serialization_failure_and_a_deadlock_are_transient():
+    """Real 40001 and 40P01 from PostgreSQL, through SQLAlchemy, are classified transient."""
+    await harness.require_pg()
+    from sqlalchemy import text
+
+    url = await harness.fresh_pg_database(harness.pg_server(), "transient_test")
+    db = Database(url)
+    try:
+        async with db.write() as conn:
+            await conn.execute(text("CREATE TABLE t (id int PRIMARY KEY, v int)"))
+            await conn.execute(text("INSERT INTO t VALUES (1, 0), (2, 0)"))
+        # serialization failure: two SERIALIZABLE transactions update the row the other read
+        a = await db._write_engine.connect()
+        b = await db._write_engine.connect()
+        try:
+            for conn in (a, b):
+                await conn.execute(text("BEGIN ISOLATION LEVEL SERIALIZABLE"))
+                await conn.execute(text("SELECT sum(v) FROM t"))
+            await a.execute(text("UPDATE t SET v = 1 WHERE id = 1"))
+            await b.execute(text("UPDATE t SET v = 1 WHERE id = 2"))
+            await a.execute(text("COMMIT"))
+            with pytest.raises(Exception) as err:
+                await b.execute(text("COMMIT"))
+            assert is_transient(err.value), repr(err.value)
+        finally:
+            await a.close()
+            await b.close()
+        # deadlock: each holds one row and waits for the other's
+        a = await db._write_engine.connect()
+        b = await db._write_engine.connect()
+        try:
+            for conn in (a, b):
+                await conn.execute(text("BEGIN"))
+            await a.execute(text("UPDATE t SET v = 2 WHERE id = 1"))
+            await b.execute(text("UPDATE t SET v = 2 WHERE id = 2"))
+            results = await asyncio.gather(
+                a.execute(text("UPDATE t SET v = 3 WHERE id = 2")),
+                b.execute(text("UPDATE t SET v = 3 WHERE id = 1")),
+                return_exceptions=True,
+            )
+            errors = [r for r in results if isinstance(r, BaseException)]
+            assert len(errors) == 1 and is_transient(errors[0]), results
+        finally:
+            await a.close()
+            await b.close()
+    finally:
+        await db.close()
