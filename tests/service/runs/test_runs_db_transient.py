@@ -68,7 +68,7 @@ async def _finished(mesh, run_id: str) -> pb.Run:
         try:
             run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=run_id))).run
         except grpc.aio.AioRpcError:
-            run = None  # only save points retry their transaction; a read may fail meanwhile
+            run = None  # GetRun may meet a terminated connection too; ask again
         if run is not None and run.status in (cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED):
             return run
         await asyncio.sleep(0.05)
