@@ -49,7 +49,7 @@ async def _terminate_in_flight(database: str, hits: list[int], outages: int = 8)
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 "
                 "AND pid <> pg_backend_pid() AND state IN ('active', 'idle in transaction') "
                 # a save point's statements: its fenced run-row update, its log and event rows
-                "AND (query LIKE '%update_time_s%' OR query LIKE 'INSERT INTO run_log%' "
+                "AND (query LIKE 'UPDATE runs SET%update_time_s%' OR query LIKE 'INSERT INTO run_log%' "
                 "OR query LIKE 'INSERT INTO run_events%')",
                 database,
             )
