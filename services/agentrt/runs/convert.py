@@ -390,6 +390,9 @@ def run_out(r: RunRecord) -> pb.Run:
     disclosed = r.state.get("disclosure")  # runs/loop/disclosure_phase.py
     if disclosed:
         run.disclosed_tools.extend(json.loads(str(disclosed)).get("disclosed", []))
+    nested = r.state.get("nested_usage")  # off the conversation: model guardrails (004 §2.7f)
+    if nested:
+        run.nested_usage.CopyFrom(cpb.Usage(**nested))
     run.sandbox_id = str(r.state.get("sandbox_id", ""))  # runs/sandboxes.py
     current = r.state.get("agent")  # the last handoff's target (runs/loop/handoff_phase.py)
     if current:

@@ -24,6 +24,9 @@
   replica wrote them; runs/notify.py hears of it): their next wait returns at once and the
   stream re-reads storage.
 
+- `guardrail_result` builds the payload of a consulted guardrail's event (004 §2.6) from its
+  `core.guardrails.Result`.
+
 Publishing is synchronous and never awaits, so seqs are assigned atomically with delivery
 and a subscriber never sees a higher seq before a lower one.
 """
@@ -37,6 +40,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from agentrt.core.guardrails import Result
 from agentrt.runs.records import StoredEvent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -368,3 +372,40 @@ def as_session_event(stored: StoredEvent) -> pb.RunEvent:
     event.CopyFrom(stored.event)
     event.seq = stored.session_seq
     return event
+
+
+_STAGES = {
+    "input": pb.GUARDRAIL_STAGE_INPUT,
+    "output": pb.GUARDRAIL_STAGE_OUTPUT,
+    "tool_input": pb.GUARDRAIL_STAGE_TOOL_INPUT,
+    "tool_output": pb.GUARDRAIL_STAGE_TOOL_OUTPUT,
+}
+_DECISIONS = {
+    "allow": pb.GUARDRAIL_DECISION_ALLOW,
+    "replace": pb.GUARDRAIL_DECISION_REPLACE,
+    "trip": pb.GUARDRAIL_DECISION_TRIP,
+}
+
+
+def guardrail_result(result: Result, duration_s: float, usage: cpb.Usage | None = None) -> pb.GuardrailResult:
+    """Return the `guardrail_result` event payload of one consulted guardrail (004 §2.6).
+
+    Args:
+        result: the guardrail's outcome (core.guardrails); no decision = it failed or was
+            cancelled (its `error` says which).
+        duration_s: wall time it took, in seconds (>= 0).
+        usage: a model guardrail's tokens (nested usage, 004 §2.7f); None for a pattern.
+    """
+    out = pb.GuardrailResult(
+        guardrail=result.guardrail,
+        stage=_STAGES[str(result.stage)],  # type: ignore[arg-type]
+        decision=_DECISIONS[str(result.decision)] if result.decision else 0,  # type: ignore[arg-type]
+        message=result.message,
+        call_id=result.call_id,
+        error=result.error,
+        scope=result.scope,
+    )
+    out.duration.FromNanoseconds(int(max(0.0, duration_s) * 1e9))
+    if usage is not None and usage.ByteSize():
+        out.usage.CopyFrom(usage)
+    return out

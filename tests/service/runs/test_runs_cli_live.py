@@ -2,8 +2,9 @@
 
 The command's own entry point (`agentrt.cli.main.main`) runs in a worker thread, as from a
 shell, against the production servers over real channels; the emulator plays the model.
-Handoffs are wired in the run loop today, so they are driven end to end here; child runs and
-guardrail results are rendered from real event protos in tests/unit/cli/test_cli_render.py.
+Handoffs are wired in the run loop today, so they are driven end to end here; child runs are
+rendered from real event protos in tests/unit/cli/test_cli_render.py; a real run's guardrail
+results are shown live in tests/service/runs/test_runs_guardrails_tools.py.
 """
 
 from __future__ import annotations

@@ -54,8 +54,14 @@ class Interrupted(Exception):
 #: Points at which a crash test may have the process kill itself (RunsConfig.crash_points):
 #: right after the save that records a model response; after a turn's session batch is
 #: written and before the save point records it; after a compaction summary is logged and
-#: before its checkpoint is appended.
-CRASH_POINTS = ("after_model_responded", "after_session_write", "after_compaction_summary")
+#: before its checkpoint is appended; after a guardrail's tripwire is recorded and before
+#: the run's failure is.
+CRASH_POINTS = (
+    "after_model_responded",
+    "after_session_write",
+    "after_compaction_summary",
+    "after_guardrail_tripped",
+)
 
 
 def _no_crash(point: str) -> None:

@@ -149,9 +149,10 @@ class RunExecutor(TurnSteps):
         next_turn = r.turns + 1
         recorded = _of_turn(entries, next_turn)
         if "input_persisted" not in kinds:
+            text = await self._guard_blocking_input()  # before the session is touched (004 §2.6)
             if r.session_last_seq > 0:
                 await self._repair()
-            await self._persist_input()
+            await self._persist_input(text)
             await self._compact(BEFORE_RUN, 0)
         else:
             await self._finish_pending_checkpoint(entries)
@@ -208,10 +209,11 @@ class RunExecutor(TurnSteps):
             )
             if verdict is not None and verdict.kind == Kind.FINAL:
                 self._phase(cpb.RUN_PHASE_SYNTHESIZING)
+                output, response, decision = await self._guard_final(verdict.output, response, decision)
                 if await self._save_turn(turn, response, decision, verdict.results, AT_FINAL):
                     continue  # queued input outranks the finish (004 §2.10)
                 await self._compact(AFTER_RUN, turn)
-                await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=verdict.output)
+                await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=output)
                 return
             if verdict is not None:
                 await self._rejected_output(turn, response, decision, verdict)

@@ -25,11 +25,11 @@ from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
 from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
 from agentrt.runs.domain import Answers
-from agentrt.runs.loop import disclosure_phase, handoff_phase, reconcile, structured_phase
+from agentrt.runs.loop import disclosure_phase, guardrail_checks, handoff_phase, reconcile, structured_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
 from agentrt.runs.loop.core import Interrupted, b64
-from agentrt.runs.loop.housekeeping import Housekeeping
+from agentrt.runs.loop.guardrail_phase import GuardrailSteps
 from agentrt.runs.loop.persistence import (
     attach_diagnostics,
     injected_entry,
@@ -55,7 +55,7 @@ AT_SAVE_POINT = ("steer", "next_turn")
 AT_FINAL = ("steer", "follow_up")
 
 
-class TurnSteps(SandboxSteps, Housekeeping):
+class TurnSteps(SandboxSteps, GuardrailSteps):
     """The phases of a turn (see the module docstring)."""
 
     def _recorded_response(self, recorded: dict[str, dict[str, Any]]) -> cpb.ModelResponse | None:
@@ -87,9 +87,10 @@ class TurnSteps(SandboxSteps, Housekeeping):
                 "session_repaired", f"{len(fixed)} interrupted tool call(s) of the session were closed."
             )
 
-    async def _persist_input(self) -> None:
+    async def _persist_input(self, text: str | None = None) -> None:
+        """Persist the run's input (`text`: a blocking input guardrail's replacement)."""
         r = self.r
-        entry = input_entry(r.run_id, r.agent.name, r.input)
+        entry = input_entry(r.run_id, r.agent.name, r.input if text is None else text)
         written = await write_batch(self.deps.peers, r.tenant, r.session_id, [entry], r.session_last_seq)
         self._wrote(written.stored)
         self._publish(items_persisted=pb.ItemsPersisted(last_seq=written.last_seq, entries=written.count))
@@ -104,6 +105,7 @@ class TurnSteps(SandboxSteps, Housekeeping):
         self._publish(phase_changed=pb.PhaseChanged(phase=cpb.RUN_PHASE_PLANNING))
         while True:
             context = await self._interruptible(self._read_context())
+            context = guardrail_checks.input_view(context, r.run_id, r.state)  # a racing Replace (004 §2.6)
             self._request_at = (self._context.last_seq, self._context.leaf)
             seq, leaf = self._request_at
             request = turnmod.build_request(
@@ -119,7 +121,7 @@ class TurnSteps(SandboxSteps, Housekeeping):
             try:
                 with telemetry.generation_span(provider=ref.provider, model=ref.model or "default") as gen:
                     record_request(gen, request)
-                    final = await self._interruptible(
+                    call = self._interruptible(
                         turnmod.stream_model(
                             self.deps.peers,
                             r.tenant,
@@ -128,6 +130,7 @@ class TurnSteps(SandboxSteps, Housekeeping):
                         ),
                         finish_on_shutdown=True,  # a drain logs the response: never asked twice
                     )
+                    final = await self._raced(turn, call)  # turn 1 races the input guardrails (004 §2.6)
                     record_generation(gen, final)
             except ContextOverflow as exc:
                 if await self._recover_overflow(turn, limits, exc, context):
@@ -203,11 +206,13 @@ class TurnSteps(SandboxSteps, Housekeeping):
         planned = plan_calls(
             decision.calls, specs, set(r.always_approved), r.answers, budget, policies, preanswered
         )
+        planned = await self._guard_tool_inputs(turn, planned)  # before the approval pause (004 §2.6)
         waiting = pending_calls(planned)
         if waiting:
             await self._suspend(turn, waiting, pb.SUSPENSION_REASON_PENDING_CALLS)
             return None
         self._phase(cpb.RUN_PHASE_EXECUTING_TOOLS)
+        quiet = handoff_calls | self._quiet_outputs(planned)  # tool_output verdicts come first
         if not announced:
             for p in planned:
                 flagged = p.call.call_id in handoff_calls  # no tool_returned follows (004 §2.4)
@@ -217,15 +222,16 @@ class TurnSteps(SandboxSteps, Housekeeping):
         )
         self.deps.crash("after_model_responded")
 
-        def on_result(res: cpb.ToolResult) -> None:
-            if res.call_id not in handoff_calls:
+        def on_result(res: cpb.ToolResult, held: frozenset[str] = quiet) -> None:
+            if res.call_id not in held:
                 self._publish(tool_returned=pb.ToolReturned(result=res))
 
         # After tools_started: the response is logged before this wait, which a drain may cut.
         try:
             sandbox_id = await self._sandbox() if any(p.runs for p in planned) else ""
         except (RunFailed, MeshError) as err:
-            return self._sandbox_lost(turn, planned, err, on_result)
+            # nothing ran: the runtime's answers are shown at once (no tool_output verdict)
+            return self._sandbox_lost(turn, planned, err, lambda res: on_result(res, handoff_calls))
         batch = await self._watch(
             execute_calls(
                 planned,
@@ -259,6 +265,8 @@ class TurnSteps(SandboxSteps, Housekeeping):
                 self._diagnose(
                     "tool_timeout", f"{call.name} timed out; the model was told.", call_id=call.call_id
                 )
+        killed = bool(batch.killed)
+        batch.results = await self._guard_tool_outputs(turn, planned, batch.results, killed=killed)
         self._defer(
             "tools_finished",
             {"turn": turn, "results": [b64(x) for x in batch.results]},

@@ -57,7 +57,8 @@ def uses_contract(spec: pb.AgentSpec) -> bool:
 def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
     """Refuse a validated spec that sets a turn-contract field the loop does not honor yet.
 
-    Honored today, so not refused: handoffs (runs/loop/handoff_phase.py),
+    Honored today, so not refused: handoffs (runs/loop/handoff_phase.py), guardrails
+    (runs/loop/guardrail_phase.py),
     AgentTool.sequential, `deferred`, error handlers (fail or fallback),
     `final_turn_without_tools`, `terminates_run`, every output_strategy (the final-output tool,
     runs/loop/structured_phase.py), `sandbox` (runs/sandboxes.py).
@@ -66,14 +67,10 @@ def refuse_unwired(spec: pb.AgentSpec, field: str) -> None:
         MeshError: UNIMPLEMENTED/NOT_IMPLEMENTED_YET; metadata `field` names the first such
             field.
     """
-    if spec.guardrails:
-        raise _not_yet("guardrails", f"{field}.guardrails")
     for i, tool in enumerate(spec.tools):
         where = f"{field}.tools[{i}]"
         if tool.agent_name:
             raise _not_yet("agents as tools", f"{where}.agent_name")
-        if tool.guardrails:
-            raise _not_yet("guardrails", f"{where}.guardrails")
 
 
 def refuse_unwired_start(req: pb.StartRunRequest) -> None:

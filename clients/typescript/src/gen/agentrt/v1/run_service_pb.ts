@@ -159,7 +159,7 @@ export type AgentTool = Message<"agentrt.v1.AgentTool"> & {
 
   /**
    * Guardrails of this tool only (004 §2.6 placement): stages tool_input and tool_output
-   * only; at most 16; names unique within the list. Not yet honored.
+   * only; at most 16; names unique within the list. They run after the agent's own.
    *
    * @generated from field: repeated agentrt.v1.Guardrail guardrails = 23;
    */
@@ -769,8 +769,9 @@ export type AgentSpec = Message<"agentrt.v1.AgentSpec"> & {
   /**
    * Guardrails of the whole run while this agent's turn runs (004 §2.6): input stages
    * apply on the first turn (the entry agent's), output stages to the final output of the
-   * agent that produced it, tool stages to every tool the agent exposes. At most 16; names
-   * unique. Not yet honored.
+   * agent that produced it, tool stages to every tool the agent exposes (tool_input before
+   * the approval pause, so a Replace answers a call no person is asked about). At most 16;
+   * names unique.
    *
    * @generated from field: repeated agentrt.v1.Guardrail guardrails = 41;
    */
