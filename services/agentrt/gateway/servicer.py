@@ -32,7 +32,7 @@ from agentrt.gateway.gateway import KNOWN_PROVIDERS, ModelGateway
 from agentrt.gateway.journal import CallJournal, MemoryJournalStore
 from agentrt.gateway.metrics import CallLabels, GatewayMetrics
 from agentrt.gateway.retry import retry_observer
-from agentrt.gateway.validation import resolve_tenant
+from agentrt.gateway.validation import check_idempotency_key, resolve_tenant
 from agentrt.mesh.context import current_tenant
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
@@ -187,6 +187,21 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
             The other statuses of Generate.
         """
         return await self._gateway.count_tokens(_request(request), context.time_remaining())
+
+    async def CancelGenerate(
+        self, request: pb.CancelGenerateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CancelGenerateResponse:
+        """Stop a keyed call running on this replica (see CallJournal.cancel).
+
+        Raises:
+            INVALID_ARGUMENT: MISSING_FIELD (no idempotency_key), INVALID_VALUE (a key over 256
+                characters or with a control character).
+        """
+        if not request.idempotency_key:
+            raise missing("idempotency_key")
+        check_idempotency_key(request.idempotency_key)
+        tenant = resolve_tenant("", current_tenant())
+        return pb.CancelGenerateResponse(canceled=self._journal.cancel(tenant, request.idempotency_key))
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext

@@ -19,7 +19,9 @@ re-sent, since a provider would answer and bill twice. A keyed one (the run loop
 runs/loop/turn.py `model_call_key`) is re-sent up to MODEL_RESENDS times when its gateway
 replica went away (UNAVAILABLE below any server): the gateway's model-call journal answers
 the repeat without asking twice (docs/decisions/0099); the repeat's deltas are dropped when
-the caller already had some.
+the caller already had some. A keyed call the loop stops on purpose (CancelRun, a tripwire)
+is followed by CancelGenerate, so the gateway stops the provider call rather than letting it
+outlive its caller.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ STREAM_RESENDS = 4
 MODEL_RESENDS = 3
 
 T = TypeVar("T")
+
+#: CancelGenerate calls in flight (kept referenced until done).
+_CANCELS: set[asyncio.Task[None]] = set()
 
 
 def _transport_failure(err: grpc.aio.AioRpcError) -> bool:
@@ -356,6 +361,11 @@ class Peers:
                         deltas = True
                     yield message
                 return
+            except asyncio.CancelledError:
+                if request.idempotency_key:
+                    # Stopped on purpose (CancelRun, a tripwire): a keyed call would outlive us.
+                    self._cancel_model_call(tenant, request.idempotency_key)
+                raise
             except grpc.aio.AioRpcError as err:
                 # An unkeyed call is never re-sent: a second call could bill and answer twice.
                 # A keyed one whose gateway went away is: the gateway's journal answers it,
@@ -364,6 +374,21 @@ class Peers:
                     raise from_rpc_error(err) from err
             finally:
                 call.cancel()
+
+    def _cancel_model_call(self, tenant: str, key: str) -> None:
+        """Ask the gateway, in the background, to stop the keyed call (CancelGenerate)."""
+
+        async def send() -> None:
+            try:
+                await self.client.gateway_service.CancelGenerate(
+                    gpb.CancelGenerateRequest(idempotency_key=key), metadata=_md(tenant), timeout=5.0
+                )
+            except grpc.aio.AioRpcError:
+                pass  # best effort: the call then finishes and is journaled
+
+        task = asyncio.get_running_loop().create_task(send())
+        _CANCELS.add(task)
+        task.add_done_callback(_CANCELS.discard)
 
     async def execute(self, tenant: str, request: tpb.ExecuteToolRequest) -> tpb.ExecuteToolResponse:
         """Execute one tool call (idempotent on run_id + call_id at the tool service).

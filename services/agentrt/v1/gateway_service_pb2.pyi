@@ -121,3 +121,15 @@ class ListModelsResponse(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
     def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class CancelGenerateRequest(_message.Message):
+    __slots__ = ("idempotency_key",)
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    idempotency_key: str
+    def __init__(self, idempotency_key: _Optional[str] = ...) -> None: ...
+
+class CancelGenerateResponse(_message.Message):
+    __slots__ = ("canceled",)
+    CANCELED_FIELD_NUMBER: _ClassVar[int]
+    canceled: bool
+    def __init__(self, canceled: _Optional[bool] = ...) -> None: ...

@@ -319,3 +319,36 @@ async def test_a_journal_that_is_gone_refuses_keyed_calls_and_asks_nothing(start
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+async def test_cancel_generate_stops_a_keyed_call_on_purpose(start_server, emu, journal_url):
+    (gw,), channels = await open_gateways(start_server, emu, journal_url)
+    emu.script([Reply(text="y" * 400, chunk_chars=2, event_delay=0.02), Reply(text="asked again")])
+    request = keyed()
+    call = gw.StreamGenerate(pb.StreamGenerateRequest(request=request))
+    async for item in call:
+        if item.text_delta:
+            break
+    stopped = await gw.CancelGenerate(pb.CancelGenerateRequest(idempotency_key=request.idempotency_key))
+    assert stopped.canceled
+    with pytest.raises(grpc.aio.AioRpcError):
+        await asyncio.wait_for(_drain(call), 10)  # its caller is told
+    started = time.monotonic()
+    while emu.aborted_streams == 0 and time.monotonic() - started < 10:
+        await asyncio.sleep(0.02)
+    assert emu.aborted_streams == 1  # the provider stream was closed
+    # nothing was journaled: the key asks again
+    again = await gw.Generate(pb.GenerateRequest(request=request))
+    assert asked(emu) == 2 and not again.replayed and again.response.content[0].text.text == "asked again"
+    assert not (await gw.CancelGenerate(pb.CancelGenerateRequest(idempotency_key="no-such-key"))).canceled
+    for bad, reason in (("", "MISSING_FIELD"), ("x\n", "INVALID_VALUE"), ("k" * 257, "INVALID_VALUE")):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await gw.CancelGenerate(pb.CancelGenerateRequest(idempotency_key=bad))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and reason_of(err.value) == reason
+    for ch in channels:
+        await ch.close()
+
+
+async def _drain(call) -> None:  # type: ignore[no-untyped-def]
+    async for _ in call:
+        pass

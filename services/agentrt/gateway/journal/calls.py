@@ -28,7 +28,9 @@ call, per (tenant, key):
    asks again), logged.
 6. Rows older than the retention (`ttl_s`) are swept at most once a minute.
 
-Only the first caller of a flight that asked the provider gets `replayed=False`.
+Only the first caller of a flight that asked the provider gets `replayed=False`. `cancel`
+(CancelGenerate) stops a flight of this process on purpose: a run that cancels its own call
+(CancelRun, a guardrail's tripwire) does not want it to outlive it.
 """
 
 from __future__ import annotations
@@ -152,6 +154,18 @@ class CallJournal:
                 yield item
         finally:
             self._leave(key, flight)
+
+    def cancel(self, tenant: str, key: str) -> bool:
+        """Stop key's call when it runs in this process; return True when one was stopped.
+
+        Its provider call is cancelled and its claim released (a repeat asks again); its
+        callers fail CANCELLED. A call on another replica runs on (and is journaled).
+        """
+        flight = self._flights.get((tenant, key))
+        if flight is None or flight.done or flight.task is None:
+            return False
+        flight.task.cancel()
+        return True
 
     def _join(
         self, request: g.ModelRequest, time_remaining: float | None, streamed: bool
@@ -280,9 +294,10 @@ class CallJournal:
             # Nothing answered: the next call with the key asks again (now, not after the lease).
             with suppress(Exception):
                 await asyncio.shield(self._store.release(tenant, name, self.holder))
-            flight.fail(exc)
             if not isinstance(exc, Exception):
-                raise  # cancelled: the gateway is closing
+                flight.fail(MeshError(Status.CANCELLED, Reason.INTERNAL, "the model call was stopped"))
+                raise  # cancelled: CancelGenerate, or the gateway is closing
+            flight.fail(exc)
             return
         renewer.cancel()
         if final is None:
