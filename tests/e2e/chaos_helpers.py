@@ -104,6 +104,8 @@ class ChaosMesh:
     databases: list[str]
     replicas: dict[str, Replica] = field(default_factory=dict)
     spawned: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: The gateway process now serving (the mesh's, or one a test started in its place).
+    gateway_pid: int = 0
 
     @property
     def sessions(self) -> str:
@@ -183,7 +185,7 @@ def _reap(pid: int) -> None:
 def start_chaos_mesh(root: Path, emu: ProviderEmulator) -> ChaosMesh:
     """Start the mesh on fresh PostgreSQL databases, runs as replica "a" (call from no event loop)."""
     tag = uuid.uuid4().hex[:10]
-    names = [f"{PG_DATABASE}_chaos_{svc}_{tag}" for svc in ("runs", "sessions", "tools")]
+    names = [f"{PG_DATABASE}_chaos_{svc}_{tag}" for svc in ("runs", "sessions", "tools", "gateway")]
     asyncio.run(create_databases(names))
     urls = [f"postgresql+asyncpg://postgres@{PG_HOST}/{n}" for n in names]
     env = {
@@ -197,6 +199,10 @@ def start_chaos_mesh(root: Path, emu: ProviderEmulator) -> ChaosMesh:
         "AGENTRT_RUNS_DB": urls[0],
         "AGENTRT_SESSIONS_DB": urls[1],
         "AGENTRT_TOOLS_DB": urls[2],
+        # the model-call journal on PostgreSQL, so a gateway killed mid-call leaves its claim
+        # where the next gateway sees it; a short lease keeps the takeover test short
+        "AGENTRT_GATEWAY_DB": urls[3],
+        "AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS": "3",
         "AGENTRT_RUNS_LEASE_SECONDS": str(LEASE_SECONDS),
         "AGENTRT_RUNS_PEER_UNAVAILABLE_SECONDS": "60",
     }
@@ -207,6 +213,7 @@ def start_chaos_mesh(root: Path, emu: ProviderEmulator) -> ChaosMesh:
         raise
     chaos = ChaosMesh(mesh, emu, root, env, names)
     chaos.replicas["a"] = Replica("a", mesh.addresses["runs"], None, mesh.pids["runs"])
+    chaos.gateway_pid = mesh.pids["gateway"]
     return chaos
 
 

@@ -195,6 +195,8 @@ class ScaledMesh:
             "AGENTRT_TASKS_DB": url["tasks"],
             "AGENTRT_LIMITER_BACKEND": "postgres",
             "AGENTRT_LIMITER_URL": url["runs"],
+            # the model-call journal every gateway replica shares (beside the limiter's tables)
+            "AGENTRT_GATEWAY_JOURNAL_URL": url["runs"],
             "AGENTRT_LIMITER_NAMESPACE": f"scale-{tag}",
             "AGENTRT_LIMITER_TOKENS_PER_MINUTE": str(self.budget),
             "AGENTRT_LIMITER_WINDOW_SECONDS": str(LIMITER_WINDOW_SECONDS),

@@ -10,15 +10,21 @@ and no call without its result, the run completes, and the client following the 
 the crash (reconnecting from its last seq) never sees a seq come back as another event.
 
 Then: a client connected while runs dies mid model stream, during tools and after a save
-point gets every event once or an explicit gap; and the tools service killed mid-command
-makes the run suspend for a reconciliation, after which "run it again" runs the command
-exactly once more.
+point gets every event once or an explicit gap, and the provider is asked each request once
+(the gateway's model-call journal answers the new owner's repeat); a gateway killed mid-call
+has that call asked again exactly once, by the next gateway after the dead one's journal
+lease, and the run completes; a runs replica SIGSTOPped mid model call, within or past its
+lease, keeps or loses its run by its fencing token with each request asked once; and the tools
+service killed mid-command makes the run suspend for a reconciliation, after which "run it
+again" runs the command exactly once more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from pathlib import Path
 
 import grpc
@@ -36,6 +42,7 @@ from chaos_helpers import (
 from e2e_helpers import STATE_TIMEOUT
 
 from agentrt.core.handoffs import default_tool_name
+from agentrt.runs.store import lease_overlaps
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
@@ -214,6 +221,54 @@ async def test_a_subscriber_across_a_kill_sees_every_event_once_or_a_gap(
     for gap in follower.gaps:
         assert gap.next > gap.last_good and gap.dropped > 0
     assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+    # killed mid model stream too, the provider was asked each request once: the gateway
+    # finished the dead replica's call and journaled it; the new owner's repeat was replayed
+    asked = _requests_of(chaos.emu, cell)
+    assert len(asked) == 2 and len(set(asked)) == 2, f"model requests of {cell}: {len(asked)}"
+
+
+async def test_a_gateway_killed_mid_call_has_the_call_asked_again_once(chaos: ChaosMesh, tmp_path):
+    cell = "gatewaykill"
+    chaos.emu.responder.slow.add(cell)
+    a = chaos.replicas["a"]
+    workspace = tmp_path / "ws"
+    started = await _start(a.address, cell, workspace, approval=False)
+    follower = Follower(started.run_id)
+    await follower.follow(a.address, until="model_delta")  # the gateway is streaming the call
+    gateway = chaos.mesh.addresses["gateway"]
+    chaos.kill(Replica("gateway", gateway, None, chaos.gateway_pid))
+    killed_at = len(_requests_of(chaos.emu, cell))
+    chaos.gateway_pid = chaos.spawn("gateway", "gateway-2", int(gateway.rsplit(":", 1)[1])).pid
+    await follower.to_the_end([a.address])
+    run = await _get_run([a.address], started.run_id)
+    assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+    asked = _requests_of(chaos.emu, cell)
+    # the dead gateway's call, asked again once by the new gateway after its lease; then turn 2
+    assert killed_at == 1 and len(asked) == 3 and asked[0] == asked[1] and asked[2] != asked[0], asked
+    assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+    check_session(await session_entries(chaos.sessions, started.session_id))
+    takeovers = await _journal_takeovers(chaos, started.run_id)
+    assert takeovers == [1, 0], takeovers  # turn 1 taken over from the dead holder once; turn 2 not
+
+
+async def _journal_takeovers(chaos: ChaosMesh, run_id: str) -> list[int]:
+    from sqlalchemy import text
+
+    from agentrt.mesh.db import Database
+
+    db = Database(chaos.env["AGENTRT_GATEWAY_DB"])
+    try:
+        async with db.read() as conn:
+            rows = await conn.execute(
+                text(
+                    "SELECT call_key, takeovers FROM gateway_model_calls "
+                    "WHERE call_key LIKE :k ORDER BY call_key"
+                ),
+                {"k": f"{run_id}/turn-%"},
+            )
+            return [int(t) for _, t in rows.all()]
+    finally:
+        await db.close()
 
 
 async def test_tools_killed_mid_command_suspends_for_reconciliation_then_runs_once_more(
@@ -271,6 +326,69 @@ async def test_tools_killed_mid_command_suspends_for_reconciliation_then_runs_on
 
 async def _status(address: str, run_id: str, status: int) -> bool:
     return (await _get_run([address], run_id)).status == status
+
+
+@pytest.mark.parametrize("stopped_s", [3.0, 8.0], ids=["within-the-lease", "past-the-lease"])
+async def test_a_replica_stopped_mid_model_call_renews_by_its_fencing_token(
+    chaos: ChaosMesh, tmp_path, stopped_s: float
+):
+    """SIGSTOP a runs replica mid model call, a second replica ready to take over (lease 6 s,
+    renewed every 2 s). Stopped 3 s (past its renewal, within its lease): after SIGCONT it renews
+    late, its fencing token still holds, nothing is taken over. Stopped 8 s (past its lease): the
+    run is taken over (by the second replica or the mesh's own); the first, woken, finds its
+    token superseded and stops without acting. Either way the provider is asked each request
+    once and the command runs once."""
+    cell = f"sigstop{int(stopped_s)}"
+    chaos.emu.responder.slow.add(cell)
+    lease = {"AGENTRT_RUNS_LEASE_SECONDS": "6"}
+    s1 = chaos.spawn("runs", "s1", new_port(), {"AGENTRT_RUNS_REPLICA_ID": "s1", **lease})
+    s2 = chaos.spawn("runs", "s2", new_port(), {"AGENTRT_RUNS_REPLICA_ID": "s2", **lease})
+    try:
+        workspace = tmp_path / "ws"
+        started = await _start(s1.address, cell, workspace, approval=False)
+        follower = Follower(started.run_id)
+        await follower.follow(s1.address, until="model_delta")  # its model call is in flight
+        os.kill(s1.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(stopped_s)  # the stimulus itself, not a wait for a state
+        finally:
+            os.kill(s1.pid, signal.SIGCONT)
+        await follower.to_the_end([s2.address, s1.address])
+        run = await _get_run([s2.address], started.run_id)
+        assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
+        asked = _requests_of(chaos.emu, cell)
+        assert len(asked) == 2 and len(set(asked)) == 2, f"model requests of {cell}: {len(asked)}"
+        assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
+        leases = await _leases(chaos, started.run_id)
+        assert lease_overlaps(await _lease_log(chaos, started.run_id)) == []
+        owners = [o for _, o in leases if o]  # an entry written after the release names no owner
+        if stopped_s < 6:
+            assert {t for t, _ in leases} == {1} and set(owners) == {"s1"}, leases  # no takeover
+        else:
+            # another replica (s2, or the mesh's a) took over with token 2; s1 stopped at its token
+            takers = {o for t, o in leases if t == 2 and o}
+            assert {t for t, _ in leases} == {1, 2} and len(takers) == 1 and "s1" not in takers, leases
+    finally:
+        for replica in (s1, s2):
+            chaos.replicas.pop(replica.name, None)
+            assert replica.proc is not None
+            replica.proc.terminate()
+            replica.proc.wait(30)
+
+
+async def _lease_log(chaos: ChaosMesh, run_id: str) -> list[tuple[int, str, int, str]]:
+    from agentrt.mesh.db import Database
+    from agentrt.runs.store import RunStore
+
+    db = Database(chaos.env["AGENTRT_RUNS_DB"])
+    try:
+        return await RunStore(db).log_leases(run_id)
+    finally:
+        await db.close()
+
+
+async def _leases(chaos: ChaosMesh, run_id: str) -> list[tuple[int, str]]:
+    return [(token, owner) for _, _, token, owner in await _lease_log(chaos, run_id)]
 
 
 HANDOFF_TRIAGE, HANDOFF_BILLING = "You are triage: route the user.", "You are billing: answer invoices."

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from agentrt.gateway.limiter.rules import BACKENDS, LimiterSettings, parse_families
 from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
+from agentrt.mesh.db import sqlite_url
 
 #: Sent when a base URL is configured without a key (emulators, local compatible servers).
 PLACEHOLDER_API_KEY = "agentrt-no-key"
@@ -87,6 +88,11 @@ class GatewayConfig:
         limiter_url: the shared store's URL (postgresql+asyncpg://... or redis://...).
         default_max_queue_wait_seconds: limiter admission wait when a request sets none.
         anthropic_max_tokens: max_tokens sent to Anthropic when a request sets none.
+        journal_url: where the model-call journal lives: "memory" (this process),
+            sqlite+aiosqlite:///FILE or postgresql+asyncpg://... (shared by every replica).
+        journal_lease_seconds: a replica's hold on a keyed call while it asks (renewed every
+            third); a replica that dies mid-call has its call asked again after it, seconds.
+        journal_ttl_seconds: how long a keyed call's answer is kept for a repeat, seconds.
     """
 
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -105,6 +111,9 @@ class GatewayConfig:
     limiter_url: str = ""
     default_max_queue_wait_seconds: float = 30.0
     anthropic_max_tokens: int = 4096
+    journal_url: str = "memory"
+    journal_lease_seconds: float = 10.0
+    journal_ttl_seconds: float = 3600.0
 
     @classmethod
     def from_env(cls, port: int | None = None, db_url: str | None = None) -> GatewayConfig:
@@ -120,11 +129,13 @@ class GatewayConfig:
         AGENTRT_LOCAL_BATCH_TOKENS, AGENTRT_DEFAULT_MODEL, AGENTRT_GATEWAY_MAX_RETRIES,
         AGENTRT_GATEWAY_TIMEOUT_SECONDS, the limiter's AGENTRT_LIMITER_* (see `limiter_from_env`),
         AGENTRT_GATEWAY_METRICS_PORT (`server.metrics_port`, as every service's: 0 = no
-        /metrics endpoint; 0..65535).
+        /metrics endpoint; 0..65535), AGENTRT_GATEWAY_JOURNAL_URL (else the gateway's
+        database, AGENTRT_GATEWAY_DB, else <state dir>/gateway.db), AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS
+        (10), AGENTRT_GATEWAY_JOURNAL_TTL_SECONDS (3600).
 
         Args:
             port: listening port; None reads AGENTRT_GATEWAY_PORT (default 50052).
-            db_url: accepted for CLI symmetry; the gateway keeps no tables yet.
+            db_url: the gateway's database (its model-call journal); None reads AGENTRT_GATEWAY_DB.
         """
         openai_key = env("OPENAI_API_KEY", os.environ.get("OPENAI_API_KEY", ""))
         openai_url = env("OPENAI_BASE_URL", "")
@@ -132,13 +143,17 @@ class GatewayConfig:
         chat_key = env("OPENAI_CHAT_API_KEY", openai_key)
         anthropic_key = env("ANTHROPIC_API_KEY", os.environ.get("ANTHROPIC_API_KEY", ""))
         anthropic_url = env("ANTHROPIC_BASE_URL", "")
+        state_dir = env("STATE_DIR", ".agentrt")
+        journal_url = env("GATEWAY_JOURNAL_URL", db_url or env("GATEWAY_DB", "")) or sqlite_url(
+            state_dir, "gateway"
+        )
         return cls(
             server=ServerConfig(
                 host=env("HOST", "127.0.0.1"),
                 port=port if port is not None else int(env("GATEWAY_PORT", str(DEFAULT_PORTS["gateway"]))),
                 db_url=db_url or env("GATEWAY_DB", ""),
                 **edge_from_env("gateway"),
-                state_dir=env("STATE_DIR", ".agentrt"),
+                state_dir=state_dir,
             ),
             openai=_remote(
                 openai_key, openai_url, OPENAI_DEFAULT_BASE_URL, env("OPENAI_MODEL", "gpt-4.1-mini")
@@ -164,6 +179,9 @@ class GatewayConfig:
             limiter_backend=env("LIMITER_BACKEND", "memory"),
             limiter_url=env("LIMITER_URL", db_url or env("GATEWAY_DB", "")),
             request_timeout_seconds=float(env("GATEWAY_TIMEOUT_SECONDS", "600")),
+            journal_url=journal_url,
+            journal_lease_seconds=float(env("GATEWAY_JOURNAL_LEASE_SECONDS", "10")),
+            journal_ttl_seconds=float(env("GATEWAY_JOURNAL_TTL_SECONDS", "3600")),
         )
 
     def __post_init__(self) -> None:
@@ -171,7 +189,8 @@ class GatewayConfig:
 
         Raises:
             ValueError: an unknown backend, or a shared backend without a well-formed URL of
-                its kind.
+                its kind; a journal URL of another kind, a lease that is not positive or a
+                retention shorter than two leases.
         """
         backend, url = self.limiter_backend, self.limiter_url
         if backend not in BACKENDS:
@@ -187,6 +206,21 @@ class GatewayConfig:
             )
         if backend != "memory":
             _check_url(backend, url)
+        if self.journal_url != "memory" and not self.journal_url.startswith(
+            ("sqlite+aiosqlite://", "postgresql+asyncpg://")
+        ):
+            raise ValueError(
+                "AGENTRT_GATEWAY_JOURNAL_URL must be memory, sqlite+aiosqlite:///FILE or "
+                f"postgresql+asyncpg://..., got {self.journal_url!r}"
+            )
+        if (
+            not self.journal_lease_seconds > 0
+            or not self.journal_ttl_seconds >= 2 * self.journal_lease_seconds
+        ):
+            raise ValueError(
+                "AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS must be positive and "
+                "AGENTRT_GATEWAY_JOURNAL_TTL_SECONDS at least twice it"
+            )
 
 
 def _check_url(backend: str, url: str) -> None:

@@ -126,6 +126,14 @@ class ModelGateway:
             )
         return provider, model or provider.default_model
 
+    def check(self, request: g.ModelRequest) -> None:
+        """Resolve and validate request as a call would, sending nothing (no I/O).
+
+        Raises:
+            MeshError: the errors of `resolve` and `validation.validate_request`.
+        """
+        self._prepare(request, None)
+
     def _prepare(
         self, request: g.ModelRequest, time_remaining: float | None
     ) -> tuple[Provider, Call, float | None]:

@@ -4,7 +4,8 @@ Owns one `CollectorRegistry` per gateway (never prometheus_client's global one),
 gateways in one process, as in the tests, keep separate counts. The servicer records:
 
 - `agentrt_gateway_requests_total` {tenant, provider, model, rpc, outcome}: Generate and
-  StreamGenerate calls, outcome `ok`, `error` or `canceled`;
+  StreamGenerate calls, outcome `ok`, `error`, `canceled` or `replayed` (answered from the
+  model-call journal: no provider call, so no usage);
 - `agentrt_gateway_input_tokens_total` {tenant, provider, model}: reported input tokens,
   cached included; `..._output_tokens_total` (reasoning included),
   `..._cached_input_tokens_total`, `..._reasoning_tokens_total` likewise;
@@ -193,7 +194,7 @@ class GatewayMetrics:
         r = self.registry
         self.requests = Counter(
             PREFIX + "requests",
-            "Generate and StreamGenerate calls, by outcome (ok, error, canceled).",
+            "Generate and StreamGenerate calls, by outcome (ok, error, canceled, replayed).",
             [*_CALL, "rpc", "outcome"],
             registry=r,
         )
@@ -248,6 +249,9 @@ class GatewayMetrics:
             answer: the final response (usage in tokens, queue_wait as a Duration).
         """
         values = labels.values()
+        if answer.replayed:  # the journal's answer: its provider call was counted when made
+            self.requests.labels(*values, rpc, "replayed").inc()
+            return
         self.requests.labels(*values, rpc, "ok").inc()
         usage = answer.response.usage
         self.input_tokens.labels(*values).inc(usage.input_tokens)

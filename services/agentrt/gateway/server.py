@@ -7,6 +7,11 @@ ping on Redis; failing either fails the start) and loads the local model when it
 configured, so the first turn does not pay for it; the close hook closes the providers' HTTP
 clients and the limiter's store.
 
+Keyed model calls go through the model-call journal (gateway/journal, decision 0019)
+over `journal_url` (AGENTRT_GATEWAY_JOURNAL_URL, else the gateway's database, else
+<state dir>/gateway.db); the ready hook migrates its table (failing that fails the start)
+and the close hook stops its flights and closes it.
+
 Metrics follow the scheme of every service (docs/decisions/0009): the gateway's series
 (GatewayMetrics) live in the registry it hands to its MeshServer, which adds the RPC series
 and serves them all on `server.metrics_port` (AGENTRT_GATEWAY_METRICS_PORT; a taken one is
@@ -20,6 +25,7 @@ import logging
 from agentrt.gateway.anthropic_messages import AnthropicMessagesProvider
 from agentrt.gateway.config import GatewayConfig
 from agentrt.gateway.gateway import ModelGateway, parse_model_ref
+from agentrt.gateway.journal import CallJournal, build_store
 from agentrt.gateway.limiter import AdaptiveTokenLimiter, TokenLimiter, build_limiter
 from agentrt.gateway.metrics import GatewayMetrics, limiter_gauges
 from agentrt.gateway.openai_chat import OpenAIChatProvider
@@ -90,7 +96,17 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
     active = limiter or owned
     if isinstance(active, AdaptiveTokenLimiter):
         metrics.add_gauge_reader(lambda: limiter_gauges(active.snapshot()))
-    servicer = GatewayServicer(gateway, metrics)
+    journal = CallJournal(
+        gateway,
+        build_store(
+            config.journal_url,
+            pool_size=config.server.db_pool_size,
+            max_overflow=config.server.db_max_overflow,
+        ),
+        lease_s=config.journal_lease_seconds,
+        ttl_s=config.journal_ttl_seconds,
+    )
+    servicer = GatewayServicer(gateway, metrics, journal)
     binding = ServiceBinding(
         SERVICE_NAME, lambda s: pb_grpc.add_ModelGatewayServiceServicer_to_server(servicer, s)
     )
@@ -104,6 +120,13 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
                     f"the limiter store ({config.limiter_backend}, AGENTRT_LIMITER_URL) could not be "
                     f"prepared: {type(exc).__name__}: {str(exc) or 'no answer within the store timeout'}"
                 ) from exc
+        try:
+            await journal.prepare()
+        except Exception as exc:  # noqa: BLE001 - named in one line instead of a traceback
+            raise StartupError(
+                f"the model-call journal ({config.journal_url.split('://')[0]}, AGENTRT_GATEWAY_JOURNAL_URL) "
+                f"could not be prepared: {type(exc).__name__}: {exc}"
+            ) from exc
         local = gateway.provider("local")
         if local is not None:
             try:
@@ -112,6 +135,7 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
                 log.exception("the local model could not be loaded; local calls will fail")
 
     async def close() -> None:
+        await journal.close()
         await gateway.close()
         if owned is not None:
             await owned.close()

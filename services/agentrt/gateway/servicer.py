@@ -4,7 +4,9 @@ Thin by design: it reads the caller's deadline (`context.time_remaining()`) and 
 hands the request to `ModelGateway`; MeshErrors raised there become gRPC statuses with an
 ErrorInfo reason (and RetryInfo for rate limits) in the mesh interceptor. When a client
 cancels a call, grpc.aio cancels this handler: the provider's HTTP request (or stream) is
-closed with it.
+closed with it, unless the request carries an idempotency key: a keyed call goes through
+the model-call journal (gateway/journal), outlives its caller, and is answered to its
+repeat from the journal.
 
 The tenant a call is charged to is `validation.resolve_tenant` of the body's `tenant` and the
 caller's `x-agentrt-tenant` header; the request goes on with that tenant, so metrics and the
@@ -27,9 +29,10 @@ import grpc
 from agentrt.core.errors import MeshError, Reason, Status, missing
 from agentrt.gateway.errors import ProviderError
 from agentrt.gateway.gateway import KNOWN_PROVIDERS, ModelGateway
+from agentrt.gateway.journal import CallJournal, MemoryJournalStore
 from agentrt.gateway.metrics import CallLabels, GatewayMetrics
 from agentrt.gateway.retry import retry_observer
-from agentrt.gateway.validation import resolve_tenant
+from agentrt.gateway.validation import check_idempotency_key, resolve_tenant
 from agentrt.mesh.context import current_tenant
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
@@ -64,10 +67,16 @@ def _tenant_label(request: pb.ModelRequest) -> str:
 class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
     """ModelGatewayService over a ModelGateway."""
 
-    def __init__(self, gateway: ModelGateway, metrics: GatewayMetrics | None = None) -> None:
-        """Serve gateway, recording calls in metrics (a private GatewayMetrics when None)."""
+    def __init__(
+        self, gateway: ModelGateway, metrics: GatewayMetrics | None = None, journal: CallJournal | None = None
+    ) -> None:
+        """Serve gateway, recording calls in metrics (a private GatewayMetrics when None).
+
+        Keyed Generate/StreamGenerate calls go through journal (an in-process one when None).
+        """
         self._gateway = gateway
         self.metrics = metrics if metrics is not None else GatewayMetrics()
+        self._journal = journal if journal is not None else CallJournal(gateway, MemoryJournalStore())
 
     def _labels(self, message: pb.GenerateRequest | pb.StreamGenerateRequest) -> CallLabels:
         request = message.request
@@ -106,18 +115,21 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
         Raises:
             INVALID_ARGUMENT: MISSING_FIELD, UNKNOWN_PROVIDER, INVALID_JSON, INVALID_VALUE,
                 UNKNOWN_TOOL, REQUEST_TOO_LARGE, UNSUPPORTED_CAPABILITY (bad request);
+                INVALID_VALUE (an idempotency key over 256 characters or with a control
+                character), IDEMPOTENCY_KEY_REUSED (the key named another request);
                 INVALID_ID (malformed request.tenant), INVALID_VALUE (request.tenant differs
                 from a non-default x-agentrt-tenant header);
                 CONTEXT_OVERFLOW or INVALID_REQUEST (the provider refused it).
             FAILED_PRECONDITION: PROVIDER_NOT_CONFIGURED.
             RESOURCE_EXHAUSTED: RATE_LIMITED, with RetryInfo.
-            UNAVAILABLE: PROVIDER_UNAVAILABLE (5xx, overloaded, unreachable) after retries.
+            UNAVAILABLE: PROVIDER_UNAVAILABLE (5xx, overloaded, unreachable) after retries;
+                DEPENDENCY_UNAVAILABLE (a keyed call whose journal store failed; nothing asked).
             UNAUTHENTICATED: PROVIDER_AUTHENTICATION.
         """
         labels = self._labels(request)
         try:
             with self._observe_retries(labels):
-                answer = await self._gateway.generate(_request(request), context.time_remaining())
+                answer = await self._journal.generate(_request(request), context.time_remaining())
         except MeshError as err:
             self.metrics.record_failure(labels, "Generate", err)
             raise
@@ -143,7 +155,7 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
         recorded = False
         try:
             with self._observe_retries(labels):
-                stream = self._gateway.stream(_request(request), context.time_remaining())
+                stream = self._journal.stream(_request(request), context.time_remaining())
                 try:
                     async for item in stream:
                         if item.WhichOneof("event") == "final":
@@ -175,6 +187,21 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
             The other statuses of Generate.
         """
         return await self._gateway.count_tokens(_request(request), context.time_remaining())
+
+    async def CancelGenerate(
+        self, request: pb.CancelGenerateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CancelGenerateResponse:
+        """Stop a keyed call running on this replica (see CallJournal.cancel).
+
+        Raises:
+            INVALID_ARGUMENT: MISSING_FIELD (no idempotency_key), INVALID_VALUE (a key over 256
+                characters or with a control character).
+        """
+        if not request.idempotency_key:
+            raise missing("idempotency_key")
+        check_idempotency_key(request.idempotency_key)
+        tenant = resolve_tenant("", current_tenant())
+        return pb.CancelGenerateResponse(canceled=self._journal.cancel(tenant, request.idempotency_key))
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext

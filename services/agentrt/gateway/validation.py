@@ -7,7 +7,8 @@ schema and recorded tool-call arguments), JSON nested at most 64 deep. Tool name
 image carries exactly one of inline data (JPEG, PNG, GIF or WebP, its media type named) or
 an http(s)/data URL.
 Every Duration the request carries (max_queue_wait, at most a day; a tool's timeout; a
-recorded result's duration) is a well-formed one (`mesh.durations`).
+recorded result's duration) is a well-formed one (`mesh.durations`). An idempotency key
+holds at most 256 characters and no control character.
 Every failure is INVALID_ARGUMENT with a stable reason and the offending field.
 
 `resolve_tenant` decides whom a call is charged to (metrics label and, with per-tenant
@@ -33,6 +34,8 @@ MAX_VALUES = 100_000
 MAX_DEPTH = 64
 #: The longest admission wait a request may ask for, seconds (a day).
 MAX_QUEUE_WAIT_SECONDS = 86_400.0
+#: Longest model-call idempotency key, in characters.
+MAX_KEY_CHARS = 256
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 #: Inline image types every remote provider accepts (OpenAI and Anthropic alike).
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -98,10 +101,31 @@ def validate_request(request: g.ModelRequest) -> None:
         resolve_tenant(request.tenant, DEFAULT_TENANT)
     if request.HasField("max_queue_wait"):
         seconds_of(request.max_queue_wait, "max_queue_wait", max_seconds=MAX_QUEUE_WAIT_SECONDS)
+    check_idempotency_key(request.idempotency_key)
     budget = _Budget()
     names = _validate_tools(request.tools, budget)
     _validate_messages(request.messages, budget)
     _validate_settings(request.settings, names, budget)
+
+
+def check_idempotency_key(key: str) -> None:
+    """Refuse a model-call key of more than MAX_KEY_CHARS characters or with a control character.
+
+    Raises:
+        MeshError: INVALID_ARGUMENT/INVALID_VALUE (field `idempotency_key`).
+    """
+    if len(key) > MAX_KEY_CHARS:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"idempotency_key is longer than {MAX_KEY_CHARS} characters",
+            field="idempotency_key",
+        )
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in key):
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"idempotency_key {quote(key)} holds a control character",
+            field="idempotency_key",
+        )
 
 
 class _Budget:

@@ -42,6 +42,8 @@ from sqlalchemy import Connection, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
+from agentrt.mesh.transient import retry_transient
+
 
 def sqlite_url(state_dir: str, name: str) -> str:
     """Return the embedded default URL for a service: sqlite+aiosqlite:///<state_dir>/<name>.db."""
@@ -180,10 +182,18 @@ class Database:
             return await asyncio.get_running_loop().run_in_executor(self._write_pool, transaction)
 
     async def read_sync(self, fn: Callable[[Connection], T]) -> T:
-        """Run fn(connection) in one read transaction and return its result (see write_sync)."""
+        """Run fn(connection) in one read transaction and return its result (see write_sync).
+
+        On PostgreSQL a transient failure (a terminated or reset connection, mesh/transient.py)
+        runs the read again, with bounded backoff: a read changes nothing, so it is safe to repeat.
+        """
         if self._sync_read is None or self._read_pool is None:
-            async with self.read() as conn:
-                return await conn.run_sync(fn)
+
+            async def once() -> T:
+                async with self.read() as conn:
+                    return await conn.run_sync(fn)
+
+            return await retry_transient(once, what="read")
         engine = self._sync_read
 
         def transaction() -> T:

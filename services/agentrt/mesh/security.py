@@ -136,9 +136,7 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
         log.info("TLS files changed; new connections use the new certificate")
         return fresh
 
-    return grpc.dynamic_ssl_server_credentials(
-        initial, fetch, require_client_authentication=tls.client_auth
-    )
+    return grpc.dynamic_ssl_server_credentials(initial, fetch, require_client_authentication=tls.client_auth)
 
 
 def channel_credentials(tls: TlsConfig) -> grpc.ChannelCredentials:

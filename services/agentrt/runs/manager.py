@@ -1,9 +1,10 @@
 """Run lifecycle across requests and replicas: start, resume, cancel, inject, leases, takeover.
 
-The manager owns the executors running in this process (one asyncio task per run) and
-the lease loop: every third of the lease it renews the leases it holds (a lost lease
-stops the executor silently; a cancellation requested on another replica is honoured
-here), fails suspended runs whose time budget ran out (004 §2.9: the budget holds while a
+The manager owns the executors running in this process (one asyncio task per run), the
+lease renewal (runs/lease_keeper.py, a task of its own: every third of the lease it renews
+the leases it holds; a lost lease stops the executor silently; a cancellation requested on
+another replica is honoured here) and the housekeeping loop, which at the same period
+fails suspended runs whose time budget ran out (004 §2.9: the budget holds while a
 run waits, too), then takes over RUNNING runs whose lease expired (a dead replica's, or
 one resumed elsewhere and not claimed) and continues them from their log.
 
@@ -32,6 +33,7 @@ from agentrt.runs.child_runs import ChildRuns, split
 from agentrt.runs.convert import STOP_KIND, injected_only, injected_out
 from agentrt.runs.domain import Resume
 from agentrt.runs.events import run_started_events, run_topic, session_topic
+from agentrt.runs.lease_keeper import LeaseKeeper
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.child_phase import PARENT_RUN_ID
 from agentrt.runs.loop.executor import Deps, RunExecutor
@@ -111,36 +113,37 @@ class RunManager:
         await self.deps.releases.drain(grace_s)  # the sandboxes of runs that just ended
 
     async def _lease_loop(self) -> None:
-        period = max(self.deps.lease_seconds / 3, 0.05)
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(period)
-            try:
-                tokens = {run_id: ex.token for run_id, (ex, _) in self._executors.items()}
-                lost, canceled = await self.store.renew_leases(
-                    self.deps.owner, tokens, self.deps.lease_seconds
-                )
-                now = time.monotonic()
-                if now - last > 2 * period:
-                    # Late renewals lose leases: a starved event loop or database pool.
-                    log.warning(
-                        "runs: leases renewed %.1fs after the previous renewal (expected every %.1fs,"
-                        " lease %.1fs)",
-                        now - last, period, self.deps.lease_seconds,
-                    )  # fmt: skip
-                last = now
-                for run_id in lost:
-                    self._stop_local(run_id, "lease_lost")
-                for run_id in canceled - lost:
-                    record = await self.store.get_run(run_id)
-                    self._stop_local(run_id, "cancel", record.cancel_reason if record else "")
-                await self.expire_suspended()
-                await self.children.sync_all()
-                await self.takeover()
-                await self.observe_store()
-                sandboxes.retry_releases(self.deps.peers, self.deps.releases)
-            except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
-                log.exception("lease renewal failed")
+        """The leases' own task (runs/lease_keeper.py), then the housekeeping every period."""
+        keeper = LeaseKeeper(
+            self.store,
+            self.deps.owner,
+            self.deps.lease_seconds,
+            lambda: {run_id: ex.token for run_id, (ex, _) in self._executors.items()},
+            self._stop_local,
+            self._honour_cancels,
+        )
+        renewals = asyncio.create_task(keeper.run(), name="agentrt-runs-lease-renewal")
+        try:
+            while True:
+                await asyncio.sleep(keeper.period_s)
+                try:
+                    await self.expire_suspended()
+                    await self.children.sync_all()
+                    await self.takeover()
+                    await self.observe_store()
+                    sandboxes.retry_releases(self.deps.peers, self.deps.releases)
+                except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
+                    log.exception("runs housekeeping failed")
+        finally:
+            renewals.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewals
+
+    async def _honour_cancels(self, run_ids: set[str]) -> None:
+        """Stop the local runs whose cancellation was requested on another replica."""
+        for run_id in run_ids:
+            record = await self.store.get_run(run_id)
+            self._stop_local(run_id, "cancel", record.cancel_reason if record else "")
 
     async def observe_store(self) -> None:
         """Set the store-wide gauges (runs/observe.py) from one read of the runs store."""

@@ -14,8 +14,14 @@ UNAVAILABLE/DEPENDENCY_UNAVAILABLE. Each call is then sent once with its deadlin
 retry policy re-sends, on another replica, what is safe to send twice (reads, ExecuteTool
 journaled by run_id + call_id, the run loop's fenced AppendEntries) when a replica fails it
 with UNAVAILABLE, and its transparent retry re-sends any call that never left the client.
-A model call (Generate, StreamGenerate) goes once, with a deadline: it is never re-sent,
-since a provider would answer and bill twice.
+A model call (Generate, StreamGenerate) goes once, with a deadline: an unkeyed one is never
+re-sent, since a provider would answer and bill twice. A keyed one (the run loop's turns:
+runs/loop/turn.py `model_call_key`) is re-sent up to MODEL_RESENDS times when its gateway
+replica went away (UNAVAILABLE below any server): the gateway's model-call journal answers
+the repeat without asking twice (decision 0019); the repeat's deltas are dropped when
+the caller already had some. A keyed call the loop stops on purpose (CancelRun, a tripwire)
+is followed by CancelGenerate, so the gateway stops the provider call rather than letting it
+outlive its caller.
 """
 
 from __future__ import annotations
@@ -47,8 +53,13 @@ MODEL_CALL_TIMEOUT_S = 660.0
 #: Re-sends of a StreamExecuteTool cut after its first message (gRPC's policy cannot: a
 #: stream is committed once a response arrived).
 STREAM_RESENDS = 4
+#: Re-sends of a keyed StreamGenerate whose gateway replica went away (killed, restarted).
+MODEL_RESENDS = 3
 
 T = TypeVar("T")
+
+#: CancelGenerate calls in flight (kept referenced until done).
+_CANCELS: set[asyncio.Task[None]] = set()
 
 
 def _transport_failure(err: grpc.aio.AioRpcError) -> bool:
@@ -341,20 +352,54 @@ class Peers:
         """Stream one model call; yields deltas then the final response.
 
         Raises:
-            MeshError: the gateway's error (RATE_LIMITED, PROVIDER_UNAVAILABLE, ...).
+            MeshError: the gateway's error (RATE_LIMITED, PROVIDER_UNAVAILABLE, ...); UNAVAILABLE
+                once a keyed call's re-sends are spent.
         """
-        await self._ready("gateway")
-        call = self.client.gateway_service.StreamGenerate(
-            gpb.StreamGenerateRequest(request=request), metadata=_md(tenant), timeout=self._model_timeout_s
-        )
-        try:
-            async for message in call:
-                yield message
-        except grpc.aio.AioRpcError as err:
-            # Never re-sent: once it reached the gateway, a second call could bill and answer twice.
-            raise from_rpc_error(err) from err
-        finally:
-            call.cancel()
+        deltas = False
+        for attempt in range(MODEL_RESENDS + 1):
+            await self._ready("gateway")
+            call = self.client.gateway_service.StreamGenerate(
+                gpb.StreamGenerateRequest(request=request),
+                metadata=_md(tenant),
+                timeout=self._model_timeout_s,
+            )
+            resent = attempt > 0
+            try:
+                async for message in call:
+                    if message.WhichOneof("event") != "final":
+                        if resent and deltas:
+                            continue  # the repeat's deltas repeat what the caller has
+                        deltas = True
+                    yield message
+                return
+            except asyncio.CancelledError:
+                if request.idempotency_key:
+                    # Stopped on purpose (CancelRun, a tripwire): a keyed call would outlive us.
+                    self._cancel_model_call(tenant, request.idempotency_key)
+                raise
+            except grpc.aio.AioRpcError as err:
+                # An unkeyed call is never re-sent: a second call could bill and answer twice.
+                # A keyed one whose gateway went away is: the gateway's journal answers it,
+                # joins the call still running, or asks again once its dead holder's lease ends.
+                if not (request.idempotency_key and _transport_failure(err)) or attempt == MODEL_RESENDS:
+                    raise from_rpc_error(err) from err
+            finally:
+                call.cancel()
+
+    def _cancel_model_call(self, tenant: str, key: str) -> None:
+        """Ask the gateway, in the background, to stop the keyed call (CancelGenerate)."""
+
+        async def send() -> None:
+            try:
+                await self.client.gateway_service.CancelGenerate(
+                    gpb.CancelGenerateRequest(idempotency_key=key), metadata=_md(tenant), timeout=5.0
+                )
+            except grpc.aio.AioRpcError:
+                pass  # best effort: the call then finishes and is journaled
+
+        task = asyncio.get_running_loop().create_task(send())
+        _CANCELS.add(task)
+        task.add_done_callback(_CANCELS.discard)
 
     async def execute(self, tenant: str, request: tpb.ExecuteToolRequest) -> tpb.ExecuteToolResponse:
         """Execute one tool call (idempotent on run_id + call_id at the tool service).

@@ -5,12 +5,14 @@ statements and row helpers):
 - `save()`: the save point. In ONE transaction it updates the run row (guarded by the
   fencing token of the lease and/or the expected status), appends run-log entries and
   inserts events. A guard that no longer holds rolls everything back and returns None:
-  the caller lost the lease or the race, and must not act.
+  the caller lost the lease or the race, and must not act. A transient database failure
+  is retried, exactly once in effect (runs/save_retry.py).
 - leases: acquire (expired or free), renew, release; a takeover scan for RUNNING runs
-  whose lease expired.
+  whose lease expired (runs/lease_store.py, which RunStore inherits).
 - event replay by run (seq) and by session (session_seq).
 - on PostgreSQL, every transaction that inserts events also sends one NOTIFY on
-  `EVENTS_CHANNEL` (delivered at commit, so a woken subscriber finds the events stored):
+  `EVENTS_CHANNEL` (runs/store_sql.py: numbering, rows, the notification; delivered at
+  commit, so a woken subscriber finds the events stored):
   how subscribers on other replicas learn of them (runs/notify.py, decision 0011).
 
 Events passed to `save()` either carry their seqs (the owning executor numbers them
@@ -30,26 +32,26 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, or_, select, update
+from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.mesh.db import Database
 from agentrt.runs import migrate
 from agentrt.runs import store_sql as sql
+from agentrt.runs.lease_store import LeaseRows, lease_overlaps
 from agentrt.runs.models import AgentRow, RunEventRow, RunLogRow, RunRow
 from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, decode, encode
-from agentrt.runs.store_sql import EVENTS_CHANNEL, lease_overlaps
+from agentrt.runs.save_retry import save_with_retries
+from agentrt.runs.store_sql import EVENTS_CHANNEL
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
-
-__all__ = ["EVENTS_CHANNEL", "RunStore", "SessionBusy", "lease_overlaps"]
 
 
 class _GuardFailed(Exception):
     """Raised inside a transaction to roll it back when a guard no longer holds."""
 
 
-class RunStore:
+class RunStore(LeaseRows):
     """The runs database (see the module docstring)."""
 
     def __init__(self, db: Database, replica: str = "") -> None:
@@ -228,13 +230,18 @@ class RunStore:
             The events numbered here (possibly []), or None when a guard failed (nothing written).
         """
         values = dict(encode(k, v) for k, v in (changes or {}).items())
-        values["update_time_s"] = time.time()
+        # Also this save's mark: after a COMMIT whose answer was lost, the row says whether it landed.
+        values["update_time_s"] = marker = time.time()
         fenced = sql.fenced_update(tuple(sorted(values)), token is not None, expect_status is not None)
         params: dict[str, Any] = {f"v_{k}": v for k, v in values.items()}
         params.update(p_run=run_id, p_token=token, p_status=list(expect_status or ()))
         log = list(log)
 
+        reached_commit = False
+
         def transaction(conn: Connection) -> list[StoredEvent]:
+            nonlocal reached_commit
+            reached_commit = False
             # The fenced update returns what the rest of the save point needs (the lease
             # the entries are written under, the input queue), so no statement re-reads
             # the row; the update holds the row until the commit.
@@ -258,12 +265,22 @@ class RunStore:
                 stored = sql.number_events(conn, run_id, session[0], session[1], new_events)
                 conn.execute(sql.INSERT_EVENTS, [sql.event_values(ev) for ev in stored])
             sql.notify(conn, self.replica, [*events, *stored])
+            reached_commit = True
             return stored
 
         # The whole save point runs as one transaction on the database's own thread
-        # (mesh.db write_sync): the hot path of every turn.
+        # (mesh.db write_sync): the hot path of every turn. A transient failure (a lost
+        # connection, a serialization failure, a deadlock) is retried (runs/save_retry.py);
+        # a guard that fails is an answer, never retried.
         try:
-            return await self.db.write_sync(transaction)
+            return await save_with_retries(
+                self,
+                run_id,
+                lambda: self.db.write_sync(transaction),
+                lambda: reached_commit,
+                marker,
+                len(new_events),
+            )
         except _GuardFailed:
             return None
 
@@ -306,109 +323,12 @@ class RunStore:
         rows = await self.db.read_sync(lambda conn: conn.execute(query.order_by(RunLogRow.seq)).all())
         return [(r[0], r[1], json.loads(r[2])) for r in rows]
 
-    async def log_leases(self, run_id: str) -> list[tuple[int, str, int, str]]:
-        """Return the run log's leases in order: (seq, kind, fencing token, lease owner).
-
-        What a check that no lease was held twice reads (`lease_overlaps`).
-        """
-        query = select(RunLogRow.seq, RunLogRow.kind, RunLogRow.fencing_token, RunLogRow.lease_owner)
-        query = query.where(RunLogRow.run_id == run_id).order_by(RunLogRow.seq)
-        rows = await self.db.read_sync(lambda conn: conn.execute(query).all())
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
-
-    # -- leases ---------------------------------------------------------------------------
-
-    async def acquire_lease(
-        self, run_id: str, owner: str, ttl_s: float, *, status: int = cpb.RUN_STATUS_RUNNING
-    ) -> int | None:
-        """Take the lease of a run in `status` that is free, expired or already ours.
-
-        Returns:
-            The new fencing token, or None when another owner holds a live lease.
-        """
-        now = time.time()
-        free = or_(RunRow.lease_owner == "", RunRow.lease_expires_s < now, RunRow.lease_owner == owner)
-        async with self.db.write() as conn:
-            result = await conn.execute(
-                update(RunRow)
-                .where(RunRow.run_id == run_id, RunRow.status == status, free)
-                .values(
-                    lease_owner=owner, lease_expires_s=now + ttl_s, fencing_token=RunRow.fencing_token + 1
-                )
-            )
-            if result.rowcount == 0:
-                return None
-            return await conn.scalar(select(RunRow.fencing_token).where(RunRow.run_id == run_id))
-
-    async def renew_leases(
-        self, owner: str, tokens: dict[str, int], ttl_s: float
-    ) -> tuple[set[str], set[str]]:
-        """Extend the leases owner holds; one transaction.
-
-        Returns:
-            (run ids whose lease was lost, run ids whose cancellation was requested).
-        """
-        lost: set[str] = set()
-        canceled: set[str] = set()
-        if not tokens:
-            return lost, canceled
-        expires = time.time() + ttl_s
-        async with self.db.write() as conn:
-            for run_id, token in tokens.items():
-                result = await conn.execute(
-                    update(RunRow)
-                    .where(
-                        RunRow.run_id == run_id, RunRow.lease_owner == owner, RunRow.fencing_token == token
-                    )
-                    .values(lease_expires_s=expires)
-                )
-                if result.rowcount == 0:
-                    lost.add(run_id)
-            rows = await conn.execute(
-                select(RunRow.run_id).where(
-                    RunRow.run_id.in_(list(tokens)), RunRow.cancel_requested.is_(True)
-                )
-            )
-            canceled = {r[0] for r in rows}
-        return lost, canceled
-
-    async def release_lease(self, run_id: str, token: int) -> None:
-        """Give the lease up (expire it now) if token is still current."""
-        async with self.db.write() as conn:
-            await conn.execute(
-                update(RunRow)
-                .where(RunRow.run_id == run_id, RunRow.fencing_token == token)
-                .values(lease_owner="", lease_expires_s=0.0)
-            )
-
-    async def overdue_suspended(self) -> list[str]:
-        """Return ids of SUSPENDED runs whose time budget has ended (004 §2.9)."""
-        now = time.time()
-        async with self.db.read() as conn:
-            rows = await conn.execute(
-                select(RunRow.run_id).where(
-                    RunRow.status == cpb.RUN_STATUS_SUSPENDED, RunRow.deadline_s > 0, RunRow.deadline_s < now
-                )
-            )
-            return [r[0] for r in rows]
-
     async def suspended_on_children(self) -> list[str]:
         """Return ids of SUSPENDED runs waiting on child runs (state `child_pending`, 004 §2.8)."""
         async with self.db.read() as conn:
             rows = await conn.execute(
                 select(RunRow.run_id).where(
                     RunRow.status == cpb.RUN_STATUS_SUSPENDED, RunRow.state_json.like('%"child_pending"%')
-                )
-            )
-            return [r[0] for r in rows]
-
-    async def expired_runs(self) -> list[str]:
-        """Return ids of RUNNING runs whose lease has expired (takeover candidates)."""
-        now = time.time()
-        async with self.db.read() as conn:
-            rows = await conn.execute(
-                select(RunRow.run_id).where(
-                    RunRow.status == cpb.RUN_STATUS_RUNNING, RunRow.lease_expires_s < now
                 )
             )
             return [r[0] for r in rows]
@@ -450,6 +370,7 @@ class RunStore:
     async def last_stored_seq(self, run_id: str) -> int:
         """Return the highest seq of the run's stored events (0 for none); reservations aside."""
         query = select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
+
         def body(conn: Connection) -> int:
             return int(conn.scalar(query) or 0)
 
@@ -476,3 +397,6 @@ class RunStore:
 
 class SessionBusy(Exception):
     """The session already has an unfinished run (its id is the argument)."""
+
+
+__all__ = ["EVENTS_CHANNEL", "RunRecord", "RunStore", "SessionBusy", "StoredEvent", "lease_overlaps"]

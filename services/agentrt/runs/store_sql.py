@@ -98,30 +98,6 @@ async def insert_events(
     return stored
 
 
-def lease_overlaps(entries: Sequence[tuple[int, str, int, str]]) -> list[str]:
-    """Return what in a run log's leases (`RunStore.log_leases`) shows a lease held twice.
-
-    Fenced writes make two facts hold: along the log the token never decreases (a holder
-    whose token was superseded cannot write), and one token names one owner (a token is
-    minted by one acquisition). Entries written with no lease held (owner "") are skipped.
-
-    Returns:
-        One message per violation; [] when the log shows one holder at a time.
-    """
-    problems: list[str] = []
-    owners: dict[int, str] = {}
-    top = 0
-    for seq, kind, token, owner in entries:
-        if not owner:
-            continue
-        if token < top:
-            problems.append(f"log seq {seq} ({kind}) written under token {token} after token {top}")
-        top = max(top, token)
-        if owners.setdefault(token, owner) != owner:
-            problems.append(f"token {token} held by {owners[token]!r} and {owner!r} (log seq {seq})")
-    return problems
-
-
 def session_head(conn: Connection, tenant: str, session_id: str) -> int:
     """The highest session seq issued: stored events and every run's reservation."""
     stored = conn.scalar(

@@ -21,7 +21,7 @@ TOKEN_COUNT_KIND_EXACT: TokenCountKind
 TOKEN_COUNT_KIND_PROVIDER_ESTIMATE: TokenCountKind
 
 class ModelRequest(_message.Message):
-    __slots__ = ("model", "system", "messages", "tools", "settings", "tenant", "run_id", "max_queue_wait")
+    __slots__ = ("model", "system", "messages", "tools", "settings", "tenant", "run_id", "max_queue_wait", "idempotency_key")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class ModelRequest(_message.Message):
     TENANT_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_WAIT_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelRef
     system: str
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]
@@ -38,7 +39,8 @@ class ModelRequest(_message.Message):
     tenant: str
     run_id: str
     max_queue_wait: _duration_pb2.Duration
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ..., settings: _Optional[_Union[_common_pb2.ModelSettings, _Mapping]] = ..., tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., max_queue_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., system: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ..., settings: _Optional[_Union[_common_pb2.ModelSettings, _Mapping]] = ..., tenant: _Optional[str] = ..., run_id: _Optional[str] = ..., max_queue_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("request",)
@@ -47,14 +49,16 @@ class GenerateRequest(_message.Message):
     def __init__(self, request: _Optional[_Union[ModelRequest, _Mapping]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("response", "retries", "queue_wait")
+    __slots__ = ("response", "retries", "queue_wait", "replayed")
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     RETRIES_FIELD_NUMBER: _ClassVar[int]
     QUEUE_WAIT_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
     response: _common_pb2.ModelResponse
     retries: int
     queue_wait: _duration_pb2.Duration
-    def __init__(self, response: _Optional[_Union[_common_pb2.ModelResponse, _Mapping]] = ..., retries: _Optional[int] = ..., queue_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    replayed: bool
+    def __init__(self, response: _Optional[_Union[_common_pb2.ModelResponse, _Mapping]] = ..., retries: _Optional[int] = ..., queue_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
 
 class StreamGenerateRequest(_message.Message):
     __slots__ = ("request",)
@@ -117,3 +121,15 @@ class ListModelsResponse(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
     def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class CancelGenerateRequest(_message.Message):
+    __slots__ = ("idempotency_key",)
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    idempotency_key: str
+    def __init__(self, idempotency_key: _Optional[str] = ...) -> None: ...
+
+class CancelGenerateResponse(_message.Message):
+    __slots__ = ("canceled",)
+    CANCELED_FIELD_NUMBER: _ClassVar[int]
+    canceled: bool
+    def __init__(self, canceled: _Optional[bool] = ...) -> None: ...

@@ -55,6 +55,11 @@ class ModelGatewayServiceStub:
                 request_serializer=agentrt_dot_v1_dot_gateway__service__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=agentrt_dot_v1_dot_gateway__service__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.CancelGenerate = channel.unary_unary(
+                '/agentrt.v1.ModelGatewayService/CancelGenerate',
+                request_serializer=agentrt_dot_v1_dot_gateway__service__pb2.CancelGenerateRequest.SerializeToString,
+                response_deserializer=agentrt_dot_v1_dot_gateway__service__pb2.CancelGenerateResponse.FromString,
+                _registered_method=True)
 
 
 class ModelGatewayServiceServicer:
@@ -92,6 +97,16 @@ class ModelGatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelGenerate(self, request, context):
+        """CancelGenerate stops a keyed call on purpose (a keyed call outlives its caller
+        otherwise): its provider call is cancelled when it runs on this replica, and nothing is
+        journaled for the key (a repeat asks again). Errors: INVALID_ARGUMENT/MISSING_FIELD (no
+        key), INVALID_VALUE (a malformed key).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ModelGatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -114,6 +129,11 @@ def add_ModelGatewayServiceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=agentrt_dot_v1_dot_gateway__service__pb2.ListModelsRequest.FromString,
                     response_serializer=agentrt_dot_v1_dot_gateway__service__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'CancelGenerate': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelGenerate,
+                    request_deserializer=agentrt_dot_v1_dot_gateway__service__pb2.CancelGenerateRequest.FromString,
+                    response_serializer=agentrt_dot_v1_dot_gateway__service__pb2.CancelGenerateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -225,6 +245,33 @@ class ModelGatewayService:
             '/agentrt.v1.ModelGatewayService/ListModels',
             agentrt_dot_v1_dot_gateway__service__pb2.ListModelsRequest.SerializeToString,
             agentrt_dot_v1_dot_gateway__service__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelGenerate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.v1.ModelGatewayService/CancelGenerate',
+            agentrt_dot_v1_dot_gateway__service__pb2.CancelGenerateRequest.SerializeToString,
+            agentrt_dot_v1_dot_gateway__service__pb2.CancelGenerateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,6 +57,11 @@ def serve_gateway(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
             "AGENTRT_LIMITER_URL is not a valid postgres URL",
         ),
         ({"AGENTRT_LIMITER_STORE_TIMEOUT_SECONDS": "0"}, "store timeout must be > 0"),
+        ({"AGENTRT_GATEWAY_JOURNAL_URL": "mysql://x/y"}, "AGENTRT_GATEWAY_JOURNAL_URL must be memory"),
+        (
+            {"AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS": "0"},
+            "AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS must be positive",
+        ),
     ],
     ids=[
         "metrics-port-negative",
@@ -65,6 +70,8 @@ def serve_gateway(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
         "redis-url",
         "pg-url",
         "timeout",
+        "journal-url",
+        "journal-lease",
     ],
 )
 def test_bad_configuration_exits_2_with_a_message(tmp_path, env, words):

@@ -106,6 +106,47 @@ async def test_read_only_calls_are_recorded_too(jt):
     assert again.replayed and again.result.content == first.result.content == "v1"
 
 
+async def test_a_read_only_repeat_is_answered_from_its_record_when_its_sandbox_is_gone(jt):
+    """read_file runs before it looks at the journal; a repeat it cannot run still gets the record."""
+    tools = jt
+    await tools.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox_id="sbx_ro_gone"))
+    await tools.run("write_file", {"path": "f.txt", "content": "v1"}, call_id="w1", sandbox_id="sbx_ro_gone")
+    first = await tools.run("read_file", {"path": "f.txt"}, call_id="r1", sandbox_id="sbx_ro_gone")
+    assert not first.replayed and first.result.content == "v1"
+    await tools.stub.DestroySandbox(pb.DestroySandboxRequest(sandbox_id="sbx_ro_gone"))
+    again = await tools.run("read_file", {"path": "f.txt"}, call_id="r1", sandbox_id="sbx_ro_gone")
+    assert again.replayed and again.result.content == "v1"
+    # a new read-only call in the sandbox that is gone is refused, and leaves no record
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await tools.run("read_file", {"path": "f.txt"}, call_id="r2", sandbox_id="sbx_ro_gone")
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert reason_of(info.value) == "SANDBOX_NOT_FOUND"
+    got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="r2"))
+    assert got.state == pb.EXECUTION_STATE_ABSENT
+
+
+async def test_a_read_only_call_under_a_used_key_is_refused_and_changes_nothing(jt):
+    tools = jt
+    done = await tools.run("exec_command", {"cmd": "echo side-effect"}, call_id="c1")
+    (tools.workspace / "f.txt").write_text("data")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await tools.run("read_file", {"path": "f.txt"}, call_id="c1")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason_of(info.value) == "CALL_ID_REUSED"
+    got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="c1"))
+    assert got.state == pb.EXECUTION_STATE_FINISHED and got.result.content == done.result.content
+
+
+async def test_a_read_only_call_cancelled_before_it_came_answers_not_executed(jt):
+    tools = jt
+    (tools.workspace).mkdir(parents=True, exist_ok=True)
+    (tools.workspace / "f.txt").write_text("data")
+    await tools.stub.CancelExecution(pb.CancelExecutionRequest(run_id="run_1", call_id="r_late"))
+    late = await tools.run("read_file", {"path": "f.txt"}, call_id="r_late")
+    assert late.replayed and late.result.status == common_pb2.TOOL_RESULT_STATUS_NOT_EXECUTED
+    assert "data" not in late.result.content
+
+
 async def test_reused_call_id_with_other_arguments_is_refused(jt):
     tools = jt
     await tools.run("exec_command", {"cmd": "true"}, call_id="c1")

@@ -225,6 +225,8 @@ class Compactor:
             settings=cpb.ModelSettings(max_output_tokens=max_tokens),
             tenant=self.tenant,
             run_id=self.run_id,
+            # the same pass on another replica (a takeover) is answered from the gateway's journal
+            idempotency_key=f"{self.run_id}/compaction-{turn}-{point}/view-{view_seq}",
         )
         try:
             answer = await self.peers.generate_once(self.tenant, request)

@@ -39,8 +39,13 @@ def build_request(
     entries: list[spb.Entry],
     shape: TurnShape | None = None,
     state: dict[str, Any] | None = None,
+    call_key: str = "",
 ) -> gpb.ModelRequest:
     """Return the turn's ModelRequest rendered from the session's context entries.
+
+    `call_key` is the request's idempotency key for the gateway's model-call journal
+    (`model_call_key`): the same on every replica that renders this turn from this context,
+    so a takeover's repeat is answered from the journal, never asked again.
 
     `shape` (runs/loop/structured_phase.py) says which tools the turn offers and whether
     it asks for the output schema as a response format; None = the snapshot's tools and
@@ -79,7 +84,18 @@ def build_request(
         settings=settings,
         tenant=tenant,
         run_id=run_id,
+        idempotency_key=call_key,
     )
+
+
+def model_call_key(run_id: str, turn: int, context_seq: int, context_leaf: str) -> str:
+    """Return the model-call key of a turn's request: run, turn, and the context it renders.
+
+    A new context (a compaction, a steer written before the request) is a new request,
+    hence a new key; the same context on another replica is the same key. At most ~200
+    characters (ids are bounded), no control character (the gateway's rules).
+    """
+    return f"{run_id}/turn-{turn}/ctx-{context_seq}-{context_leaf}"
 
 
 class ContextOverflow(Exception):

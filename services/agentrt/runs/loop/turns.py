@@ -114,8 +114,15 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
             context = await self._interruptible(self._read_context())
             context = guardrail_checks.input_view(context, r.run_id, r.state)  # a racing Replace (004 §2.6)
             self._request_at = (self._context.last_seq, self._context.leaf)
+            seq, leaf = self._request_at
             request = turnmod.build_request(
-                self.agent, r.run_id, r.tenant, context, self._shape(turn), r.state
+                self.agent,
+                r.run_id,
+                r.tenant,
+                context,
+                self._shape(turn),
+                r.state,
+                call_key=turnmod.model_call_key(r.run_id, turn, seq, leaf),
             )
             ref = request.model
             try:

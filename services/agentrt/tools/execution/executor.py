@@ -1,12 +1,17 @@
 """Running one tool call, exactly once per (tenant, run_id, call_id, attempt) (DESIGN "A run, end to end" 3).
 
 The journal protocol:
-- A FINISHED record answers every repeat of the call (replayed=True); it never runs twice.
+- A FINISHED record answers every repeat of the call (replayed=True); a call with side
+  effects never runs twice.
 - A call with side effects records STARTED before it runs and FINISHED with its result
-  after. Read-only calls (read_file, list_files) skip STARTED and record FINISHED once:
-  running one twice is harmless, and the hot path saves a transaction. So does an
-  exec_command refused by its own arguments (NUL characters included) or a command
-  policy: it is decided before anything is journaled, and nothing runs.
+  after. Read-only calls (read_file, list_files, task_status) skip STARTED and record
+  FINISHED once: running one twice is harmless, and the hot path saves a transaction. So
+  does an exec_command refused by its own arguments (NUL characters included) or a
+  command policy: it is decided before anything is journaled, and nothing runs.
+- The file tools (read_file, list_files) do not read the journal before they run either:
+  the FINISHED insert is the lookup (decision 0017). A record already under the key (a
+  repeat, a cancel's tombstone, another call) makes the insert lose, and its answer (or
+  CALL_ID_REUSED) is returned; a repeat that cannot run now is answered from the record.
 - A call outlives its caller: it runs as a task of the executor, and the request only
   listens. When the caller goes away (its process dies, its connection drops, it cancels
   the RPC) the command runs to its end and is journaled; a repeat of the same key
@@ -151,11 +156,12 @@ class ToolExecutor:
         fp = fingerprint(inp.call)
         if key in self.journal.inflight:
             return await self.journal.join(key, fp, emit), True
+        if tool.read_only and tool.name not in TASK_TOOL_NAMES:
+            return await self._file_read(tenant, key, fp, tool, inp, deadline, emit)
         record = await self.store.get(key)
         if record is not None:
             return await self.journal.answer_from(record, fp, emit), True
-        ctx = await self.sandboxes.context_for(tenant, inp.run_id, inp.sandbox_id, inp.workspace)
-        ctx = replace(ctx, tenant=tenant)  # named shells are keyed by it
+        ctx = await self._context(tenant, inp)
         early: Outcome | None = None
         if tool is EXEC_COMMAND:
             backend = (ctx.runner or self.runner).mode
@@ -176,11 +182,7 @@ class ToolExecutor:
                 require_writable(ctx)
         if tool.read_only or early is not None:
             outcome = early or await self.dispatch.run(tool, inp, ctx, deadline, emit)
-            if await self.store.record(key, tool.name, fp, self.owner, outcome):
-                await self._journaled(tenant, outcome)
-                return outcome, False
-            record = await self.store.get(key)
-            return (record.outcome if record and record.outcome else outcome), True
+            return await self._record(tenant, key, fp, tool, outcome, emit)
         if key in self.journal.inflight:  # another request got here while we looked
             return await self.journal.join(key, fp, emit), True
         # Reserve before the STARTED insert commits, so a repeat arriving meanwhile joins
@@ -220,6 +222,57 @@ class ToolExecutor:
                 )
             return await self.journal.answer_from(record, fp, emit), True
         return await flight.result(emit), False
+
+    async def _context(self, tenant: str, inp: ExecuteInput) -> ExecContext:
+        """The call's sandbox context, with the tenant its named shells are keyed by."""
+        ctx = await self.sandboxes.context_for(tenant, inp.run_id, inp.sandbox_id, inp.workspace)
+        return replace(ctx, tenant=tenant)
+
+    async def _file_read(
+        self,
+        tenant: str,
+        key: CallKey,
+        fp: str,
+        tool: ToolDef,
+        inp: ExecuteInput,
+        deadline: float | None,
+        emit: Emit | None,
+    ) -> tuple[Outcome, bool]:
+        """A read-only file tool (read_file, list_files): run it, then record it (decision 0017).
+
+        No journal read first: the FINISHED insert is the lookup. When a record already
+        holds the key (a repeat, a cancel's tombstone, another call under it) the insert
+        loses and the answer comes from that record, so a repeat still gets the first
+        answer; the re-read it did meanwhile changed nothing. When the call cannot run now
+        (its sandbox is gone, a MeshError), a repeat is still answered from its record.
+        The task tools are excluded: task_status places a delivery hold when it runs.
+        """
+        try:
+            ctx = await self._context(tenant, inp)
+            outcome = await self.dispatch.run(tool, inp, ctx, deadline, emit)
+        except MeshError:
+            record = await self.store.get(key)
+            if record is None:
+                raise
+            return await self.journal.answer_from(record, fp, emit), True
+        return await self._record(tenant, key, fp, tool, outcome, emit)
+
+    async def _record(
+        self, tenant: str, key: CallKey, fp: str, tool: ToolDef, outcome: Outcome, emit: Emit | None
+    ) -> tuple[Outcome, bool]:
+        """Journal a call that records FINISHED once; a record already there answers instead."""
+        if await self.store.record(key, tool.name, fp, self.owner, outcome):
+            await self._journaled(tenant, outcome)
+            return outcome, False
+        record = await self.store.get(key)
+        if record is None:  # the record that won the insert is gone again (a race with a cleanup)
+            raise MeshError(
+                Status.ABORTED,
+                Reason.EXECUTION_IN_PROGRESS,
+                "the call's record changed; retry",
+                retry_after_seconds=0.1,
+            )
+        return await self.journal.answer_from(record, fp, emit), True
 
     async def _run_journaled(
         self,

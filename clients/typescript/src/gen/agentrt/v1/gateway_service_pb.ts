@@ -25,7 +25,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agentrt/v1/gateway_service.proto.
  */
 export const file_agentrt_v1_gateway_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBhZ2VudHJ0L3YxL2dhdGV3YXlfc2VydmljZS5wcm90bxIKYWdlbnRydC52MSKPAgoMTW9kZWxSZXF1ZXN0EiMKBW1vZGVsGAEgASgLMhQuYWdlbnRydC52MS5Nb2RlbFJlZhIOCgZzeXN0ZW0YAiABKAkSJQoIbWVzc2FnZXMYAyADKAsyEy5hZ2VudHJ0LnYxLk1lc3NhZ2USIwoFdG9vbHMYBCADKAsyFC5hZ2VudHJ0LnYxLlRvb2xTcGVjEisKCHNldHRpbmdzGAUgASgLMhkuYWdlbnRydC52MS5Nb2RlbFNldHRpbmdzEg4KBnRlbmFudBgGIAEoCRIOCgZydW5faWQYByABKAkSMQoObWF4X3F1ZXVlX3dhaXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iPAoPR2VuZXJhdGVSZXF1ZXN0EikKB3JlcXVlc3QYASABKAsyGC5hZ2VudHJ0LnYxLk1vZGVsUmVxdWVzdCJ/ChBHZW5lcmF0ZVJlc3BvbnNlEisKCHJlc3BvbnNlGAEgASgLMhkuYWdlbnRydC52MS5Nb2RlbFJlc3BvbnNlEg8KB3JldHJpZXMYAiABKAUSLQoKcXVldWVfd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJCChVTdHJlYW1HZW5lcmF0ZVJlcXVlc3QSKQoHcmVxdWVzdBgBIAEoCzIYLmFnZW50cnQudjEuTW9kZWxSZXF1ZXN0IrYBChZTdHJlYW1HZW5lcmF0ZVJlc3BvbnNlEhQKCnRleHRfZGVsdGEYASABKAlIABIYCg50aGlua2luZ19kZWx0YRgCIAEoCUgAEjQKD3Rvb2xfY2FsbF9kZWx0YRgDIAEoCzIZLmFnZW50cnQudjEuVG9vbENhbGxEZWx0YUgAEi0KBWZpbmFsGAQgASgLMhwuYWdlbnRydC52MS5HZW5lcmF0ZVJlc3BvbnNlSABCBwoFZXZlbnQiRQoNVG9vbENhbGxEZWx0YRINCgVpbmRleBgBIAEoBRIMCgRuYW1lGAIgASgJEhcKD2FyZ3VtZW50c19kZWx0YRgDIAEoCSI/ChJDb3VudFRva2Vuc1JlcXVlc3QSKQoHcmVxdWVzdBgBIAEoCzIYLmFnZW50cnQudjEuTW9kZWxSZXF1ZXN0IlUKE0NvdW50VG9rZW5zUmVzcG9uc2USFAoMaW5wdXRfdG9rZW5zGAEgASgDEigKBGtpbmQYAiABKA4yGi5hZ2VudHJ0LnYxLlRva2VuQ291bnRLaW5kIhMKEUxpc3RNb2RlbHNSZXF1ZXN0IlgKCU1vZGVsSW5mbxIjCgVtb2RlbBgBIAEoCzIULmFnZW50cnQudjEuTW9kZWxSZWYSFQoNY291bnRzX3Rva2VucxgCIAEoCBIPCgdzdHJlYW1zGAMgASgIIjsKEkxpc3RNb2RlbHNSZXNwb25zZRIlCgZtb2RlbHMYASADKAsyFS5hZ2VudHJ0LnYxLk1vZGVsSW5mbyp2Cg5Ub2tlbkNvdW50S2luZBIgChxUT0tFTl9DT1VOVF9LSU5EX1VOU1BFQ0lGSUVEEAASGgoWVE9LRU5fQ09VTlRfS0lORF9FWEFDVBABEiYKIlRPS0VOX0NPVU5UX0tJTkRfUFJPVklERVJfRVNUSU1BVEUQAjLUAgoTTW9kZWxHYXRld2F5U2VydmljZRJFCghHZW5lcmF0ZRIbLmFnZW50cnQudjEuR2VuZXJhdGVSZXF1ZXN0GhwuYWdlbnRydC52MS5HZW5lcmF0ZVJlc3BvbnNlElkKDlN0cmVhbUdlbmVyYXRlEiEuYWdlbnRydC52MS5TdHJlYW1HZW5lcmF0ZVJlcXVlc3QaIi5hZ2VudHJ0LnYxLlN0cmVhbUdlbmVyYXRlUmVzcG9uc2UwARJOCgtDb3VudFRva2VucxIeLmFnZW50cnQudjEuQ291bnRUb2tlbnNSZXF1ZXN0Gh8uYWdlbnRydC52MS5Db3VudFRva2Vuc1Jlc3BvbnNlEksKCkxpc3RNb2RlbHMSHS5hZ2VudHJ0LnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4uYWdlbnRydC52MS5MaXN0TW9kZWxzUmVzcG9uc2ViBnByb3RvMw", [file_agentrt_v1_common, file_google_protobuf_duration]);
+  fileDesc("CiBhZ2VudHJ0L3YxL2dhdGV3YXlfc2VydmljZS5wcm90bxIKYWdlbnRydC52MSKoAgoMTW9kZWxSZXF1ZXN0EiMKBW1vZGVsGAEgASgLMhQuYWdlbnRydC52MS5Nb2RlbFJlZhIOCgZzeXN0ZW0YAiABKAkSJQoIbWVzc2FnZXMYAyADKAsyEy5hZ2VudHJ0LnYxLk1lc3NhZ2USIwoFdG9vbHMYBCADKAsyFC5hZ2VudHJ0LnYxLlRvb2xTcGVjEisKCHNldHRpbmdzGAUgASgLMhkuYWdlbnRydC52MS5Nb2RlbFNldHRpbmdzEg4KBnRlbmFudBgGIAEoCRIOCgZydW5faWQYByABKAkSMQoObWF4X3F1ZXVlX3dhaXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIjwKD0dlbmVyYXRlUmVxdWVzdBIpCgdyZXF1ZXN0GAEgASgLMhguYWdlbnRydC52MS5Nb2RlbFJlcXVlc3QikQEKEEdlbmVyYXRlUmVzcG9uc2USKwoIcmVzcG9uc2UYASABKAsyGS5hZ2VudHJ0LnYxLk1vZGVsUmVzcG9uc2USDwoHcmV0cmllcxgCIAEoBRItCgpxdWV1ZV93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHJlcGxheWVkGAQgASgIIkIKFVN0cmVhbUdlbmVyYXRlUmVxdWVzdBIpCgdyZXF1ZXN0GAEgASgLMhguYWdlbnRydC52MS5Nb2RlbFJlcXVlc3QitgEKFlN0cmVhbUdlbmVyYXRlUmVzcG9uc2USFAoKdGV4dF9kZWx0YRgBIAEoCUgAEhgKDnRoaW5raW5nX2RlbHRhGAIgASgJSAASNAoPdG9vbF9jYWxsX2RlbHRhGAMgASgLMhkuYWdlbnRydC52MS5Ub29sQ2FsbERlbHRhSAASLQoFZmluYWwYBCABKAsyHC5hZ2VudHJ0LnYxLkdlbmVyYXRlUmVzcG9uc2VIAEIHCgVldmVudCJFCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgFEgwKBG5hbWUYAiABKAkSFwoPYXJndW1lbnRzX2RlbHRhGAMgASgJIj8KEkNvdW50VG9rZW5zUmVxdWVzdBIpCgdyZXF1ZXN0GAEgASgLMhguYWdlbnRydC52MS5Nb2RlbFJlcXVlc3QiVQoTQ291bnRUb2tlbnNSZXNwb25zZRIUCgxpbnB1dF90b2tlbnMYASABKAMSKAoEa2luZBgCIAEoDjIaLmFnZW50cnQudjEuVG9rZW5Db3VudEtpbmQiEwoRTGlzdE1vZGVsc1JlcXVlc3QiWAoJTW9kZWxJbmZvEiMKBW1vZGVsGAEgASgLMhQuYWdlbnRydC52MS5Nb2RlbFJlZhIVCg1jb3VudHNfdG9rZW5zGAIgASgIEg8KB3N0cmVhbXMYAyABKAgiOwoSTGlzdE1vZGVsc1Jlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLmFnZW50cnQudjEuTW9kZWxJbmZvIjAKFUNhbmNlbEdlbmVyYXRlUmVxdWVzdBIXCg9pZGVtcG90ZW5jeV9rZXkYASABKAkiKgoWQ2FuY2VsR2VuZXJhdGVSZXNwb25zZRIQCghjYW5jZWxlZBgBIAEoCCp2Cg5Ub2tlbkNvdW50S2luZBIgChxUT0tFTl9DT1VOVF9LSU5EX1VOU1BFQ0lGSUVEEAASGgoWVE9LRU5fQ09VTlRfS0lORF9FWEFDVBABEiYKIlRPS0VOX0NPVU5UX0tJTkRfUFJPVklERVJfRVNUSU1BVEUQAjKtAwoTTW9kZWxHYXRld2F5U2VydmljZRJFCghHZW5lcmF0ZRIbLmFnZW50cnQudjEuR2VuZXJhdGVSZXF1ZXN0GhwuYWdlbnRydC52MS5HZW5lcmF0ZVJlc3BvbnNlElkKDlN0cmVhbUdlbmVyYXRlEiEuYWdlbnRydC52MS5TdHJlYW1HZW5lcmF0ZVJlcXVlc3QaIi5hZ2VudHJ0LnYxLlN0cmVhbUdlbmVyYXRlUmVzcG9uc2UwARJOCgtDb3VudFRva2VucxIeLmFnZW50cnQudjEuQ291bnRUb2tlbnNSZXF1ZXN0Gh8uYWdlbnRydC52MS5Db3VudFRva2Vuc1Jlc3BvbnNlEksKCkxpc3RNb2RlbHMSHS5hZ2VudHJ0LnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4uYWdlbnRydC52MS5MaXN0TW9kZWxzUmVzcG9uc2USVwoOQ2FuY2VsR2VuZXJhdGUSIS5hZ2VudHJ0LnYxLkNhbmNlbEdlbmVyYXRlUmVxdWVzdBoiLmFnZW50cnQudjEuQ2FuY2VsR2VuZXJhdGVSZXNwb25zZWIGcHJvdG8z", [file_agentrt_v1_common, file_google_protobuf_duration]);
 
 /**
  * ModelRequest is a provider-neutral model request.
@@ -88,6 +88,19 @@ export type ModelRequest = Message<"agentrt.v1.ModelRequest"> & {
    * @generated from field: google.protobuf.Duration max_queue_wait = 8;
    */
   maxQueueWait?: Duration | undefined;
+
+  /**
+   * Names this call for the gateway's model-call journal ("" = not journaled): at most
+   * 256 characters, no control character (else INVALID_ARGUMENT/INVALID_VALUE). A call
+   * whose key was answered before (per tenant, within the journal's retention) is
+   * answered from the journal without asking the provider; one still in flight on any
+   * replica is joined; a key reused by a different request is INVALID_ARGUMENT/
+   * IDEMPOTENCY_KEY_REUSED. A journaled call outlives its caller: cancelling it does
+   * not cancel the provider call, whose answer is journaled for the repeat.
+   *
+   * @generated from field: string idempotency_key = 9;
+   */
+  idempotencyKey: string;
 };
 
 /**
@@ -144,6 +157,14 @@ export type GenerateResponse = Message<"agentrt.v1.GenerateResponse"> & {
    * @generated from field: google.protobuf.Duration queue_wait = 3;
    */
   queueWait?: Duration | undefined;
+
+  /**
+   * True when this answer came from the model-call journal (an earlier or concurrent
+   * call with the same idempotency key), not from a provider call made for this request.
+   *
+   * @generated from field: bool replayed = 4;
+   */
+  replayed: boolean;
 };
 
 /**
@@ -384,6 +405,48 @@ export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PUR
   messageDesc(file_agentrt_v1_gateway_service, 10);
 
 /**
+ * CancelGenerateRequest is the request of CancelGenerate.
+ *
+ * @generated from message agentrt.v1.CancelGenerateRequest
+ */
+export type CancelGenerateRequest = Message<"agentrt.v1.CancelGenerateRequest"> & {
+  /**
+   * The idempotency key of the call to stop (the caller's tenant scopes it).
+   *
+   * @generated from field: string idempotency_key = 1;
+   */
+  idempotencyKey: string;
+};
+
+/**
+ * Describes the message agentrt.v1.CancelGenerateRequest.
+ * Use `create(CancelGenerateRequestSchema)` to create a new message.
+ */
+export const CancelGenerateRequestSchema: GenMessage<CancelGenerateRequest> = /*@__PURE__*/
+  messageDesc(file_agentrt_v1_gateway_service, 11);
+
+/**
+ * CancelGenerateResponse is the response of CancelGenerate.
+ *
+ * @generated from message agentrt.v1.CancelGenerateResponse
+ */
+export type CancelGenerateResponse = Message<"agentrt.v1.CancelGenerateResponse"> & {
+  /**
+   * True when the call was running on this replica and was stopped.
+   *
+   * @generated from field: bool canceled = 1;
+   */
+  canceled: boolean;
+};
+
+/**
+ * Describes the message agentrt.v1.CancelGenerateResponse.
+ * Use `create(CancelGenerateResponseSchema)` to create a new message.
+ */
+export const CancelGenerateResponseSchema: GenMessage<CancelGenerateResponse> = /*@__PURE__*/
+  messageDesc(file_agentrt_v1_gateway_service, 12);
+
+/**
  * TokenCountKind says how exact a count is.
  *
  * @generated from enum agentrt.v1.TokenCountKind
@@ -465,6 +528,19 @@ export const ModelGatewayService: GenService<{
     methodKind: "unary";
     input: typeof ListModelsRequestSchema;
     output: typeof ListModelsResponseSchema;
+  },
+  /**
+   * CancelGenerate stops a keyed call on purpose (a keyed call outlives its caller
+   * otherwise): its provider call is cancelled when it runs on this replica, and nothing is
+   * journaled for the key (a repeat asks again). Errors: INVALID_ARGUMENT/MISSING_FIELD (no
+   * key), INVALID_VALUE (a malformed key).
+   *
+   * @generated from rpc agentrt.v1.ModelGatewayService.CancelGenerate
+   */
+  cancelGenerate: {
+    methodKind: "unary";
+    input: typeof CancelGenerateRequestSchema;
+    output: typeof CancelGenerateResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_agentrt_v1_gateway_service, 0);

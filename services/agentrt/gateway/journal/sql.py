@@ -1,0 +1,180 @@
+"""The SQL model-call journal: one table every gateway replica sees (SQLite or PostgreSQL).
+
+Table `gateway_model_calls` (gateway/migrations/versions/0002_call_journal.py), primary key
+(tenant, call_key). Each operation of `JournalStore` is one transaction of one statement
+(plus the read-back of `claim`), so the store's invariants (journal/store.py) rest on the
+database's own atomicity: `claim` is INSERT ... ON CONFLICT DO NOTHING (exactly one
+inserter wins a key), `take_over`, `renew`, `finish` and `release` are conditional UPDATEs
+and DELETEs whose row count says whether they applied.
+
+On PostgreSQL every statement answers within `timeout_s` (asyncpg `command_timeout`), so a
+database that hangs fails a journal operation in seconds; the journal then answers the call
+without its record (journal/calls.py). The schema is migrated by Alembic in `prepare`
+(under the mesh's advisory lock on PostgreSQL; replicas starting together migrate once).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from agentrt.gateway.journal.store import Row, State
+from agentrt.mesh import migrate
+from agentrt.mesh.db import Database
+
+MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent.parent / "migrations"
+
+metadata = sa.MetaData()
+
+#: One row per journaled model call (see journal/store.py for the columns' meaning).
+calls = sa.Table(
+    "gateway_model_calls",
+    metadata,
+    sa.Column("tenant", sa.Text(), nullable=False),
+    sa.Column("call_key", sa.Text(), nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("state", sa.SmallInteger(), nullable=False),
+    sa.Column("holder", sa.String(128), nullable=False),
+    sa.Column("lease_until_s", sa.Float(), nullable=False),
+    sa.Column("takeovers", sa.Integer(), nullable=False),
+    sa.Column("response", sa.LargeBinary(), nullable=True),
+    sa.Column("created_at_s", sa.Float(), nullable=False),
+    sa.PrimaryKeyConstraint("tenant", "call_key"),
+    sa.Index("ix_gateway_model_calls_created_at_s", "created_at_s"),
+)
+
+_KEY = (calls.c.tenant, calls.c.call_key)
+
+
+def _is(tenant: str, key: str) -> sa.ColumnElement[bool]:
+    return sa.and_(calls.c.tenant == tenant, calls.c.call_key == key)
+
+
+class SqlJournalStore:
+    """JournalStore over SQLAlchemy (see the module docstring)."""
+
+    def __init__(
+        self, url: str, *, timeout_s: float = 5.0, pool_size: int = 3, max_overflow: int = 2
+    ) -> None:
+        """Open the engine for url (sqlite+aiosqlite:///FILE or postgresql+asyncpg://...).
+
+        Raises:
+            ValueError: any other URL.
+        """
+        self._url = url
+        self._timeout_s = timeout_s
+        self._db = Database(
+            url,
+            connect_args={"timeout": timeout_s, "command_timeout": timeout_s},
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+        )
+        self._insert = sqlite.insert if self._db.is_sqlite else postgresql.insert
+
+    async def prepare(self) -> None:
+        """Migrate the gateway's tables (Alembic, version table alembic_version_gateway).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database refused a migration step.
+        """
+        db = Database(self._url, connect_args={"timeout": self._timeout_s, "command_timeout": 120.0})
+        try:
+            await migrate.upgrade(db, MIGRATIONS_DIR, "agentrt.gateway.migrations")
+        finally:
+            await db.close()
+
+    async def claim(
+        self, tenant: str, key: str, fingerprint: str, holder: str, now_s: float, lease_until_s: float
+    ) -> tuple[Row, bool]:
+        """See JournalStore.claim."""
+        insert = (
+            self._insert(calls)
+            .values(
+                tenant=tenant,
+                call_key=key,
+                fingerprint=fingerprint,
+                state=int(State.PENDING),
+                holder=holder,
+                lease_until_s=lease_until_s,
+                takeovers=0,
+                response=None,
+                created_at_s=now_s,
+            )
+            .on_conflict_do_nothing(index_elements=list(_KEY))
+        )
+        async with self._db.write() as conn:
+            inserted = (await conn.execute(insert)).rowcount == 1
+            got = (await conn.execute(sa.select(calls).where(_is(tenant, key)))).one()
+        row = Row(
+            fingerprint=got.fingerprint,
+            state=State(got.state),
+            holder=got.holder,
+            lease_until_s=got.lease_until_s,
+            takeovers=got.takeovers,
+            response=got.response or b"",
+            created_at_s=got.created_at_s,
+        )
+        return row, inserted
+
+    async def take_over(
+        self, tenant: str, key: str, old_holder: str, holder: str, now_s: float, lease_until_s: float
+    ) -> bool:
+        """See JournalStore.take_over."""
+        update = (
+            sa.update(calls)
+            .where(
+                _is(tenant, key),
+                calls.c.state == int(State.PENDING),
+                calls.c.holder == old_holder,
+                calls.c.lease_until_s < now_s,
+            )
+            .values(holder=holder, lease_until_s=lease_until_s, takeovers=calls.c.takeovers + 1)
+        )
+        async with self._db.write() as conn:
+            return (await conn.execute(update)).rowcount == 1
+
+    async def renew(self, tenant: str, key: str, holder: str, lease_until_s: float) -> bool:
+        """See JournalStore.renew."""
+        update = (
+            sa.update(calls)
+            .where(_is(tenant, key), calls.c.state == int(State.PENDING), calls.c.holder == holder)
+            .values(lease_until_s=lease_until_s)
+        )
+        async with self._db.write() as conn:
+            return (await conn.execute(update)).rowcount == 1
+
+    async def finish(self, tenant: str, key: str, response: bytes, now_s: float) -> bytes:
+        """See JournalStore.finish (a row swept meanwhile is not recorded again)."""
+        update = (
+            sa.update(calls)
+            .where(_is(tenant, key), calls.c.state == int(State.PENDING))
+            .values(state=int(State.DONE), response=response)
+        )
+        async with self._db.write() as conn:
+            if (await conn.execute(update)).rowcount == 1:
+                return response
+            stored = await conn.scalar(
+                sa.select(calls.c.response).where(_is(tenant, key), calls.c.state == int(State.DONE))
+            )
+        return stored or response
+
+    async def release(self, tenant: str, key: str, holder: str) -> None:
+        """See JournalStore.release."""
+        delete = sa.delete(calls).where(
+            _is(tenant, key), calls.c.state == int(State.PENDING), calls.c.holder == holder
+        )
+        async with self._db.write() as conn:
+            await conn.execute(delete)
+
+    async def sweep(self, now_s: float, ttl_s: float) -> int:
+        """See JournalStore.sweep."""
+        async with self._db.write() as conn:
+            return int(
+                (await conn.execute(sa.delete(calls).where(calls.c.created_at_s < now_s - ttl_s))).rowcount
+            )
+
+    async def close(self) -> None:
+        """Dispose of the engine."""
+        await self._db.close()

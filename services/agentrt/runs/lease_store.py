@@ -1,0 +1,146 @@
+"""Leases of runs: acquire, renew, release, the takeover scans, and the check of the run log.
+
+A run is owned by one replica through its row's lease (owner, expiry, fencing token). Every
+write of an owner is fenced by its token (runs/store.py `save`); here: taking a lease that is
+free, expired or already ours (the token goes up), renewing the leases an owner still holds
+(owner and token must match: a renewal never revives a lease another replica took), giving
+one up, and the scans that find RUNNING runs with an expired lease and SUSPENDED runs past
+their time budget. `lease_overlaps` reads the run log's tokens to prove no lease was held by
+two replicas at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from sqlalchemy import or_, select, update
+
+from agentrt.mesh.db import Database
+from agentrt.runs.models import RunLogRow, RunRow
+from agentrt.v1 import common_pb2 as cpb
+
+
+class LeaseRows:
+    """The lease half of the runs store (RunStore inherits it; needs `self.db`)."""
+
+    db: Database
+
+    async def log_leases(self, run_id: str) -> list[tuple[int, str, int, str]]:
+        """Return the run log's leases in order: (seq, kind, fencing token, lease owner).
+
+        What a check that no lease was held twice reads (`lease_overlaps`).
+        """
+        query = select(RunLogRow.seq, RunLogRow.kind, RunLogRow.fencing_token, RunLogRow.lease_owner)
+        query = query.where(RunLogRow.run_id == run_id).order_by(RunLogRow.seq)
+        rows = await self.db.read_sync(lambda conn: conn.execute(query).all())
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def acquire_lease(
+        self, run_id: str, owner: str, ttl_s: float, *, status: int = cpb.RUN_STATUS_RUNNING
+    ) -> int | None:
+        """Take the lease of a run in `status` that is free, expired or already ours.
+
+        Returns:
+            The new fencing token, or None when another owner holds a live lease.
+        """
+        now = time.time()
+        free = or_(RunRow.lease_owner == "", RunRow.lease_expires_s < now, RunRow.lease_owner == owner)
+        async with self.db.write() as conn:
+            result = await conn.execute(
+                update(RunRow)
+                .where(RunRow.run_id == run_id, RunRow.status == status, free)
+                .values(
+                    lease_owner=owner, lease_expires_s=now + ttl_s, fencing_token=RunRow.fencing_token + 1
+                )
+            )
+            if result.rowcount == 0:
+                return None
+            return await conn.scalar(select(RunRow.fencing_token).where(RunRow.run_id == run_id))
+
+    async def renew_leases(
+        self, owner: str, tokens: dict[str, int], ttl_s: float
+    ) -> tuple[set[str], set[str]]:
+        """Extend the leases owner holds; one transaction.
+
+        Returns:
+            (run ids whose lease was lost, run ids whose cancellation was requested).
+        """
+        lost: set[str] = set()
+        canceled: set[str] = set()
+        if not tokens:
+            return lost, canceled
+        expires = time.time() + ttl_s
+        async with self.db.write() as conn:
+            for run_id, token in tokens.items():
+                result = await conn.execute(
+                    update(RunRow)
+                    .where(
+                        RunRow.run_id == run_id, RunRow.lease_owner == owner, RunRow.fencing_token == token
+                    )
+                    .values(lease_expires_s=expires)
+                )
+                if result.rowcount == 0:
+                    lost.add(run_id)
+            rows = await conn.execute(
+                select(RunRow.run_id).where(
+                    RunRow.run_id.in_(list(tokens)), RunRow.cancel_requested.is_(True)
+                )
+            )
+            canceled = {r[0] for r in rows}
+        return lost, canceled
+
+    async def release_lease(self, run_id: str, token: int) -> None:
+        """Give the lease up (expire it now) if token is still current."""
+        async with self.db.write() as conn:
+            await conn.execute(
+                update(RunRow)
+                .where(RunRow.run_id == run_id, RunRow.fencing_token == token)
+                .values(lease_owner="", lease_expires_s=0.0)
+            )
+
+    async def overdue_suspended(self) -> list[str]:
+        """Return ids of SUSPENDED runs whose time budget has ended (004 §2.9)."""
+        now = time.time()
+        async with self.db.read() as conn:
+            rows = await conn.execute(
+                select(RunRow.run_id).where(
+                    RunRow.status == cpb.RUN_STATUS_SUSPENDED, RunRow.deadline_s > 0, RunRow.deadline_s < now
+                )
+            )
+            return [r[0] for r in rows]
+
+    async def expired_runs(self) -> list[str]:
+        """Return ids of RUNNING runs whose lease has expired (takeover candidates)."""
+        now = time.time()
+        async with self.db.read() as conn:
+            rows = await conn.execute(
+                select(RunRow.run_id).where(
+                    RunRow.status == cpb.RUN_STATUS_RUNNING, RunRow.lease_expires_s < now
+                )
+            )
+            return [r[0] for r in rows]
+
+
+def lease_overlaps(entries: Sequence[tuple[int, str, int, str]]) -> list[str]:
+    """Return what in a run log's leases (`RunStore.log_leases`) shows a lease held twice.
+
+    Fenced writes make two facts hold: along the log the token never decreases (a holder
+    whose token was superseded cannot write), and one token names one owner (a token is
+    minted by one acquisition). Entries written with no lease held (owner "") are skipped.
+
+    Returns:
+        One message per violation; [] when the log shows one holder at a time.
+    """
+    problems: list[str] = []
+    owners: dict[int, str] = {}
+    top = 0
+    for seq, kind, token, owner in entries:
+        if not owner:
+            continue
+        if token < top:
+            problems.append(f"log seq {seq} ({kind}) written under token {token} after token {top}")
+        top = max(top, token)
+        if owners.setdefault(token, owner) != owner:
+            problems.append(f"token {token} held by {owners[token]!r} and {owner!r} (log seq {seq})")
+    return problems
