@@ -814,3 +814,30 @@ async def test_a_caller_that_goes_away_while_the_call_is_journaled_never_strands
         else:
             assert f"ran-{i}" in result.content, result.content
     assert not stranded, stranded
+
+
+async def test_agentrt_approve_on_a_parent_answers_its_childs_call(mesh, capsys, monkeypatch):
+    import asyncio
+    import os
+
+    from agentrt.cli.main import main
+
+    await _register_boss(mesh)
+    workspace = os.path.join(mesh.work, "cli-approve")
+    started, run, child = await _suspended_child(
+        mesh, workspace, [Reply(text="child done"), Reply(text="parent done")]
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    code = await asyncio.to_thread(main, ["runs", "show", started.run_id, "--runs-addr", mesh.runs_address])
+    shown = capsys.readouterr().out
+    assert code == 0 and f"in child run {child.run_id}" in shown, shown
+    code = await asyncio.to_thread(main, ["approve", started.run_id, "--runs-addr", mesh.runs_address])
+    out = capsys.readouterr()
+    assert code == 0, (out.out, out.err)
+    final = await mesh.wait_status(started.run_id, *DONE)
+    assert final.status == cpb.RUN_STATUS_COMPLETED and final.final_output == "parent done", final.failure
+    assert open(os.path.join(workspace, "l.txt")).read() == "two\n"
+    # approving again: the run is no longer suspended, a clear refusal (exit 1), nothing runs twice
+    code = await asyncio.to_thread(main, ["approve", started.run_id, "--runs-addr", mesh.runs_address])
+    assert code == 1, capsys.readouterr()
+    assert open(os.path.join(workspace, "l.txt")).read() == "two\n"
