@@ -18,7 +18,7 @@ import grpc
 from rich.console import Console
 from rich.markup import escape
 
-from agentrt.cli.render import RunRenderer
+from agentrt.cli.render import RunRenderer, visible
 from agentrt.client.channels import MeshClient
 from agentrt.mesh.status import reason_of
 from agentrt.v1 import common_pb2, run_service_pb2
@@ -201,15 +201,16 @@ def terminal_approver(console: Console, approve_all: bool, interactive: bool) ->
     """Return the approver of the command: approve all, ask on the TTY, or deny without one."""
 
     async def decide(call: common_pb2.ToolCall) -> tuple[bool, str]:
+        name = escape(visible(call.name))
         if approve_all:
-            console.print(f"[green]approved[/] {escape(call.name)} (--approve-all)")
+            console.print(f"[green]approved[/] {name} (--approve-all)")
             return True, ""
         if not interactive:
-            console.print(
-                f"[yellow]denied[/] {escape(call.name)}: no terminal to ask; rerun with --approve-all"
-            )
+            console.print(f"[yellow]denied[/] {name}: no terminal to ask; rerun with --approve-all")
             return False, "denied: nobody was at a terminal to approve the call"
-        question = f"approve {call.name} {call.arguments or call.invalid_arguments}? [y/N] "
+        # the arguments are the model's: shown exactly, never read as markup or control codes
+        args = escape(visible(call.arguments or call.invalid_arguments))
+        question = f"approve {name} {args}? \\[y/N] "
         answer = await asyncio.to_thread(console.input, question)
         if answer.strip().lower() in ("y", "yes"):
             return True, ""

@@ -8,11 +8,16 @@ diagnostics, gaps (never hidden, 004 §2.11), the turn contract's events (handof
 a requested stop; disclosed tools), and the terminal outcome with usage. Every line is
 meant to read at 80 columns: ids go last, previews are shortened, rich wraps the rest.
 It holds no run state beyond what it needs to lay the text out; the caller decides when
-the run is over.
+the run is over. Every string of an event is the model's, a tool's or a client's, so control
+characters in it (ESC, CR, BEL, C1 ...) are shown as escapes (`visible`), never sent to the
+terminal: a model cannot clear the screen, retitle the window or rewrite a line it wrote.
 """
 
 from __future__ import annotations
 
+import re
+
+from google.protobuf.message import Message
 from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
@@ -83,6 +88,39 @@ def phase_name(phase: int) -> str:
     return _PHASES.get(phase, "unknown")  # type: ignore[call-overload]
 
 
+#: Control characters a terminal acts on: C0 but newline and tab, DEL, C1.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    r"""Return text with every control character but newline and tab written as an escape (ESC -> \x1b)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def visible_message(msg: Message) -> None:
+    """Apply `visible` to every string field of msg, nested messages and maps included, in place."""
+    for field, value in msg.ListFields():
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            vfield = field.message_type.fields_by_name["value"]
+            if vfield.message_type is not None:
+                for v in value.values():
+                    visible_message(v)
+            elif vfield.type == vfield.TYPE_STRING:
+                items = {visible(k) if isinstance(k, str) else k: visible(v) for k, v in value.items()}
+                value.clear()
+                value.update(items)
+        elif field.type == field.TYPE_MESSAGE:
+            for m in [value] if isinstance(value, Message) else value:
+                visible_message(m)
+        elif field.type == field.TYPE_STRING:
+            if not isinstance(value, str):  # repeated
+                cleaned = [visible(v) for v in value]
+                del value[:]
+                value.extend(cleaned)
+            elif _CONTROL.search(value):
+                setattr(msg, field.name, visible(value))
+
+
 def shorten(text: str, limit: int) -> str:
     """Return text cut to `limit` characters with a marker saying how many were dropped."""
     if len(text) <= limit:
@@ -132,6 +170,10 @@ class RunRenderer:
         handler = getattr(self, f"_on_{kind}", None)
         if handler is None:
             return
+        shown = run_service_pb2.RunEvent()
+        shown.CopyFrom(event)
+        visible_message(shown)
+        event = shown
         if kind != "model_delta":
             self._endline()
         handler(event, getattr(event, kind))

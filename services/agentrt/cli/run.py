@@ -29,7 +29,7 @@ from rich.markup import escape
 
 from agentrt.cli.args import read_task, task_text
 from agentrt.cli.follow import Approver, RunOutcome, follow_run, terminal_approver
-from agentrt.cli.render import status_name
+from agentrt.cli.render import status_name, visible
 from agentrt.cli.taskcards import TaskCards, stop_watching, watch_tasks
 from agentrt.cli.tls import add_client_flags, client_security
 from agentrt.client.channels import MeshClient
@@ -249,7 +249,8 @@ def print_outcome(console: Console, run: run_service_pb2.Run, default_workspace:
     if run.status == common_pb2.RUN_STATUS_FAILED:
         f = run.failure
         console.print(
-            f"[bold red]failure[/] kind={escape(f.kind)} message={escape(f.message)}", highlight=False
+            f"[bold red]failure[/] kind={escape(f.kind)} message={escape(visible(f.message))}",
+            highlight=False,
         )
 
 

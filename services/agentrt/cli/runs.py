@@ -31,7 +31,7 @@ import grpc
 from rich.console import Console
 from rich.markup import escape
 
-from agentrt.cli.render import phase_name, status_name
+from agentrt.cli.render import phase_name, status_name, visible
 from agentrt.client.channels import MeshClient
 from agentrt.mesh.config import DEFAULT_PORTS, env
 from agentrt.mesh.status import reason_of
@@ -258,7 +258,7 @@ async def show_run(client: MeshClient, console: Console, run_id: str) -> int:
         lines.append(f"pending calls ({len(run.pending_calls)}):")
         lines += pending_lines(run.pending_calls)
     for line in lines:
-        console.print(escape(line))
+        console.print(escape(visible(line)))
     return 0
 
 

@@ -59,6 +59,11 @@ from agentrt.v1 import tool_service_pb2 as tpb
 #: of start), NESTED (the nested part of its usage, `Tokens.to_dict`), CHILD_PENDING
 #: ({child run id: [call ids]}, while it is suspended on children).
 PARENT_RUN_ID, PARENT_CALL_ID = "parent_run_id", "parent_call_id"
+#: A child's nesting depth (1 = a top-level run's child), in its state; absent = 0 (no parent).
+CHILD_DEPTH = "child_depth"
+#: How deep child runs may nest: a call at this depth gets an error result, no child starts.
+#: Without it an agent that calls itself (or two that call each other) nests without end.
+MAX_CHILD_DEPTH = 8
 CHILD_RUN_IDS, NESTED, CHILD_PENDING = "child_run_ids", "nested_usage", "child_pending"
 #: Longest wait before a follower of a child re-reads storage, seconds (another replica's child).
 POLL_S = 0.5
@@ -338,6 +343,13 @@ async def _create(
 ) -> tuple[RunRecord, list[StoredEvent]] | cpb.ToolResult:
     """Create the child run of a call (not yet spawned); an error result when it cannot run."""
     r, deps = ex.r, ex.deps
+    depth = int(r.state.get(CHILD_DEPTH, 1 if r.state.get(PARENT_RUN_ID) else 0)) + 1
+    if depth > MAX_CHILD_DEPTH:
+        return _error(
+            p,
+            f"The agent tool {p.call.name} cannot run: agent runs nest at most {MAX_CHILD_DEPTH} deep, "
+            "and this run is that deep already.",
+        )
     which = f"version {tool.agent_version} of " if tool.agent_version else ""
     spec = await deps.store.get_agent(r.tenant, tool.agent_name, tool.agent_version)
     if spec is None:
@@ -360,7 +372,7 @@ async def _create(
     run_id = new_id("run")
     # The child's own agent may name a sandbox (created at its first batch, released at its
     # end); the parent's sandbox is not shared: the child's end would release it.
-    state = {PARENT_RUN_ID: r.run_id, PARENT_CALL_ID: p.call.call_id}
+    state: dict[str, Any] = {PARENT_RUN_ID: r.run_id, PARENT_CALL_ID: p.call.call_id, CHILD_DEPTH: depth}
     state.update(sandboxes.initial_state(run_id, snap.sandbox if snap.HasField("sandbox") else None))
     record = RunRecord(
         run_id=run_id, tenant=r.tenant, session_id=session_id, agent_name=snap.name,

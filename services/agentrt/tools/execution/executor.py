@@ -15,7 +15,9 @@ The journal protocol:
 - A call outlives its caller: it runs as a task of the executor, and the request only
   listens. When the caller goes away (its process dies, its connection drops, it cancels
   the RPC) the command runs to its end and is journaled; a repeat of the same key
-  attaches to it (its output chunks too) and gets the real result.
+  attaches to it (its output chunks too) and gets the real result. Writing STARTED and
+  starting the command are the executor's too (a shielded task), so a caller gone while
+  STARTED is written never leaves a record with no command behind it.
 - A STARTED record whose owner is gone (a dead process on this host, or no heartbeat for
   three periods) is closed as INTERRUPTED (SERVICE_STOPPED): the outcome is unknown, and
   the run loop applies seed 000's interruption rule. One still heartbeating elsewhere
@@ -90,6 +92,8 @@ class ToolExecutor:
         self.sandboxes = sandboxes
         self.owner = process_identity()
         self.journal = Journal(store, self.owner, config.heartbeat_seconds)
+        #: Calls whose STARTED record is being written (see `_execute`; kept from GC).
+        self._beginning: set[asyncio.Task[bool]] = set()
         self.shells = Shells(config, runner)  # exec_command's named shells (004 §2.7k)
         self.dispatch = Dispatch(config, runner, self.shells, self.observer, task_tools)
         sandboxes.on_release.append(self.shells.close_group)
@@ -185,15 +189,29 @@ class ToolExecutor:
         # this run instead of reading a record that looks orphaned.
         flight = Flight(fp)
         self.journal.inflight[key] = flight
-        try:
-            won = await self.store.start(key, tool.name, fp, self.owner)
-        except BaseException as exc:
-            self.journal.inflight.pop(key, None)
-            flight.not_run()
-            raise exc
-        if not won:
-            self.journal.inflight.pop(key, None)
-            flight.not_run()
+
+        async def begin() -> bool:
+            # Owned by the executor, not the request: a caller gone while STARTED is being
+            # written (its process killed, its RPC cancelled) must not leave a STARTED record
+            # with no command behind it, which the next attempt would close as "the tool
+            # service stopped while it ran" for a command that never started.
+            try:
+                won = await self.store.start(key, tool.name, fp, self.owner)
+            except BaseException:
+                self.journal.inflight.pop(key, None)
+                flight.not_run()
+                raise
+            if not won:
+                self.journal.inflight.pop(key, None)
+                flight.not_run()
+                return False
+            flight.task = asyncio.create_task(self._run_journaled(key, flight, tool, inp, ctx, deadline))
+            return True
+
+        beginning = asyncio.create_task(begin())
+        self._beginning.add(beginning)
+        beginning.add_done_callback(self._beginning.discard)
+        if not await asyncio.shield(beginning):
             record = await self.store.get(key)
             if record is None:
                 raise MeshError(
@@ -203,7 +221,6 @@ class ToolExecutor:
                     retry_after_seconds=0.1,
                 )
             return await self.journal.answer_from(record, fp, emit), True
-        flight.task = asyncio.create_task(self._run_journaled(key, flight, tool, inp, ctx, deadline))
         return await flight.result(emit), False
 
     async def _context(self, tenant: str, inp: ExecuteInput) -> ExecContext:
