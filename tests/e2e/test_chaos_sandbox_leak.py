@@ -1,11 +1,11 @@
 """A run sandbox whose release was missed must not leak when the runs process is killed (breaker3).
 
-docs/services/runs.md "Run sandboxes": a release the tool service misses is remembered by the
-replica in memory and retried; "a replica that dies first forgets it". So: a sandboxed run
-suspends on an approval (its sandbox exists), the tool service goes down, the run is canceled
-(its end is stored, the release fails and is remembered in memory), the runs process is killed
-with SIGKILL, the tool service and the runs process come back: nothing ever releases the
-sandbox (a docker backend would keep its container forever). Real processes on PostgreSQL.
+A sandboxed run suspends on an approval (its sandbox exists), the tool service goes down,
+the run is canceled (its end is stored, the release fails and is remembered in memory), the
+runs process is killed with SIGKILL, the tool service and the runs process come back: the
+new process's sweep (runs/sandboxes.py) finds the ended run's unmarked sandbox in the run row
+and releases it. Before the sweep nothing ever did (a docker container would stay forever).
+Real processes on PostgreSQL.
 
 Then random kill -9 of a parent fanning out to three children: every command runs once and
 every run completes (this found the tool service stranding a call whose caller went away while
@@ -114,11 +114,6 @@ async def _until(address: str, run_id: str, *statuses: int) -> pb.Run:
     raise AssertionError(f"run {run_id} never reached {statuses}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a missed sandbox release is remembered only in the runs replica's memory "
-    "(runs/sandboxes.Releases): kill -9 of that replica forgets it and the sandbox leaks forever",
-)
 async def test_a_missed_release_survives_kill_9_of_the_runs_process(chaos: ChaosMesh):
     a = chaos.replicas["a"]
     spec = pb.AgentSpec(

@@ -123,6 +123,7 @@ class RunManager:
             self._honour_cancels,
         )
         renewals = asyncio.create_task(keeper.run(), name="agentrt-runs-lease-renewal")
+        next_sweep = 0.0  # the first pass sweeps: a replica that died may have left sandboxes
         try:
             while True:
                 await asyncio.sleep(keeper.period_s)
@@ -132,6 +133,9 @@ class RunManager:
                     await self.takeover()
                     await self.observe_store()
                     sandboxes.retry_releases(self.deps.peers, self.deps.releases)
+                    if time.monotonic() >= next_sweep:
+                        next_sweep = time.monotonic() + sandboxes.SWEEP_PERIOD_S
+                        sandboxes.start_sweep(self.store, self.deps.peers, self.deps.releases)
                 except Exception:  # noqa: BLE001 - the loop outlives a database hiccup
                     log.exception("runs housekeeping failed")
         finally:

@@ -20,8 +20,12 @@ Invariants:
   whoever ends it (the executor, or the manager for a suspended run), in the background
   (`Releases.start`), so no RPC (CancelRun) waits on the tool service. A release that fails
   (the tool service is down) is remembered in `Releases` and retried by the manager in the
-  background (`retry_releases`, from its lease loop) until it succeeds; a process that dies
-  first forgets it, and the sandbox stays behind, logged (docs/services/runs.md).
+  background (`retry_releases`, from its lease loop) until it succeeds. A process that dies
+  first forgets it, so the run row is the durable record: every replica sweeps, at its
+  first housekeeping pass and every SWEEP_PERIOD_S after (`sweep`, in the background), the
+  ended runs whose state names a sandbox without the `sandbox_released` mark, destroys each
+  (a sandbox already gone counts) and marks it. DestroySandbox is idempotent, so a sweep
+  racing a release, or two replicas sweeping, destroys nothing twice that matters.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import asyncio
 import base64
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.runs.peers import Peers
@@ -43,6 +47,13 @@ log = logging.getLogger("agentrt.runs")
 #: Run-state keys (runs/records.py RunRecord.state).
 SANDBOX_STATE = "sandbox"
 SANDBOX_ID_STATE = "sandbox_id"
+
+#: Run-state key: the ended run's sandbox is known to be gone (set by `sweep`).
+RELEASED_STATE = "sandbox_released"
+#: Seconds between two sweeps of one replica for sandboxes ended runs left behind.
+SWEEP_PERIOD_S = 60.0
+#: Most ended runs one sweep looks at.
+SWEEP_BATCH = 50
 
 #: Errors of CreateSandbox that are the run's configuration, not a passing outage: the run
 #: fails with kind `sandbox_unavailable` instead of `unavailable` (retryable).
@@ -140,6 +151,7 @@ class Releases:
     pending: dict[str, tuple[str, str]] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     running: set[asyncio.Task[bool]] = field(default_factory=set)
+    sweep_task: asyncio.Task[int] | None = None
 
     def start(self, peers: Peers, r: RunRecord) -> None:
         """Release an ended run's sandbox in the background (nothing when it has none)."""
@@ -151,8 +163,9 @@ class Releases:
 
     async def drain(self, timeout_s: float) -> None:
         """Shutdown: let releases in flight finish for up to timeout_s seconds; stop retrying."""
-        if self.task is not None and not self.task.done():
-            self.task.cancel()  # what is still pending is logged; nothing carries it over
+        for task in (self.task, self.sweep_task):
+            if task is not None and not task.done():
+                task.cancel()  # what is still pending is in the run rows: the next sweep
         if self.running:
             await asyncio.wait(set(self.running), timeout=timeout_s)
 
@@ -205,3 +218,45 @@ def retry_releases(peers: Peers, releases: Releases) -> None:
                 releases.pending.pop(sid, None)
 
     releases.task = asyncio.create_task(one_pass(), name="agentrt-runs-sandbox-releases")
+
+
+class SandboxRows(Protocol):
+    """What `sweep` needs of the runs store (runs/store.py RunStore)."""
+
+    async def unreleased_sandboxes(self, limit: int) -> list[RunRecord]:
+        """Ended runs with a sandbox not yet marked released (at most limit)."""
+        ...
+
+    async def mark_sandbox_released(self, run_id: str) -> None:
+        """Mark the ended run's sandbox as gone."""
+        ...
+
+
+async def sweep(store: SandboxRows, peers: Peers, releases: Releases) -> int:
+    """Destroy the sandboxes of ended runs not yet marked released; mark each; return how many.
+
+    Never raises: a sandbox that cannot be destroyed now (the tool service is down) stays
+    unmarked for the next sweep.
+    """
+    done = 0
+    try:
+        for r in await store.unreleased_sandboxes(SWEEP_BATCH):
+            found = sandbox_of(r)
+            if found is not None and not await _destroy(peers, r.tenant, r.run_id, found[0]):
+                continue
+            if found is not None:
+                releases.pending.pop(found[0], None)
+            await store.mark_sandbox_released(r.run_id)
+            done += 1
+    except Exception:  # noqa: BLE001 - housekeeping outlives a database hiccup
+        log.exception("runs: the sweep for sandboxes of ended runs failed")
+    return done
+
+
+def start_sweep(store: SandboxRows, peers: Peers, releases: Releases) -> None:
+    """Start one background `sweep` unless one runs (the lease loop calls this)."""
+    if releases.sweep_task is not None and not releases.sweep_task.done():
+        return
+    releases.sweep_task = asyncio.create_task(
+        sweep(store, peers, releases), name="agentrt-runs-sandbox-sweep"
+    )

@@ -333,6 +333,39 @@ class RunStore(LeaseRows):
             )
             return [r[0] for r in rows]
 
+    async def unreleased_sandboxes(self, limit: int) -> list[RunRecord]:
+        """Return up to `limit` ended runs with a sandbox not yet known to be gone.
+
+        Ended (TERMINAL) runs whose state names a sandbox and lacks the `sandbox_released`
+        mark (runs/sandboxes.py `sweep`), oldest update first.
+        """
+        query = (
+            select(RunRow)
+            .where(
+                RunRow.status.in_(list(TERMINAL)),
+                RunRow.state_json.like('%"sandbox_id"%'),
+                RunRow.state_json.not_like('%"sandbox_released"%'),
+            )
+            .order_by(RunRow.update_time_s)
+            .limit(limit)
+        )
+        async with self.db.read() as conn:
+            return [decode(r) for r in (await conn.execute(query)).all()]
+
+    async def mark_sandbox_released(self, run_id: str) -> None:
+        """Mark an ended run's sandbox as gone (state `sandbox_released`); one transaction."""
+        async with self.db.write() as conn:
+            raw = await conn.scalar(
+                select(RunRow.state_json).where(RunRow.run_id == run_id, RunRow.status.in_(list(TERMINAL)))
+            )
+            if raw is None:
+                return
+            state = json.loads(raw or "{}")
+            state["sandbox_released"] = True
+            await conn.execute(
+                update(RunRow).where(RunRow.run_id == run_id).values(state_json=json.dumps(state))
+            )
+
     # -- events ---------------------------------------------------------------------------
 
     async def read_events(self, run_id: str, after: int, upto: int | None = None) -> list[StoredEvent]:
