@@ -202,6 +202,18 @@ def add_parser(subparsers: Any) -> None:
         "--approve-all", action="store_true", help="approve every tool call that asks for approval"
     )
     p.add_argument(
+        "--needs-approval",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="the inline agent's TOOL asks for approval before each call (repeatable)",
+    )
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the run, print its id and session, and exit (follow it with `agentrt runs show`)",
+    )
+    p.add_argument(
         "--tasks",
         action="store_true",
         help="give the agent the background-task tools and show its tasks live (registers it as `cli`)",
@@ -289,6 +301,15 @@ def run_command(args: argparse.Namespace) -> int:
             "agentrt run: --model and --max-turns are for the inline agent; --agent runs a registered one"
         )
         return EXIT_USAGE
+    unknown = sorted(
+        set(args.needs_approval) - set(DEFAULT_TOOLS) - (set(TASK_TOOLS) if args.tasks else set())
+    )
+    if agent_ref is not None and args.needs_approval:
+        errors.print("agentrt run: --needs-approval is for the inline agent; --agent runs a registered one")
+        return EXIT_USAGE
+    if unknown:
+        errors.print(f"agentrt run: --needs-approval {unknown[0]}: not a tool of the inline agent")
+        return EXIT_USAGE
     max_turns = 10 if args.max_turns is None else args.max_turns
     if max_turns < 1:
         errors.print("agentrt run: --max-turns must be at least 1")
@@ -320,12 +341,45 @@ def run_command(args: argparse.Namespace) -> int:
         request.agent.CopyFrom(build_agent(model, max_turns))
         if args.tasks:
             request.agent.tools.extend(run_service_pb2.AgentTool(name=name) for name in TASK_TOOLS)
+        for tool in request.agent.tools:
+            if tool.name in args.needs_approval:
+                tool.needs_approval = True
     runs_addr = args.runs_addr or env("RUNS_ADDR", f"127.0.0.1:{DEFAULT_PORTS['runs']}")
     approver = terminal_approver(console, args.approve_all, sys.stdin.isatty() and sys.stdout.isatty())
     tasks_addr = ""
     if args.tasks:
         tasks_addr = args.tasks_addr or env("TASKS_ADDR", f"127.0.0.1:{DEFAULT_PORTS['tasks']}")
+    if args.detach:
+        return asyncio.run(_start_detached(runs_addr, request, console, errors, token, tls))
     return asyncio.run(_run(runs_addr, request, console, errors, approver, token, tls, tasks_addr))
+
+
+async def _start_detached(
+    runs_addr: str,
+    request: run_service_pb2.StartRunRequest,
+    console: Console,
+    errors: Console,
+    token: str,
+    tls: TlsConfig,
+) -> int:
+    """`--detach`: StartRun only; print the run and session ids (0), or the refusal (4)."""
+    client = MeshClient(runs=runs_addr, token=token, tenant=env("TENANT", ""), tls=tls)
+    try:
+        started = await client.run_service.StartRun(request)
+    except grpc.aio.AioRpcError as exc:
+        reason = reason_of(exc)
+        errors.print(
+            f"[bold red]agentrt run:[/] {exc.code().name}"
+            + (f" {reason}" if reason else "")
+            + f": {escape(exc.details() or '')}",
+            highlight=False,
+        )
+        return EXIT_UNREACHABLE
+    finally:
+        await client.close()
+    console.print(f"run {started.run_id} started (session {started.session_id})", highlight=False)
+    console.print(f"follow it: agentrt runs show {started.run_id}", highlight=False)
+    return 0
 
 
 async def _run(

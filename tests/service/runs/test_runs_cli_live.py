@@ -211,3 +211,45 @@ async def test_agentrt_run_in_a_docker_sandbox(docker_mesh, capsys, monkeypatch)
     (run,) = (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs
     await released(mesh, run.sandbox_id)
     assert await asyncio.to_thread(owned_containers, mesh.docker_owner) == []  # the container is gone
+
+
+async def test_a_detached_run_with_needs_approval_waits_for_agentrt_approve(
+    mesh, capsys, monkeypatch, tmp_path
+):
+    """`agentrt run --detach --needs-approval exec_command`: the run suspends on the call; the
+    newcomer's path to `agentrt approve` (README) then runs the command once and completes."""
+    workspace = tmp_path / "ws"
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "echo once >> log.txt"}))]),
+            Reply(text="wrote it"),
+        ]
+    )
+    code, lines, err = await run_cli(
+        capsys, monkeypatch, mesh, "append once", "--model", "openai:gpt-test",
+        "--needs-approval", "exec_command", "--detach", "--workspace", str(workspace),
+    )  # fmt: skip
+    assert code == 0, err
+    run_id = lines[0].split()[1]
+    assert lines[0].startswith("run run_") and "session" in lines[0]
+    run = await mesh.wait_status(run_id, cpb.RUN_STATUS_SUSPENDED, cpb.RUN_STATUS_FAILED)
+    assert run.status == cpb.RUN_STATUS_SUSPENDED and not (workspace / "log.txt").exists()
+    assert [p.call.name for p in run.pending_calls] == ["exec_command"]
+    code = await asyncio.to_thread(main, ["approve", run_id, "--runs-addr", mesh.runs_address])
+    assert code == 0
+    run = await mesh.wait_status(run_id, cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED)
+    assert run.status == cpb.RUN_STATUS_COMPLETED and run.final_output == "wrote it"
+    assert (workspace / "log.txt").read_text() == "once\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--needs-approval", "rm_rf"],
+        ["--needs-approval", "exec_command", "--agent", "someone"],
+    ],
+)
+async def test_needs_approval_refuses_a_tool_the_inline_agent_lacks(mesh, capsys, monkeypatch, argv):
+    code, _, err = await run_cli(capsys, monkeypatch, mesh, "task", "--detach", *argv)
+    assert code == 2 and "--needs-approval" in err
+    assert not (await mesh.runs.ListRuns(pb.ListRunsRequest())).runs  # nothing started
