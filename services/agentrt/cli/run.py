@@ -354,6 +354,17 @@ def run_command(args: argparse.Namespace) -> int:
     return asyncio.run(_run(runs_addr, request, console, errors, approver, token, tls, tasks_addr))
 
 
+def _print_refusal(errors: Console, exc: grpc.aio.AioRpcError) -> None:
+    """Print a failed RPC as `agentrt run: CODE REASON: details` (details escaped)."""
+    reason = reason_of(exc)
+    errors.print(
+        f"[bold red]agentrt run:[/] {exc.code().name}"
+        + (f" {reason}" if reason else "")
+        + f": {escape(exc.details() or '')}",
+        highlight=False,
+    )
+
+
 async def _start_detached(
     runs_addr: str,
     request: run_service_pb2.StartRunRequest,
@@ -367,13 +378,7 @@ async def _start_detached(
     try:
         started = await client.run_service.StartRun(request)
     except grpc.aio.AioRpcError as exc:
-        reason = reason_of(exc)
-        errors.print(
-            f"[bold red]agentrt run:[/] {exc.code().name}"
-            + (f" {reason}" if reason else "")
-            + f": {escape(exc.details() or '')}",
-            highlight=False,
-        )
+        _print_refusal(errors, exc)
         return EXIT_UNREACHABLE
     finally:
         await client.close()
@@ -414,13 +419,7 @@ async def _run(
             )
             await cards.until_idle()
     except grpc.aio.AioRpcError as exc:
-        reason = reason_of(exc)
-        errors.print(
-            f"[bold red]agentrt run:[/] {exc.code().name}"
-            + (f" {reason}" if reason else "")
-            + f": {escape(exc.details() or '')}",
-            highlight=False,
-        )
+        _print_refusal(errors, exc)
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
             errors.print(f"is the mesh running? start it with `agentrt up` (RunService at {runs_addr})")
         return EXIT_UNREACHABLE

@@ -212,15 +212,7 @@ class ToolExecutor:
         self._beginning.add(beginning)
         beginning.add_done_callback(self._beginning.discard)
         if not await asyncio.shield(beginning):
-            record = await self.store.get(key)
-            if record is None:
-                raise MeshError(
-                    Status.ABORTED,
-                    Reason.EXECUTION_IN_PROGRESS,
-                    "the call's record changed; retry",
-                    retry_after_seconds=0.1,
-                )
-            return await self.journal.answer_from(record, fp, emit), True
+            return await self._answer_recorded(key, fp, emit), True
         return await flight.result(emit), False
 
     async def _context(self, tenant: str, inp: ExecuteInput) -> ExecContext:
@@ -264,15 +256,24 @@ class ToolExecutor:
         if await self.store.record(key, tool.name, fp, self.owner, outcome):
             await self._journaled(tenant, outcome)
             return outcome, False
+        return await self._answer_recorded(key, fp, emit), True
+
+    async def _answer_recorded(self, key: CallKey, fp: str, emit: Emit | None) -> Outcome:
+        """Answer from the call's record (a repeat, or a save that lost the race).
+
+        Raises:
+            MeshError: ABORTED/EXECUTION_IN_PROGRESS when the record is gone again (a race
+                with a cleanup); the caller retries.
+        """
         record = await self.store.get(key)
-        if record is None:  # the record that won the insert is gone again (a race with a cleanup)
+        if record is None:
             raise MeshError(
                 Status.ABORTED,
                 Reason.EXECUTION_IN_PROGRESS,
                 "the call's record changed; retry",
                 retry_after_seconds=0.1,
             )
-        return await self.journal.answer_from(record, fp, emit), True
+        return await self.journal.answer_from(record, fp, emit)
 
     async def _run_journaled(
         self,
