@@ -471,14 +471,19 @@ class Peers:
                 metadata=_md(tenant),
                 timeout=timeout + self._tool_grace_s,
             )
+            result: tpb.ExecuteToolResponse | None = None
             try:
+                # Read to the stream's end (the result is its last message): leaving after the
+                # result would cancel a call whose OK status is still on its way.
                 async for message in call:
-                    if message.HasField("progress"):
+                    if message.HasField("progress") and result is None:
                         on_progress(message.progress)
-                    elif message.HasField("result"):
-                        return message.result
+                    elif message.HasField("result") and result is None:
+                        result = message.result
             finally:
                 call.cancel()
+            if result is not None:
+                return result
             raise MeshError(
                 Status.INTERNAL, Reason.INTERNAL, "the tool service's stream ended without a result"
             )
