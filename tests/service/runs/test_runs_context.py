@@ -86,7 +86,7 @@ async def _three_turn_run(mesh) -> list[str]:
 
 async def test_the_batch_append_is_the_next_turns_tail_read(mesh, monkeypatch):
     # Each turn's batch is appended with include_tail: the log after it comes back with the
-    # append, so the next turn reads nothing more (one RPC fewer per turn, decision 0099).
+    # append, so the next turn reads nothing more (one RPC fewer per turn, decision 0020).
     calls = _count_list_entries(monkeypatch)
     bodies = await _three_turn_run(mesh)
     assert len(bodies) == 3

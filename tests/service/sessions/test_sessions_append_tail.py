@@ -1,9 +1,10 @@
 """AppendEntries include_tail: the log after the stored entries, read just after the commit.
 
 A writer that keeps a copy of the session (the run loop) learns of other writers' entries
-from its own append instead of a ListEntries of its own (docs/decisions/0099). Another
-writer's entry is made to land right after the batch commits by wrapping the real store's
-append (the same store writes both; nothing is faked).
+from its own append instead of a ListEntries of its own
+(docs/decisions/0020-append-returns-the-tail.md). Another writer's entry is made to land
+right after the batch commits by wrapping the real store's append (the same store writes
+both; nothing is faked).
 """
 
 from __future__ import annotations

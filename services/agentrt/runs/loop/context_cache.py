@@ -23,7 +23,7 @@ ahead; it changes a tool call entry's display, which rendering does not read.
 
 `TailReadAhead` holds one tail read begun early (when the executor's batch was written,
 beside the save point that follows: decision 0017), or the tail the batch's own append read
-just after its commit (decision 0099), and hands it over only while the copy is still the
+just after its commit (decision 0020), and hands it over only while the copy is still the
 one it was read for.
 
 No grpc here: the loop feeds entries it got from its peers.

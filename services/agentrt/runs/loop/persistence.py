@@ -213,7 +213,7 @@ async def write_batch(
         expected_last_seq: the highest seq the batch's request (or the run) had read.
         request_leaf: the active leaf the request was built from; None for the input.
         with_tail: ask the store for the log after the batch too (`Written.tail`): the
-            next turn's tail read, done by the append (docs/decisions/0099).
+            next turn's tail read, done by the append (docs/decisions/0020-append-returns-the-tail.md).
 
     Returns:
         How the batch was written (Written).
