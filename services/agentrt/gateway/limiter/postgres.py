@@ -182,7 +182,7 @@ class PostgresStore:
 
     async def settle(self, bucket: str, entry_id: str, tokens: int | None) -> None:
         """See LimiterStore.settle."""
-        async with self._db.write() as conn:
+        async with self._db.autocommit() as conn:  # one statement: no BEGIN/COMMIT round trips
             await conn.execute(_SETTLE, {"b": bucket, "id": entry_id, "n": tokens})
 
     async def outcome(self, bucket: str, rate_limited: bool) -> int:
@@ -196,7 +196,7 @@ class PostgresStore:
             "step": s.probe_tokens,
             "cooldown": s.cooldown_seconds,
         }
-        async with self._db.write() as conn:
+        async with self._db.autocommit() as conn:  # one statement
             budget = await conn.scalar(_OUTCOME, params)
         return s.initial_tokens if budget is None else int(budget)
 
