@@ -339,13 +339,19 @@ def _unavailable(what: str) -> MeshError:
     )
 
 
-def build_limiter(backend: str, url: str, settings: LimiterSettings) -> AdaptiveTokenLimiter:
+def build_limiter(
+    backend: str, url: str, settings: LimiterSettings, *, pool_size: int = 10, max_overflow: int = 10
+) -> AdaptiveTokenLimiter:
     """Return the limiter over the configured store (nothing connects until first use).
 
     Args:
         backend: "memory", "postgres" (url: postgresql+asyncpg://...) or "redis" (url: redis://...).
         url: the shared store's URL ("" for memory).
         settings: the rules' figures.
+        pool_size: PostgreSQL connections the store keeps open (the server passes
+            AGENTRT_DB_POOL_SIZE); unused by the other stores.
+        max_overflow: PostgreSQL connections opened beyond pool_size under load
+            (AGENTRT_DB_MAX_OVERFLOW).
 
     Raises:
         ValueError: an unknown backend.
@@ -357,7 +363,9 @@ def build_limiter(backend: str, url: str, settings: LimiterSettings) -> Adaptive
     if backend == "postgres":
         from agentrt.gateway.limiter.postgres import PostgresStore
 
-        return AdaptiveTokenLimiter(PostgresStore(url, settings), settings)
+        return AdaptiveTokenLimiter(
+            PostgresStore(url, settings, pool_size=pool_size, max_overflow=max_overflow), settings
+        )
     if backend == "redis":
         from agentrt.gateway.limiter.redis import RedisStore
 

@@ -118,12 +118,17 @@ async def upgrade(db: Database, revision: str = "head") -> None:
 class PostgresStore:
     """Budgets and logs in PostgreSQL (see the module docstring)."""
 
-    def __init__(self, url: str, settings: LimiterSettings) -> None:
+    def __init__(
+        self, url: str, settings: LimiterSettings, *, pool_size: int = 10, max_overflow: int = 10
+    ) -> None:
         """Open the engine (nothing connects until first use).
 
         Args:
             url: postgresql+asyncpg://... URL.
             settings: the rules' figures.
+            pool_size: connections kept open (an attempt holds one for one statement, so
+                a few serve many callers; the rest wait for the pool).
+            max_overflow: connections opened beyond pool_size under load.
 
         Raises:
             ValueError: the URL is not a postgresql+asyncpg one.
@@ -132,7 +137,12 @@ class PostgresStore:
             raise ValueError(f"the postgres limiter needs a postgresql+asyncpg:// URL, got {url!r}")
         timeout = settings.store_timeout_seconds
         self._url = url
-        self._db = Database(url, connect_args={"timeout": timeout, "command_timeout": timeout})
+        self._db = Database(
+            url,
+            connect_args={"timeout": timeout, "command_timeout": timeout},
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+        )
         self._s = settings
 
     async def prepare(self) -> None:
