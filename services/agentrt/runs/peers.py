@@ -362,8 +362,14 @@ class Peers:
         tenant: str,
         request: gpb.ModelRequest,
         on_wait: Callable[[MeshError, float], None] | None = None,
+        stops_call: Callable[[], bool] | None = None,
     ) -> AsyncIterator[gpb.StreamGenerateResponse]:
         """Stream one model call; yields deltas then the final response.
+
+        A keyed call cancelled here is stopped at the gateway too (CancelGenerate) only when
+        `stops_call()` says the run itself ends it (CancelRun, a tripwire; None: always).
+        A run that lost its lease or drains hands the call to the run's next owner, whose
+        repeat (same key) must find it running or journaled, not released and asked again.
 
         A keyed call the gateway refused UNAVAILABLE/DEPENDENCY_UNAVAILABLE (its limiter or
         journal store did not answer: nothing was asked) is sent again, with the same key,
@@ -396,7 +402,7 @@ class Peers:
                     yield message
                 return
             except asyncio.CancelledError:
-                if request.idempotency_key:
+                if request.idempotency_key and (stops_call is None or stops_call()):
                     # Stopped on purpose (CancelRun, a tripwire): a keyed call would outlive us.
                     self._cancel_model_call(tenant, request.idempotency_key)
                 raise

@@ -135,6 +135,8 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
                             request,
                             lambda text: self._publish(model_delta=pb.ModelDelta(text=text)),
                             self._model_wait,
+                            # a lost lease or a drain leaves the call to the next owner
+                            lambda: self.stop_reason in ("", "cancel"),
                         ),
                         finish_on_shutdown=True,  # a drain logs the response: never asked twice
                     )
