@@ -172,7 +172,7 @@ async def test_one_run_is_one_trace_across_the_mesh_with_metrics_and_json_logs(t
         assert parent.kind == "CLIENT" and parent.name == server.name
         caller = "agentrt-e2e-client" if server.service == "agentrt-runs" else "agentrt-runs"
         assert parent.service == caller, (server.service, server.name, parent.service)
-        assert server.attributes["rpc.grpc.status_code"] == 0
+        assert server.attributes["rpc.grpc.status_code"] == 0, (server.service, server.name)
     start = next(s for s in servers if s.name == "agentrt.v1.RunService/StartRun")
     assert by_id[start.parent_span_id].parent_span_id == format(root.get_span_context().span_id, "016x")
     # the run's own peer calls continue the StartRun server span's trace (the run task inherits it)

@@ -72,6 +72,7 @@ export async function* followEvents(
   const isRun = target.runId !== undefined;
   let cursor = options.afterSeq ?? 0n;
   let failures = 0;
+  let ended = false;
   for (;;) {
     let error: AgentrtError | undefined;
     try {
@@ -82,7 +83,7 @@ export async function* followEvents(
       });
       for await (const message of runs.streamRunEvents(request, { signal: options.signal })) {
         const event = message.event;
-        if (event === undefined) {
+        if (event === undefined || ended) {
           continue;
         }
         if (event.payload.case === "gap") {
@@ -101,12 +102,15 @@ export async function* followEvents(
         failures = 0;
         yield event;
         if (isRun && event.payload.case === "streamEnd") {
-          return;
+          ended = true; // the server closes the stream next; reading on ends it with OK
         }
       }
-    } catch (thrown) {
-      if (options.signal?.aborted) {
+      if (ended) {
         return;
+      }
+    } catch (thrown) {
+      if (options.signal?.aborted || ended) {
+        return; // aborted, or the stream broke after its end (nothing of the run is missing)
       }
       error = toAgentrtError(thrown);
       if (!RECONNECT_CODES.has(error.code)) {

@@ -150,8 +150,7 @@ async def follow_run(
                     await _send_resume(client, resume, console)
                     resume = None
                 if event.HasField("stream_end"):
-                    ended = True
-                    break
+                    ended = True  # the server closes the stream next; reading on ends it with OK
             if not ended:
                 failures += 1
                 if failures > MAX_RECONNECTS:
@@ -159,6 +158,8 @@ async def follow_run(
                         f"the event stream of run {started.run_id} kept closing without its end"
                     )
         except grpc.aio.AioRpcError as exc:
+            if ended:
+                break  # the stream broke after its end: nothing of the run is missing
             failures += 1
             if exc.code() not in _RECONNECT_CODES or failures > MAX_RECONNECTS:
                 raise

@@ -72,7 +72,7 @@ async def follow_events(
     """
     if bool(run_id) == bool(session_id):
         raise ValueError("follow_events needs exactly one of run_id and session_id")
-    cursor, failures = after_seq, 0
+    cursor, failures, ended = after_seq, 0, False
     while True:
         error: AgentrtError | None = None
         request = run_service_pb2.StreamRunEventsRequest(
@@ -81,6 +81,8 @@ async def follow_events(
         try:
             async for message in runs.StreamRunEvents(request):
                 event = message.event
+                if ended:
+                    continue
                 if event.HasField("gap"):
                     # A gap carries seq = its last_good; a last_good below the cursor is a
                     # reset of the timeline, followed again from there.
@@ -92,8 +94,12 @@ async def follow_events(
                 cursor, failures = event.seq, 0
                 yield event
                 if run_id and event.HasField("stream_end"):
-                    return
+                    ended = True  # the server closes the stream next; reading on ends it with OK
+            if ended:
+                return
         except grpc.RpcError as exc:
+            if ended:
+                return  # the stream broke after its end: nothing of the run is missing
             error = to_agentrt_error(exc)
             if error.code not in RECONNECT_CODES:
                 raise error from exc

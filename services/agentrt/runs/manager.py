@@ -8,38 +8,29 @@ fails suspended runs whose time budget ran out (004 §2.9: the budget holds whil
 run waits, too), then takes over RUNNING runs whose lease expired (a dead replica's, or
 one resumed elsewhere and not claimed) and continues them from their log.
 
-State changes made outside an executor (resume, cancel of a suspended run) are one
-guarded transaction each: the status they expect is part of the write, so two replicas
-racing on one run cannot both win.
+Resume, cancel, inject and stop-after-turn are in runs/control.py (RunControl, mixed in).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 from agentrt.core.errors import MeshError, Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
-from agentrt.core.truncate import byte_len
-from agentrt.mesh.durations import check_duration
 from agentrt.runs import sandboxes
-from agentrt.runs.child_runs import ChildRuns, split
-from agentrt.runs.convert import STOP_KIND, injected_only, injected_out
-from agentrt.runs.domain import Resume
+from agentrt.runs.child_runs import ChildRuns
+from agentrt.runs.control import RunControl
 from agentrt.runs.events import run_started_events, run_topic, session_topic
 from agentrt.runs.lease_keeper import LeaseKeeper
 from agentrt.runs.loop import turn as turnmod
-from agentrt.runs.loop.child_phase import PARENT_RUN_ID
 from agentrt.runs.loop.executor import Deps, RunExecutor
-from agentrt.runs.loop.tools_phase import merge_answers
 from agentrt.runs.observe import store_gauges
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
+from agentrt.runs.spec.requests import check_text_bytes
 from agentrt.runs.spec.start import (
     DIGEST_STATE,
     check_idempotency_key,
@@ -48,23 +39,14 @@ from agentrt.runs.spec.start import (
     request_digest,
 )
 from agentrt.runs.spec.validation import validate_sandbox
-from agentrt.runs.store import RunRecord, RunStore, SessionBusy, StoredEvent
+from agentrt.runs.store import RunRecord, SessionBusy, StoredEvent
 from agentrt.runs.stream import follow
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
 log = logging.getLogger("agentrt.runs")
 
-_INJECTION_KINDS = {
-    pb.INJECTION_KIND_STEER: "steer",
-    pb.INJECTION_KIND_NEXT_TURN: "next_turn",
-    pb.INJECTION_KIND_FOLLOW_UP: "follow_up",
-}
-#: How long CancelRun waits for a local run to record its end, in seconds.
-CANCEL_WAIT_S = 30.0
-
-
-class RunManager:
+class RunManager(RunControl):
     """Starts and steers runs; see the module docstring."""
 
     def __init__(self, deps: Deps, default_model: str, poll_seconds: float | None = 1.0) -> None:
@@ -81,11 +63,6 @@ class RunManager:
         #: Agents as tools: the executors' ChildHost, answers routed to children (runs/child_runs.py).
         self.children = ChildRuns(self)
         deps.children = self.children
-
-    @property
-    def store(self) -> RunStore:
-        """The runs store."""
-        return self.deps.store
 
     # -- process lifecycle -------------------------------------------------------------------
 
@@ -331,245 +308,6 @@ class RunManager:
             )
         return session.session_id, session.last_seq
 
-    async def get_run(self, tenant: str, run_id: str) -> RunRecord:
-        """Return the tenant's run. Raises INVALID_ARGUMENT (MISSING_FIELD/INVALID_ID), NOT_FOUND."""
-        if not run_id:
-            raise missing("run_id")
-        if not valid_id(run_id):
-            raise invalid(Reason.INVALID_ID, "run_id is malformed", field="run_id")
-        record = await self.store.get_run(run_id, tenant)
-        if record is None:
-            raise not_found(Reason.RUN_NOT_FOUND, f"run {run_id!r} not found")
-        return record
-
-    async def resume(self, tenant: str, req: Resume) -> RunRecord:
-        """Record answers to a suspended run's calls; continue it once every call is answered.
-
-        Raises:
-            MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION RUN_FINISHED or
-                RUN_NOT_SUSPENDED; INVALID_ARGUMENT MISSING_FIELD (nothing answered) or
-                INVALID_VALUE (a call that is not pending, answered twice in one request, or
-                already answered by an earlier ResumeRun: an answered call leaves
-                `pending_calls` at once).
-        """
-        record = await self.get_run(tenant, req.run_id)
-        if record.status == cpb.RUN_STATUS_SUSPENDED:
-            record = await self.children.refresh(record)  # a child answered on its own meanwhile
-        if record.finished:
-            raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
-        if record.status != cpb.RUN_STATUS_SUSPENDED:
-            raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
-        if not req.decisions and not req.results and not req.reconciliations:
-            raise missing("decisions, results or reconciliations")
-        check_answers(req)
-        answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
-        own, forwarded = split(record, req)
-        if forwarded:
-            # A child's calls are answered in the child (004 §2.2 step 6; decision 0018): each
-            # child resumes, then wakes this run once it waits on nothing (child_runs.py).
-            for sub in forwarded:
-                await self.resume(tenant, sub)
-            if own is None:
-                return await self.get_run(tenant, req.run_id)
-            record, req = await self.get_run(tenant, req.run_id), own
-            answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
-        waiting = {p.call.call_id for p in record.pending}
-        answered = answers.answered()
-        # An "always" approval answers the turn's other waiting calls of the same tool too.
-        answered |= {
-            p.call.call_id for p in record.pending
-            if p.kind == pb.PENDING_CALL_KIND_APPROVAL and p.call.name in always
-        }  # fmt: skip
-        changes: dict[str, object] = {"answers": answers, "always_approved": sorted(always)}
-        if not waiting <= answered:
-            # An answered call leaves pending_calls at once: a second answer for it is then
-            # refused by merge_answers (INVALID_VALUE), so a denial cannot be overturned.
-            changes["pending"] = [p for p in record.pending if p.call.call_id not in answered]
-            done = await self.store.save(
-                record.run_id, changes=changes, expect_status=[cpb.RUN_STATUS_SUSPENDED]
-            )
-            if done is None:
-                raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
-            await self.children.sync_parent(await self.get_run(tenant, req.run_id))
-            return await self.get_run(tenant, req.run_id)
-        # A call reconciled with RUN_AGAIN runs as a new execution attempt (its own journal
-        # record at the tool service): exactly one more run of it.
-        attempts = dict(record.state.get("attempts", {}))
-        for rec in req.reconciliations:
-            if rec.action == pb.RECONCILIATION_ACTION_RUN_AGAIN:
-                attempts[rec.call_id] = int(attempts.get(rec.call_id, 0)) + 1
-        state = record.with_state(attempts=attempts, suspension_reason=0)
-        await self.wake(record, changes, state, len(answered))
-        if record.state.get(PARENT_RUN_ID):
-            self.deps.crash("after_child_resumed")  # crash tests: the parent is repaired later
-        await self.children.sync_parent(await self.get_run(tenant, req.run_id))
-        return await self.get_run(tenant, req.run_id)
-
-    async def wake(
-        self, record: RunRecord, changes: dict[str, object], state: dict[str, object], answered: int
-    ) -> None:
-        """Continue a suspended run here: one guarded write (SUSPENDED -> RUNNING), then its executor.
-
-        Raises:
-            MeshError: FAILED_PRECONDITION/RUN_NOT_SUSPENDED when it changed state meanwhile.
-        """
-        resumed = pb.RunEvent(
-            run_id=record.run_id, turn=record.turns + 1, run_resumed=pb.RunResumed(decisions=answered)
-        )
-        resumed.time.FromNanoseconds(time.time_ns())
-        self._claiming.add(record.run_id)
-        try:
-            stored = await self.store.save(
-                record.run_id,
-                changes={**changes, "status": cpb.RUN_STATUS_RUNNING, "pending": [], "state": state},
-                log=[("resumed", {"turn": record.turns + 1, "answers": answered})],
-                new_events=[resumed],
-                session=(record.tenant, record.session_id),
-                expect_status=[cpb.RUN_STATUS_SUSPENDED],
-            )
-            if stored is None:
-                raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {record.run_id!r} is not suspended")
-            self.deps.hub.deliver(stored)
-            await self._claim(record.run_id, stored)
-        finally:
-            self._claiming.discard(record.run_id)
-
-    async def _claim(self, run_id: str, stored: list[StoredEvent]) -> None:
-        token = await self.store.acquire_lease(run_id, self.deps.owner, self.deps.lease_seconds)
-        record = await self.store.get_run(run_id) if token is not None else None
-        if record is not None and token is not None:
-            self.spawn(record, token, stored[-1].seq, stored[-1].session_seq)
-
-    async def cancel(self, tenant: str, run_id: str, reason: str) -> RunRecord:
-        """Cancel a run and its unfinished child runs (004 §2.8); see `_cancel_one`.
-
-        A canceled child whose parent waits on it wakes the parent: the call's result says
-        the agent's run was canceled.
-
-        Raises:
-            MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION/RUN_FINISHED.
-        """
-        record = await self._cancel_one(tenant, run_id, reason)
-        if record.finished:
-            await self.children.cancel_children(record, reason)
-            await self.children.sync_parent(record)  # a parent suspended on it goes on without it
-        return await self.get_run(tenant, run_id)
-
-    async def _cancel_one(self, tenant: str, run_id: str, reason: str) -> RunRecord:
-        """Cancel a run; canceled is terminal, not an error (002).
-
-        A run executing here stops at its next wait and records its end before this
-        returns; a suspended run, or one whose owner died, is ended here; a run executing
-        on another replica gets the request, honoured at that replica's next lease renewal.
-
-        Raises:
-            MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION/RUN_FINISHED.
-        """
-        record = await self.get_run(tenant, run_id)
-        if record.finished:
-            raise precondition(Reason.RUN_FINISHED, f"run {run_id!r} has finished")
-        local = self._executors.get(run_id)
-        if local is not None:
-            local[0].stop("cancel", reason)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(local[1]), CANCEL_WAIT_S)
-            return await self.get_run(tenant, run_id)
-        token = None
-        if record.status == cpb.RUN_STATUS_RUNNING:
-            token = await self.store.acquire_lease(run_id, self.deps.owner, self.deps.lease_seconds)
-            if token is None:
-                await self.store.save(
-                    run_id, changes={"cancel_requested": True, "cancel_reason": reason},
-                    expect_status=[cpb.RUN_STATUS_RUNNING],
-                )  # fmt: skip
-                return await self.get_run(tenant, run_id)
-        await self._end_here(record, reason, token)
-        return await self.get_run(tenant, run_id)
-
-    async def _end_here(
-        self,
-        record: RunRecord,
-        reason: str,
-        token: int | None,
-        *,
-        status: int = cpb.RUN_STATUS_CANCELED,
-        failure: cpb.FailureInfo | None = None,
-    ) -> None:
-        """End a run no executor drives (suspended, or its owner died): one guarded write.
-
-        Raises:
-            MeshError: FAILED_PRECONDITION/RUN_FINISHED when it changed state meanwhile.
-        """
-        phase = cpb.RUN_PHASE_CANCELED if status == cpb.RUN_STATUS_CANCELED else cpb.RUN_PHASE_FAILED
-        completed = pb.RunEvent(
-            run_id=record.run_id,
-            run_completed=pb.RunCompleted(
-                status=status, phase=phase, usage=record.usage, turns=record.turns,  # type: ignore[arg-type]
-                labels=record.labels,
-                unconsumed_input=[injected_out(i) for i in injected_only(record.pending_input)],
-            ),
-        )  # fmt: skip
-        if failure is not None:
-            completed.run_completed.failure.CopyFrom(failure)
-        end = pb.RunEvent(run_id=record.run_id, stream_end=pb.StreamEnd(status=status))  # type: ignore[arg-type]
-        for ev in (completed, end):
-            ev.time.FromNanoseconds(time.time_ns())
-        failure_text = base64.b64encode(failure.SerializeToString()).decode("ascii") if failure else ""
-        stored = await self.store.save(
-            record.run_id,
-            changes={"status": status, "phase": phase, "pending": [], "lease_owner": "",
-                     "lease_expires_s": 0.0, "failure": failure,
-                     "state": record.with_state(suspension_reason=0)},
-            log=[("completed", {"status": status, "failure": failure_text, "reason": reason})],
-            new_events=[completed, end],
-            session=(record.tenant, record.session_id),
-            token=token,
-            expect_status=[record.status],
-        )  # fmt: skip
-        if stored is None:
-            raise precondition(Reason.RUN_FINISHED, f"run {record.run_id!r} changed state; read it again")
-        self.deps.hub.deliver(stored)
-        self.deps.releases.start(self.deps.peers, record)
-
-    async def inject(self, tenant: str, req: pb.InjectInputRequest) -> int:
-        """Queue input for a live run (004 §2.11b); return its queue position (from 1).
-
-        Raises:
-            MeshError: INVALID_ARGUMENT (MISSING_FIELD text, INVALID_VALUE kind);
-                NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION/RUN_FINISHED.
-        """
-        if not req.text.strip():
-            raise missing("text")
-        check_text_bytes(req.text, "text")
-        kind = _INJECTION_KINDS.get(req.kind)
-        if kind is None:
-            raise invalid(Reason.INVALID_VALUE, "kind must be STEER, NEXT_TURN or FOLLOW_UP", field="kind")
-        record = await self.get_run(tenant, req.run_id)
-        position = await self.store.push_input(
-            record.run_id, {"id": uuid.uuid4().hex, "kind": kind, "text": req.text}
-        )
-        if position is None:
-            raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
-        return position
-
-    async def stop_after_turn(self, tenant: str, run_id: str, reason: str) -> RunRecord:
-        """Ask a run to finish at its next save point (004 §2.3c); return its record.
-
-        The request is queued with the run's input (convert.STOP_KIND), so the save point
-        of whichever replica runs it reads it; a suspended run stops at the save point
-        after its resume. Asking twice is harmless.
-
-        Raises:
-            MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION/RUN_FINISHED.
-        """
-        record = await self.get_run(tenant, run_id)
-        if record.finished:
-            raise precondition(Reason.RUN_FINISHED, f"run {run_id!r} has finished")
-        item = {"id": uuid.uuid4().hex, "kind": STOP_KIND, "text": reason}
-        if await self.store.push_input(record.run_id, item) is None:
-            raise precondition(Reason.RUN_FINISHED, f"run {run_id!r} has finished")
-        return await self.get_run(tenant, run_id)
-
     async def events(self, tenant: str, req: pb.StreamRunEventsRequest) -> AsyncIterator[pb.RunEvent]:
         """Follow a run's or a session's events after req.after_seq (see stream.follow).
 
@@ -610,71 +348,3 @@ class RunManager:
 
         return follow(self.deps.hub, session_topic(tenant, session.session_id), read_session, req.after_seq,
                       poll_seconds=self.poll_seconds, head=session_head)  # fmt: skip
-
-
-# -- request bounds (issue 10) ----------------------------------------------------------
-# What the session store would refuse at a save point (an entry over 3 MiB, an enum value
-# outside its enum, details that are not a JSON object, negative usage) is refused here,
-# when the request arrives, instead of failing the run afterwards.
-
-#: Most bytes of UTF-8 one text a request hands a run may hold (input, injected input, a
-#: client tool's result, a denial's message): the session store takes 3 MiB per entry.
-MAX_TEXT_BYTES = 2 * 1024 * 1024
-
-
-def check_text_bytes(text: str, field: str) -> None:
-    """Refuse text over MAX_TEXT_BYTES.
-
-    Raises:
-        MeshError: INVALID_ARGUMENT/REQUEST_TOO_LARGE naming `field`.
-    """
-    if len(text) * 4 > MAX_TEXT_BYTES and byte_len(text) > MAX_TEXT_BYTES:
-        raise invalid(
-            Reason.REQUEST_TOO_LARGE,
-            f"{field} is {byte_len(text)} bytes; a run takes at most {MAX_TEXT_BYTES} bytes of it",
-            field=field,
-        )
-
-
-def check_answers(req: Resume) -> None:
-    """Refuse a ResumeRun whose decisions or results the session could not store.
-
-    Raises:
-        MeshError: INVALID_ARGUMENT with REQUEST_TOO_LARGE (a text over MAX_TEXT_BYTES),
-            INVALID_VALUE (a status outside ToolResultStatus, negative nested usage, a
-            malformed duration) or INVALID_JSON (details_json not a JSON object).
-    """
-    for i, d in enumerate(req.decisions):
-        check_text_bytes(d.message, f"decisions[{i}].message")
-    for i, r in enumerate(req.results):
-        where = f"results[{i}]"
-        check_text_bytes(r.content + r.summary, f"{where}.content")
-        if r.status not in cpb.ToolResultStatus.values():
-            raise invalid(
-                Reason.INVALID_VALUE,
-                f"{where}.status {r.status} is not a ToolResultStatus",
-                field=f"{where}.status",
-            )
-        if r.details_json:
-            try:
-                details = json.loads(r.details_json)
-            except (ValueError, RecursionError):
-                details = None
-            if not isinstance(details, dict):
-                raise invalid(
-                    Reason.INVALID_JSON,
-                    f"{where}.details_json must be a JSON object",
-                    field=f"{where}.details_json",
-                )
-        if r.HasField("duration"):
-            check_duration(r.duration, f"{where}.duration")
-        usage = r.nested_usage
-        if (
-            min(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.reasoning_tokens)
-            < 0
-        ):
-            raise invalid(
-                Reason.INVALID_VALUE,
-                f"{where}.nested_usage must not be negative",
-                field=f"{where}.nested_usage",
-            )

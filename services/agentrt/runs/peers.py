@@ -266,7 +266,29 @@ class Peers:
             MeshError: ABORTED/SEQ_MISMATCH when expected_last_seq no longer holds; the
                 store's other errors.
         """
-        req = spb.AppendEntriesRequest(session=spb.SessionRef(session_id=session_id), entries=entries)
+        return (await self.append_with_tail(tenant, session_id, entries, expected_last_seq, False))[0]
+
+    async def append_with_tail(
+        self,
+        tenant: str,
+        session_id: str,
+        entries: Sequence[spb.Entry],
+        expected_last_seq: int | None,
+        include_tail: bool = True,
+    ) -> tuple[list[spb.Entry], tuple[list[spb.Entry], int] | None]:
+        """Append entries as `append` does; with include_tail, also read the log after them.
+
+        Returns:
+            (the stored entries; (the raw log entries after the last stored one, in seq
+            order, the highest seq stored) as read just after the commit, or None when the
+            store did not read them: not asked, or not answered, so the caller reads).
+
+        Raises:
+            MeshError: as `append`.
+        """
+        req = spb.AppendEntriesRequest(
+            session=spb.SessionRef(session_id=session_id), entries=entries, include_tail=include_tail
+        )
         if expected_last_seq is not None:
             req.expected_last_seq = expected_last_seq
         # Fenced by expected_last_seq, a batch sent twice (gRPC's retry policy on this
@@ -277,7 +299,8 @@ class Peers:
                 req, metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
             ),
         )
-        return list(resp.entries)
+        tail = (list(resp.tail), resp.tail_last_seq) if resp.tail_last_seq else None
+        return list(resp.entries), tail
 
     async def recover(self, tenant: str, session_id: str, retry_safe_tools: Sequence[str]) -> list[spb.Entry]:
         """Close the dangling tool calls of the session's active branch (004 §2.5h).
@@ -489,14 +512,19 @@ class Peers:
                 metadata=_md(tenant),
                 timeout=timeout + self._tool_grace_s,
             )
+            result: tpb.ExecuteToolResponse | None = None
             try:
+                # Read to the stream's end (the result is its last message): leaving after the
+                # result would cancel a call whose OK status is still on its way.
                 async for message in call:
-                    if message.HasField("progress"):
+                    if message.HasField("progress") and result is None:
                         on_progress(message.progress)
-                    elif message.HasField("result"):
-                        return message.result
+                    elif message.HasField("result") and result is None:
+                        result = message.result
             finally:
                 call.cancel()
+            if result is not None:
+                return result
             raise MeshError(
                 Status.INTERNAL, Reason.INTERNAL, "the tool service's stream ended without a result"
             )

@@ -15,6 +15,7 @@ written, and the WatchSession streams open.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator
 
@@ -24,9 +25,12 @@ from agentrt.core.errors import MeshError, Reason, invalid
 from agentrt.mesh.context import current_tenant
 from agentrt.mesh.telemetry.metrics import SessionMetrics
 from agentrt.sessions import codec
+from agentrt.sessions.domain import Ref
 from agentrt.sessions.store import SessionStore
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
+
+log = logging.getLogger("agentrt.sessions")
 
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -100,14 +104,15 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         `field` names the entry), NOT_FOUND/ENTRY_NOT_FOUND (leaf
         move to an unknown entry), ABORTED/SEQ_MISMATCH (expected_last_seq moved),
         FAILED_PRECONDITION/USAGE_ALREADY_RECORDED (004 §2.7f).
+
+        With include_tail, the log after the stored entries is read once the write has
+        committed and returned with them (`tail`, `tail_last_seq`; see `_tail_after`).
         """
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
+        tenant, ref = current_tenant(), codec.ref_in(request.session)
         try:
             stored, generation = await self._store.append(
-                current_tenant(),
-                codec.ref_in(request.session),
-                codec.entries_in(list(request.entries)),
-                expected,
+                tenant, ref, codec.entries_in(list(request.entries)), expected
             )
         except MeshError as err:
             self.metrics.appends.labels(
@@ -116,7 +121,32 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             raise
         self.metrics.appends.labels("ok").inc()
         self.metrics.entries_appended.inc(len(stored))
-        return pb.AppendEntriesResponse(entries=[codec.entry_out(e) for e in stored], generation=generation)
+        resp = pb.AppendEntriesResponse(entries=[codec.entry_out(e) for e in stored], generation=generation)
+        if request.include_tail and stored:
+            await self._tail_after(resp, tenant, Ref(ref.session_id, generation), stored[-1].seq)
+        return resp
+
+    async def _tail_after(
+        self, resp: pb.AppendEntriesResponse, tenant: str, ref: Ref, after_seq: int
+    ) -> None:
+        """Put the log after `after_seq` into `resp` (tail, tail_last_seq), whole or not at all.
+
+        Read in the generation that took the write, after its commit: what ListEntries
+        would answer the writer next. The write has committed, so nothing here fails the
+        call: a read that fails (the generation was replaced meanwhile, the database is
+        unavailable) or a tail that would not fit beside the stored entries (3.5 MiB in
+        all) leaves tail_last_seq at 0, and the caller reads the tail itself.
+        """
+        try:
+            entries, last_seq = await self._store.list_entries(tenant, ref, after_seq, 0)
+        except Exception:  # noqa: BLE001 - the append committed; the caller reads the tail itself
+            log.debug("the tail after an append was not read", exc_info=True)
+            return
+        tail, cut = codec.bounded_out(entries, codec.MAX_RESPONSE_BYTES - resp.ByteSize())
+        if cut or resp.ByteSize() + sum(e.ByteSize() + 6 for e in tail) > codec.MAX_RESPONSE_BYTES:
+            return
+        resp.tail.extend(tail)
+        resp.tail_last_seq = last_seq
 
     async def ListEntries(
         self, request: pb.ListEntriesRequest, context: grpc.aio.ServicerContext

@@ -216,22 +216,28 @@ class DeleteSessionResponse(_message.Message):
     def __init__(self, deleted_entries: _Optional[int] = ...) -> None: ...
 
 class AppendEntriesRequest(_message.Message):
-    __slots__ = ("session", "entries", "expected_last_seq")
+    __slots__ = ("session", "entries", "expected_last_seq", "include_tail")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_TAIL_FIELD_NUMBER: _ClassVar[int]
     session: SessionRef
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     expected_last_seq: int
-    def __init__(self, session: _Optional[_Union[SessionRef, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., expected_last_seq: _Optional[int] = ...) -> None: ...
+    include_tail: bool
+    def __init__(self, session: _Optional[_Union[SessionRef, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., expected_last_seq: _Optional[int] = ..., include_tail: _Optional[bool] = ...) -> None: ...
 
 class AppendEntriesResponse(_message.Message):
-    __slots__ = ("entries", "generation")
+    __slots__ = ("entries", "generation", "tail", "tail_last_seq")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     generation: int
-    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., generation: _Optional[int] = ...) -> None: ...
+    tail: _containers.RepeatedCompositeFieldContainer[Entry]
+    tail_last_seq: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., generation: _Optional[int] = ..., tail: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., tail_last_seq: _Optional[int] = ...) -> None: ...
 
 class ListEntriesRequest(_message.Message):
     __slots__ = ("session", "after_seq", "limit")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+from agentrt.runs.peers import Peers
 from agentrt.sessions import codec
+from agentrt.sessions.servicer import SessionServicer
 from agentrt.sessions.store import SessionStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -58,3 +60,76 @@ async def test_an_entry_appended_between_turns_is_in_the_next_render(mesh, monke
 
     entries = await mesh.entries(started.session_id)
     assert sum(1 for e in entries if NOTE in e.SerializeToString().decode("utf-8", "replace")) == 1
+
+
+def _count_list_entries(monkeypatch) -> list[int]:
+    """Count the run loop's ListEntries calls (Peers.tail, its one caller), by after_seq."""
+    calls: list[int] = []
+    original = Peers.tail
+
+    async def tail(self, tenant, session_id, after_seq):
+        calls.append(after_seq)
+        return await original(self, tenant, session_id, after_seq)
+
+    monkeypatch.setattr(Peers, "tail", tail)
+    return calls
+
+
+async def _three_turn_run(mesh) -> list[str]:
+    call = ToolCallReply("read_file", '{"path": "missing.txt"}')
+    mesh.emu.script([Reply(tool_calls=[call]), Reply(tool_calls=[call]), Reply(text="done")])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go", workspace=mesh.work))
+    events = await mesh.events(started.run_id)
+    assert events[-2].run_completed.status == cpb.RUN_STATUS_COMPLETED
+    return [json.dumps(body) for path, body in mesh.emu.requests if path.endswith("/responses")]
+
+
+async def test_the_batch_append_is_the_next_turns_tail_read(mesh, monkeypatch):
+    # Each turn's batch is appended with include_tail: the log after it comes back with the
+    # append, so the next turn reads nothing more (one RPC fewer per turn, decision 0020).
+    calls = _count_list_entries(monkeypatch)
+    bodies = await _three_turn_run(mesh)
+    assert len(bodies) == 3
+    assert calls == []
+
+
+async def test_an_entry_after_the_batch_reaches_the_next_render_through_the_appends_tail(mesh, monkeypatch):
+    # As test_an_entry_appended_between_turns_is_in_the_next_render, with no ListEntries:
+    # the note committed right after turn 1's batch is in the tail its append returned.
+    original = SessionStore.append
+
+    async def append(self, tenant, ref, entries, expected_last_seq=None):
+        stored = await original(self, tenant, ref, entries, expected_last_seq)
+        if _batch_of(entries) == "turn:1":
+            await original(self, tenant, ref, codec.entries_in([_note()]), None)
+        return stored
+
+    monkeypatch.setattr(SessionStore, "append", append)
+    calls = _count_list_entries(monkeypatch)
+    bodies = await _three_turn_run(mesh)
+    assert NOTE not in bodies[0] and NOTE in bodies[1] and NOTE in bodies[2]
+    assert calls == []
+
+
+async def test_a_session_service_that_answers_no_tail_is_read_as_before(mesh, monkeypatch):
+    # A session service that leaves the tail unread (an older one, or a tail too big to
+    # carry) answers tail_last_seq 0: the loop reads the tail itself, and the note still
+    # reaches the next render.
+    original = SessionStore.append
+
+    async def append(self, tenant, ref, entries, expected_last_seq=None):
+        stored = await original(self, tenant, ref, entries, expected_last_seq)
+        if _batch_of(entries) == "turn:1":
+            await original(self, tenant, ref, codec.entries_in([_note()]), None)
+        return stored
+
+    async def no_tail(self, resp, tenant, ref, after_seq):
+        return None
+
+    monkeypatch.setattr(SessionStore, "append", append)
+    monkeypatch.setattr(SessionServicer, "_tail_after", no_tail)
+    calls = _count_list_entries(monkeypatch)
+    bodies = await _three_turn_run(mesh)
+    assert NOTE not in bodies[0] and NOTE in bodies[1] and NOTE in bodies[2]
+    # One read begun after each of the three batches (the last for a turn that never comes).
+    assert len(calls) == 3

@@ -18,6 +18,7 @@ without its record (journal/calls.py). The schema is migrated by Alembic in `pre
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -56,6 +57,30 @@ def _is(tenant: str, key: str) -> sa.ColumnElement[bool]:
     return sa.and_(calls.c.tenant == tenant, calls.c.call_key == key)
 
 
+# The hot path of every keyed model call (claim before asking, finish after) runs prebuilt
+# statements with bound parameters, each operation one transaction on the database's own
+# thread (mesh.db write_sync): no expression built, no cache key computed per call.
+_BY_KEY = sa.and_(calls.c.tenant == sa.bindparam("p_tenant"), calls.c.call_key == sa.bindparam("p_key"))
+_CLAIM_VALUES = {
+    "tenant": sa.bindparam("p_tenant"),
+    "call_key": sa.bindparam("p_key"),
+    "fingerprint": sa.bindparam("p_fingerprint"),
+    "state": int(State.PENDING),
+    "holder": sa.bindparam("p_holder"),
+    "lease_until_s": sa.bindparam("p_lease_until_s"),
+    "takeovers": 0,
+    "response": None,
+    "created_at_s": sa.bindparam("p_now_s"),
+}
+_CLAIMED = sa.select(calls).where(_BY_KEY)
+_FINISH = (
+    sa.update(calls)
+    .where(_BY_KEY, calls.c.state == int(State.PENDING))
+    .values(state=int(State.DONE), response=sa.bindparam("p_response"))
+)
+_FINISHED = sa.select(calls.c.response).where(_BY_KEY, calls.c.state == int(State.DONE))
+
+
 class SqlJournalStore:
     """JournalStore over SQLAlchemy (see the module docstring)."""
 
@@ -90,6 +115,9 @@ class SqlJournalStore:
                 max_overflow=0,
             )
         )
+        self._claim = (
+            self._insert(calls).values(_CLAIM_VALUES).on_conflict_do_nothing(index_elements=list(_KEY))
+        )
 
     async def prepare(self) -> None:
         """Migrate the gateway's tables (Alembic, version table alembic_version_gateway).
@@ -107,24 +135,20 @@ class SqlJournalStore:
         self, tenant: str, key: str, fingerprint: str, holder: str, now_s: float, lease_until_s: float
     ) -> tuple[Row, bool]:
         """See JournalStore.claim."""
-        insert = (
-            self._insert(calls)
-            .values(
-                tenant=tenant,
-                call_key=key,
-                fingerprint=fingerprint,
-                state=int(State.PENDING),
-                holder=holder,
-                lease_until_s=lease_until_s,
-                takeovers=0,
-                response=None,
-                created_at_s=now_s,
-            )
-            .on_conflict_do_nothing(index_elements=list(_KEY))
-        )
-        async with self._db.write() as conn:
-            inserted = (await conn.execute(insert)).rowcount == 1
-            got = (await conn.execute(sa.select(calls).where(_is(tenant, key)))).one()
+        params = {
+            "p_tenant": tenant,
+            "p_key": key,
+            "p_fingerprint": fingerprint,
+            "p_holder": holder,
+            "p_lease_until_s": lease_until_s,
+            "p_now_s": now_s,
+        }
+
+        def transaction(conn: sa.Connection) -> tuple[bool, sa.Row[Any]]:
+            inserted = conn.execute(self._claim, params).rowcount == 1
+            return inserted, conn.execute(_CLAIMED, params).one()
+
+        inserted, got = await self._db.write_sync(transaction)
         row = Row(
             fingerprint=got.fingerprint,
             state=State(got.state),
@@ -165,18 +189,14 @@ class SqlJournalStore:
 
     async def finish(self, tenant: str, key: str, response: bytes, now_s: float) -> bytes:
         """See JournalStore.finish (a row swept meanwhile is not recorded again)."""
-        update = (
-            sa.update(calls)
-            .where(_is(tenant, key), calls.c.state == int(State.PENDING))
-            .values(state=int(State.DONE), response=response)
-        )
-        async with self._db.write() as conn:
-            if (await conn.execute(update)).rowcount == 1:
+        params = {"p_tenant": tenant, "p_key": key, "p_response": response}
+
+        def transaction(conn: sa.Connection) -> bytes | None:
+            if conn.execute(_FINISH, params).rowcount == 1:
                 return response
-            stored = await conn.scalar(
-                sa.select(calls.c.response).where(_is(tenant, key), calls.c.state == int(State.DONE))
-            )
-        return stored or response
+            return conn.scalar(_FINISHED, params)
+
+        return (await self._db.write_sync(transaction)) or response
 
     async def release(self, tenant: str, key: str, holder: str) -> None:
         """See JournalStore.release."""

@@ -22,8 +22,9 @@ allows it). Entry ids are minted by storage, so only a call-id target can be wri
 ahead; it changes a tool call entry's display, which rendering does not read.
 
 `TailReadAhead` holds one tail read begun early (when the executor's batch was written,
-beside the save point that follows: decision 0017) and hands its answer over only while the
-copy is still the one it was begun for.
+beside the save point that follows: decision 0017), or the tail the batch's own append read
+just after its commit (decision 0020), and hands it over only while the copy is still the
+one it was read for.
 
 No grpc here: the loop feeds entries it got from its peers.
 """
@@ -151,6 +152,19 @@ class TailReadAhead:
         task = asyncio.ensure_future(read(cache.last_seq))
         task.add_done_callback(_retrieve)
         self._ahead = (cache.version, cache.last_seq, task)
+
+    def given(self, cache: ContextCache, tail: tuple[list[spb.Entry], int]) -> None:
+        """Hold a tail already read for the copy as it is now (an append's include_tail answer).
+
+        `take` hands it over on the same terms as a read begun here: only while the copy
+        is still the one it was read for; nothing for an empty copy.
+        """
+        self.drop()
+        if not cache.loaded:
+            return
+        done: asyncio.Future[tuple[list[spb.Entry], int]] = asyncio.get_running_loop().create_future()
+        done.set_result(tail)
+        self._ahead = (cache.version, cache.last_seq, done)
 
     def drop(self) -> None:
         """Cancel the read in flight, if any."""

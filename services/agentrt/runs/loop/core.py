@@ -325,16 +325,20 @@ class ExecutorCore:
         r = self.r
         self._tail_ahead.begin(self._context, lambda seq: self.deps.peers.tail(r.tenant, r.session_id, seq))
 
-    def _wrote(self, stored: list[spb.Entry] | None) -> None:
+    def _wrote(self, stored: list[spb.Entry] | None, tail: tuple[list[spb.Entry], int] | None = None) -> None:
         """Extend the cached view with a batch as stored (None: not known, drop the copy).
 
-        Then begin the next turn's tail read (`_read_tail_ahead`).
+        Then the next turn's tail: the one the append read just after its commit (`tail`,
+        AppendEntries include_tail), else a read begun now (`_read_tail_ahead`).
         """
         if stored is None:
             self._context.drop()
             self._tail_ahead.drop()
+            return
+        self._context.extend(stored)
+        if tail is not None:
+            self._tail_ahead.given(self._context, tail)
         else:
-            self._context.extend(stored)
             self._read_tail_ahead()
 
     async def _suspend(self, turn: int, pending: list[pb.PendingCall], reason: int) -> None:

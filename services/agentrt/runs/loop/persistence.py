@@ -160,6 +160,9 @@ class Written:
             is what the session holds, never what this attempt meant to write).
         branched: ids of foreign entries the batch was written beside, on a sibling branch
             (decision 0010); [] normally.
+        tail: with `with_tail`, the log after the stored batch as the session store read it
+            just after the commit ((raw entries in seq order, the highest seq stored));
+            None when not read (not asked, not answered, or `stored` is None).
     """
 
     last_seq: int
@@ -167,6 +170,7 @@ class Written:
     stored: list[spb.Entry] | None
     injected: list[str] = field(default_factory=list)
     branched: list[str] = field(default_factory=list)
+    tail: tuple[list[spb.Entry], int] | None = None
 
 
 def _injected_ids(entries: Sequence[spb.Entry]) -> list[str]:
@@ -186,6 +190,7 @@ async def write_batch(
     expected_last_seq: int,
     *,
     request_leaf: str | None = None,
+    with_tail: bool = False,
 ) -> Written:
     """Append a batch exactly once, where its request was built (docs/decisions/0003).
 
@@ -207,6 +212,8 @@ async def write_batch(
         entries: the batch in order (all with the run's id and one batch name).
         expected_last_seq: the highest seq the batch's request (or the run) had read.
         request_leaf: the active leaf the request was built from; None for the input.
+        with_tail: ask the store for the log after the batch too (`Written.tail`): the
+            next turn's tail read, done by the append (docs/decisions/0020-append-returns-the-tail.md).
 
     Returns:
         How the batch was written (Written).
@@ -223,7 +230,7 @@ async def write_batch(
     extends = True
     for _ in range(_WRITE_ROUNDS):
         try:
-            stored = await peers.append(tenant, session_id, entries, guard)
+            stored, tail = await peers.append_with_tail(tenant, session_id, entries, guard, with_tail)
         except MeshError as err:
             if err.status != Status.ABORTED:
                 raise
@@ -234,6 +241,7 @@ async def write_batch(
                 stored if extends else None,
                 _injected_ids(stored),
                 branched,
+                tail if extends else None,
             )
         later, last_seq = await peers.tail(tenant, session_id, guard)
         mine = [e for e in later if e.run_id == run_id and display_extra(e).get("batch") == batch]

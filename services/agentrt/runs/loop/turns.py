@@ -360,13 +360,19 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
         attach_diagnostics(entries, self._unbatched)
         seq, leaf = self._request_at
         written = await write_batch(
-            self.deps.peers, r.tenant, r.session_id, entries, seq, request_leaf=leaf or None
+            self.deps.peers,
+            r.tenant,
+            r.session_id,
+            entries,
+            seq,
+            request_leaf=leaf or None,
+            with_tail=self._context.loaded,
         )
         self.deps.crash("after_session_write")
         if on_written is not None and not stops:  # stopping at a handoff: control stays (004 §2.3c)
             on_written(written.last_seq)
         self._unbatched = []
-        self._wrote(written.stored)
+        self._wrote(written.stored, written.tail)
         if written.branched:
             self._diagnose(
                 "session_branched",

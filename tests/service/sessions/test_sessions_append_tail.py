@@ -1,0 +1,104 @@
+"""AppendEntries include_tail: the log after the stored entries, read just after the commit.
+
+A writer that keeps a copy of the session (the run loop) learns of other writers' entries
+from its own append instead of a ListEntries of its own
+(docs/decisions/0020-append-returns-the-tail.md). Another writer's entry is made to land
+right after the batch commits by wrapping the real store's append (the same store writes
+both; nothing is faked).
+"""
+
+from __future__ import annotations
+
+import pytest
+from sessions_helpers import assistant, new_session, ref, text_of, user
+
+from agentrt.sessions import codec
+from agentrt.sessions.domain import Ref
+from agentrt.sessions.store import SessionStore
+from agentrt.v1 import session_service_pb2 as pb
+
+MARK = "batch-under-test"
+
+
+def _after_mark(monkeypatch: pytest.MonkeyPatch, then) -> None:
+    """Run `then(store, tenant, ref)` right after an append of the marked batch commits."""
+    original = SessionStore.append
+
+    async def append(self, tenant, ref, entries, expected_last_seq=None):
+        stored = await original(self, tenant, ref, entries, expected_last_seq)
+        if entries and entries[0].display.title == MARK:
+            await then(self, original, tenant, ref, stored)
+        return stored
+
+    monkeypatch.setattr(SessionStore, "append", append)
+
+
+def _marked(text: str) -> pb.Entry:
+    return assistant(text, display=pb.Display(title=MARK))
+
+
+async def _append(env, *entries: pb.Entry, **kw) -> pb.AppendEntriesResponse:
+    return await env.stub.AppendEntries(
+        pb.AppendEntriesRequest(session=ref("s"), entries=list(entries), **kw)
+    )
+
+
+async def test_the_tail_is_empty_and_reports_the_batch_as_the_last_seq(env):
+    await new_session(env.stub, "s")
+    await _append(env, user("hi"))
+    resp = await _append(env, _marked("a"), assistant("b"), expected_last_seq=1, include_tail=True)
+    assert [e.seq for e in resp.entries] == [2, 3]
+    assert list(resp.tail) == [] and resp.tail_last_seq == 3
+
+
+async def test_without_include_tail_nothing_is_read(env):
+    await new_session(env.stub, "s")
+    resp = await _append(env, user("hi"))
+    assert list(resp.tail) == [] and resp.tail_last_seq == 0
+
+
+async def test_an_entry_written_right_after_the_commit_is_in_the_tail(env, monkeypatch):
+    async def foreign(store, append, tenant, ref_, stored):
+        await append(store, tenant, ref_, codec.entries_in([user("from another writer")]), None)
+
+    _after_mark(monkeypatch, foreign)
+    await new_session(env.stub, "s")
+    resp = await _append(env, _marked("mine"), include_tail=True)
+    assert [text_of(e) for e in resp.tail] == ["from another writer"]
+    assert resp.tail[0].seq == 2 and resp.tail[0].parent_id == resp.entries[0].entry_id
+    assert resp.tail_last_seq == 2
+    # The same answer ListEntries gives after the batch.
+    listed = await env.stub.ListEntries(pb.ListEntriesRequest(session=ref("s"), after_seq=1))
+    assert list(listed.entries) == list(resp.tail) and listed.last_seq == resp.tail_last_seq
+
+
+async def test_a_tail_that_would_not_fit_is_left_to_the_caller(env, monkeypatch):
+    # The batch and the entry after it are each 2 MiB: together over the 3.5 MiB response.
+    big = "x" * (2 * 1024 * 1024)
+
+    async def foreign(store, append, tenant, ref_, stored):
+        await append(store, tenant, ref_, codec.entries_in([user(big)]), None)
+
+    _after_mark(monkeypatch, foreign)
+    await new_session(env.stub, "s")
+    resp = await _append(env, _marked(big), include_tail=True)
+    assert len(resp.entries) == 1 and text_of(resp.entries[0]) == big
+    assert list(resp.tail) == [] and resp.tail_last_seq == 0
+    listed = await env.stub.ListEntries(pb.ListEntriesRequest(session=ref("s"), after_seq=1))
+    assert [e.seq for e in listed.entries] == [2]
+
+
+async def test_a_new_incarnation_leaves_the_tail_unread_and_the_append_stands(env, monkeypatch):
+    # The session is deleted and created again under its id right after the batch commits:
+    # the generation that took the write is gone, so its tail cannot be read.
+    async def recreate(store, append, tenant, ref_, stored):
+        await store.delete(tenant, Ref(ref_.session_id))
+        await store.create(tenant, ref_.session_id)
+
+    _after_mark(monkeypatch, recreate)
+    s = await new_session(env.stub, "s")
+    resp = await _append(env, _marked("mine"), include_tail=True)
+    assert resp.generation == s.generation and [text_of(e) for e in resp.entries] == ["mine"]
+    assert list(resp.tail) == [] and resp.tail_last_seq == 0
+    again = await env.stub.GetSession(pb.GetSessionRequest(session=ref("s")))
+    assert again.session.generation != s.generation
