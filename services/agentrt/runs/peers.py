@@ -22,7 +22,7 @@ the repeat without asking twice (decision 0019); the repeat's deltas are dropped
 the caller already had some. A keyed call the gateway refuses UNAVAILABLE/DEPENDENCY_UNAVAILABLE (its
 limiter or journal store did not answer within the call's admission wait: nothing was asked)
 is waited out like an unreachable peer, re-sent with its key for up to `unavailable_s`
-seconds (decision 0099-slow-shared-stores). A keyed call the loop stops on purpose (CancelRun, a tripwire)
+seconds (decision 0021-slow-shared-stores). A keyed call the loop stops on purpose (CancelRun, a tripwire)
 is followed by CancelGenerate, so the gateway stops the provider call rather than letting it
 outlive its caller; one cut because the replica lost the run's lease, or drains, is not: the
 next owner's repeat needs it running or journaled.
