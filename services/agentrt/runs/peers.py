@@ -19,7 +19,8 @@ re-sent, since a provider would answer and bill twice. A keyed one (the run loop
 runs/loop/turn.py `model_call_key`) is re-sent up to MODEL_RESENDS times when its gateway
 replica went away (UNAVAILABLE below any server): the gateway's model-call journal answers
 the repeat without asking twice (decision 0019); the repeat's deltas are dropped when
-the caller already had some. A keyed call the gateway refuses UNAVAILABLE/DEPENDENCY_UNAVAILABLE (its
+the caller already had some (a judge's keyed Generate, `judge_call_key`, goes once: the
+journal answers the next owner's). A keyed call the gateway refuses UNAVAILABLE/DEPENDENCY_UNAVAILABLE (its
 limiter or journal store did not answer within the call's admission wait: nothing was asked)
 is waited out like an unreachable peer, re-sent with its key for up to `unavailable_s`
 seconds (decision 0021-slow-shared-stores). A keyed call the loop stops on purpose (CancelRun, a tripwire)
@@ -339,18 +340,30 @@ class Peers:
         )
         return resp.entry
 
-    async def generate_once(self, tenant: str, request: gpb.ModelRequest) -> gpb.GenerateResponse:
-        """One blocking model call (Generate), for the run's own housekeeping (compaction summaries).
+    async def generate_once(
+        self, tenant: str, request: gpb.ModelRequest, stops_call: Callable[[], bool] | None = None
+    ) -> gpb.GenerateResponse:
+        """One blocking model call (Generate): compaction summaries, model guardrails' judges.
+
+        A keyed call cancelled here is stopped at the gateway too (CancelGenerate) only when
+        `stops_call` is given and says the run itself ends it (a fail-fast stage, a tripwire,
+        CancelRun); None (compaction) or False (a lost lease, a drain) leaves it running for
+        the next owner's repeat, which the gateway's journal answers (decision 0019).
 
         Raises:
             MeshError: the gateway's error.
         """
-        return await self._call(
-            "gateway",
-            lambda: self.client.gateway_service.Generate(
-                gpb.GenerateRequest(request=request), metadata=_md(tenant), timeout=self._model_timeout_s
-            ),
-        )
+        try:
+            return await self._call(
+                "gateway",
+                lambda: self.client.gateway_service.Generate(
+                    gpb.GenerateRequest(request=request), metadata=_md(tenant), timeout=self._model_timeout_s
+                ),
+            )
+        except asyncio.CancelledError:
+            if request.idempotency_key and stops_call is not None and stops_call():
+                self._cancel_model_call(tenant, request.idempotency_key)
+            raise
 
     async def count_tokens(self, tenant: str, request: gpb.ModelRequest) -> int:
         """Count a request's input tokens (CountTokens).

@@ -321,3 +321,30 @@ def test_tool_stages_inspect_calls_that_would_run_and_results_that_came_from_a_t
     assert gc.tool_subjects(planned, spec, Stage.TOOL_INPUT) == [0, 1, 4]
     assert gc.tool_subjects(planned, spec, Stage.TOOL_OUTPUT) == [0, 3]
     assert gc.tool_subjects(planned, pb.AgentSpec(tools=spec.tools), Stage.TOOL_INPUT) == []  # none declared
+
+
+# -- the judge call's key (decision 0019) -------------------------------------------------
+
+
+def test_a_judge_call_key_names_run_decision_and_guardrail_and_stays_within_the_gateways_rules():
+    from agentrt.runs.loop.turn import judge_call_key
+
+    log_key = gc.key_of(Stage.TOOL_INPUT, 3, "call_1")
+    key = judge_call_key("run-1", log_key, SCOPE_TOOL, 1, "cmd_check")
+    assert key == "run-1/guardrail-tool_input:3:call_1:/tool-1-cmd_check"
+    assert key == judge_call_key("run-1", log_key, SCOPE_TOOL, 1, "cmd_check")  # any replica
+    others = {
+        judge_call_key("run-2", log_key, SCOPE_TOOL, 1, "cmd_check"),
+        judge_call_key("run-1", gc.key_of(Stage.TOOL_INPUT, 4, "call_1"), SCOPE_TOOL, 1, "cmd_check"),
+        judge_call_key("run-1", gc.key_of(Stage.TOOL_INPUT, 3, "call_2"), SCOPE_TOOL, 1, "cmd_check"),
+        judge_call_key("run-1", gc.key_of(Stage.TOOL_OUTPUT, 3, "call_1"), SCOPE_TOOL, 1, "cmd_check"),
+        judge_call_key("run-1", log_key, SCOPE_AGENT, 1, "cmd_check"),
+        judge_call_key("run-1", log_key, SCOPE_TOOL, 0, "cmd_check"),
+        judge_call_key("run-1", log_key, SCOPE_TOOL, 1, "other"),
+        judge_call_key("run-1", gc.key_of(Stage.INPUT, 1, mode="racing"), SCOPE_AGENT, 0, "cmd_check"),
+        judge_call_key("run-1", gc.key_of(Stage.INPUT, 1, mode="blocking"), SCOPE_AGENT, 0, "cmd_check"),
+    }
+    assert key not in others and len(others) == 9
+    long = judge_call_key("run-1", gc.key_of(Stage.TOOL_OUTPUT, 1, "c" * 300), SCOPE_AGENT, 0, "g\tx")
+    assert len(long) <= 256 and long.startswith("run-1/guardrail-") and long.isprintable()
+    assert long == judge_call_key("run-1", gc.key_of(Stage.TOOL_OUTPUT, 1, "c" * 300), SCOPE_AGENT, 0, "g\tx")

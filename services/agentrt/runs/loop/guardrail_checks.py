@@ -144,7 +144,7 @@ def _rule(g: pb.Guardrail) -> PatternRule:
 
 async def _judge(
     peers: Peers, tenant: str, run_id: str, model: cpb.ModelRef, g: pb.Guardrail, stage: Stage, text: str,
-    call_id: str, scope: str,
+    call_id: str, scope: str, call_key: str, stops_call: Callable[[], bool] | None,
 ) -> tuple[Result, cpb.Usage | None]:  # fmt: skip
     m = g.model
     system, user = judge_request(m.prompt, stage, text)
@@ -158,9 +158,10 @@ async def _judge(
         ),
         tenant=tenant,
         run_id=run_id,
+        idempotency_key=call_key,
     )
     try:
-        answer = await peers.generate_once(tenant, request)
+        answer = await peers.generate_once(tenant, request, stops_call)
     except MeshError as err:
         error = f"the judge model failed: {err.message}"
         return Result(g.name, stage, None, error=error, call_id=call_id, scope=scope), None
@@ -182,6 +183,8 @@ async def consult(
     *,
     call_id: str = "",
     scope: str = SCOPE_AGENT,
+    call_key: str = "",
+    stops_call: Callable[[], bool] | None = None,
 ) -> Consulted:
     """Consult one guardrail on `text`; never raises but CancelledError (module docstring).
 
@@ -195,6 +198,10 @@ async def consult(
         text: the inspected text, whole.
         call_id: the inspected call (tool stages).
         scope: SCOPE_AGENT or SCOPE_TOOL.
+        call_key: the judge call's idempotency key (`turn.judge_call_key`; "" = unkeyed), so a
+            takeover's repeat is answered from the gateway's journal, never billed twice.
+        stops_call: whether a cancellation stops the keyed judge call at the gateway
+            (Peers.generate_once; None: never).
 
     Returns:
         The result, its wall time and a model guardrail's usage (None for a pattern).
@@ -207,7 +214,9 @@ async def consult(
             if g.WhichOneof("kind") == "pattern":
                 result = evaluate_pattern(_rule(g), stage, text, call_id=call_id, scope=scope)
             else:
-                result, usage = await _judge(peers, tenant, run_id, model, g, stage, text, call_id, scope)
+                result, usage = await _judge(
+                    peers, tenant, run_id, model, g, stage, text, call_id, scope, call_key, stops_call
+                )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failing guardrail fails the run (closed), never the process

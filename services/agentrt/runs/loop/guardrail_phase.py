@@ -35,8 +35,10 @@ Every consulted guardrail leaves a durable `guardrail_result` event (runs/events
 run-log entry (`LOG_KIND`, keyed by stage, turn, call and mode), written in one save before
 the verdict is acted on; a resume or a takeover reads the log (`_decided`) instead of
 asking again, so a model guardrail is never billed twice for one decision, and a tripwire
-recorded before a crash fails the run on the new owner without a model call. A model
-guardrail's tokens count into the run's usage and its nested usage (state `nested_usage`).
+recorded before a crash fails the run on the new owner without a model call. A judge call
+still in flight then is keyed (`turn.judge_call_key`): the gateway's journal answers the new
+owner's repeat (decision 0019 addendum). A model guardrail's tokens count into the run's
+usage and its nested usage (state `nested_usage`).
 A result that ends the run (a tripwire, or an error: fail closed) fails it with
 `guardrail_checks.failure_of`.
 """
@@ -157,11 +159,14 @@ class GuardrailSteps(Housekeeping):
         if known is not None:
             return known, False
         r, model = self.r, self._snap.model
+        index = {(g.name, scope): i for i, (g, scope) in enumerate(checks)}
 
         async def ask(g: pb.Guardrail, scope: str) -> Consulted:
+            call_key = turnmod.judge_call_key(r.run_id, key, scope, index[(g.name, scope)], g.name)
             return await consult(
-                self.deps.peers, r.tenant, r.run_id, model, g, stage, text, call_id=call_id, scope=scope
-            )
+                self.deps.peers, r.tenant, r.run_id, model, g, stage, text, call_id=call_id, scope=scope,
+                call_key=call_key, stops_call=self._stops_judge,
+            )  # fmt: skip
 
         if stage.concurrent:
             work = run_parallel([g for g, _ in checks], stage, ask)
@@ -169,6 +174,10 @@ class GuardrailSteps(Housekeeping):
             work = run_sequential(checks, ask)
         consulted = await (self._interruptible(work) if interruptible else work)
         return consulted, True
+
+    def _stops_judge(self) -> bool:
+        """Whether a cancelled judge call is stopped at the gateway: not on a lost lease or a drain."""
+        return self.stop_reason in ("", "cancel")  # the next owner's repeat needs it journaled
 
     async def _stage(self, key: str, stage: Stage, text: str, checks: Sequence[pb.Guardrail]) -> list[Result]:
         """Consult (or replay) a concurrent stage and record it; fail the run on a tripwire or error.
@@ -229,9 +238,13 @@ class GuardrailSteps(Housekeeping):
         response = asyncio.ensure_future(call)
         judges = {
             asyncio.ensure_future(
-                consult(self.deps.peers, r.tenant, r.run_id, model, g, Stage.INPUT, text)
+                consult(
+                    self.deps.peers, r.tenant, r.run_id, model, g, Stage.INPUT, text,
+                    call_key=turnmod.judge_call_key(r.run_id, key, SCOPE_AGENT, i, g.name),
+                    stops_call=self._stops_judge,
+                )  # fmt: skip
             ): g
-            for g in checks
+            for i, g in enumerate(checks)
         }
         got: dict[str, Consulted] = {}
         try:

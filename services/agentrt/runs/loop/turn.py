@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -96,6 +97,23 @@ def model_call_key(run_id: str, turn: int, context_seq: int, context_leaf: str) 
     characters (ids are bounded), no control character (the gateway's rules).
     """
     return f"{run_id}/turn-{turn}/ctx-{context_seq}-{context_leaf}"
+
+
+def judge_call_key(run_id: str, log_key: str, scope: str, index: int, name: str) -> str:
+    """Return the model-call key of a model guardrail's judge call (decision 0019 addendum).
+
+    `log_key` is the stage decision's run-log key (`guardrail_checks.key_of`: stage, turn,
+    call, input mode), `scope` SCOPE_AGENT or SCOPE_TOOL, `index` the guardrail's place in
+    the stage's checks (0-based) and `name` its name: every replica that consults this
+    guardrail for this decision sends the same key, so a takeover's repeat is answered from
+    the gateway's journal. A key that would pass 256 characters or hold a control character
+    (a long call id or name) carries the SHA-256 of its tail instead.
+    """
+    tail = f"{log_key}/{scope}-{index}-{name}"
+    key = f"{run_id}/guardrail-{tail}"
+    if len(key) > 256 or any(ord(c) < 32 or ord(c) == 127 for c in key):
+        key = f"{run_id}/guardrail-{hashlib.sha256(tail.encode()).hexdigest()}"
+    return key
 
 
 class ContextOverflow(Exception):
