@@ -25,6 +25,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 
 import grpc
+from sqlalchemy.exc import SQLAlchemyError
 
 from agentrt.core.errors import MeshError, Reason, Status, missing
 from agentrt.gateway.errors import ProviderError
@@ -191,17 +192,26 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
     async def CancelGenerate(
         self, request: pb.CancelGenerateRequest, context: grpc.aio.ServicerContext
     ) -> pb.CancelGenerateResponse:
-        """Stop a keyed call running on this replica (see CallJournal.cancel).
+        """Stop a keyed call, here or through its journal row on its holder (see CallJournal.cancel).
 
         Raises:
             INVALID_ARGUMENT: MISSING_FIELD (no idempotency_key), INVALID_VALUE (a key over 256
                 characters or with a control character).
+            UNAVAILABLE: DEPENDENCY_UNAVAILABLE (the journal's store failed to mark the row).
         """
         if not request.idempotency_key:
             raise missing("idempotency_key")
         check_idempotency_key(request.idempotency_key)
         tenant = resolve_tenant("", current_tenant())
-        return pb.CancelGenerateResponse(canceled=self._journal.cancel(tenant, request.idempotency_key))
+        try:
+            canceled = await self._journal.cancel(tenant, request.idempotency_key)
+        except (SQLAlchemyError, OSError) as exc:
+            raise MeshError(
+                Status.UNAVAILABLE,
+                Reason.DEPENDENCY_UNAVAILABLE,
+                f"the gateway's model-call journal is unavailable; the call was not cancelled: {exc}"[:500],
+            ) from exc
+        return pb.CancelGenerateResponse(canceled=canceled)
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext

@@ -155,17 +155,23 @@ class CallJournal:
         finally:
             self._leave(key, flight)
 
-    def cancel(self, tenant: str, key: str) -> bool:
-        """Stop key's call when it runs in this process; return True when one was stopped.
+    async def cancel(self, tenant: str, key: str) -> bool:
+        """Stop key's call; return True when it was stopped here or marked for its holder.
 
-        Its provider call is cancelled and its claim released (a repeat asks again); its
-        callers fail CANCELLED. A call on another replica runs on (and is journaled).
+        When it runs in this process: its provider call is cancelled and its claim released
+        (a repeat asks again); its callers fail CANCELLED. When another replica holds it:
+        the row is marked cancel-requested and the holder stops it at its next lease
+        renewal (within a third of the lease). False: no call of the key is pending.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError, OSError: the store failed to mark the row.
         """
         flight = self._flights.get((tenant, key))
-        if flight is None or flight.done or flight.task is None:
-            return False
-        flight.task.cancel()
-        return True
+        if flight is not None and not flight.done and flight.task is not None:
+            flight.task.cancel()
+            if flight.asking:
+                return True
+        return await self._store.request_cancel(tenant, key)  # held elsewhere: its holder stops it
 
     def _join(
         self, request: g.ModelRequest, time_remaining: float | None, streamed: bool
@@ -327,6 +333,12 @@ class CallJournal:
             try:
                 if not await self._store.renew(tenant, name, self.holder, self._clock() + self._lease):
                     log.warning("model call %r: this gateway's lease was taken over; answering anyway", name)
+                    return
+                if await self._store.cancel_requested(tenant, name, self.holder):
+                    flight = self._flights.get(key)
+                    if flight is not None and flight.task is not None:
+                        log.info("model call %r: cancelled through another gateway replica", name)
+                        flight.task.cancel()
                     return
             except Exception as exc:  # noqa: BLE001 - the next renewal tries again
                 log.warning("model call %r: lease renewal failed: %s", name, exc)

@@ -46,6 +46,7 @@ calls = sa.Table(
     sa.Column("takeovers", sa.Integer(), nullable=False),
     sa.Column("response", sa.LargeBinary(), nullable=True),
     sa.Column("created_at_s", sa.Float(), nullable=False),
+    sa.Column("cancel_requested", sa.Boolean(), nullable=False, server_default=sa.false()),
     sa.PrimaryKeyConstraint("tenant", "call_key"),
     sa.Index("ix_gateway_model_calls_created_at_s", "created_at_s"),
 )
@@ -71,6 +72,7 @@ _CLAIM_VALUES = {
     "takeovers": 0,
     "response": None,
     "created_at_s": sa.bindparam("p_now_s"),
+    "cancel_requested": False,
 }
 _CLAIMED = sa.select(calls).where(_BY_KEY)
 _FINISH = (
@@ -186,6 +188,24 @@ class SqlJournalStore:
         )
         async with self._renew_db.write() as conn:
             return (await conn.execute(update)).rowcount == 1
+
+    async def request_cancel(self, tenant: str, key: str) -> bool:
+        """See JournalStore.request_cancel."""
+        update = (
+            sa.update(calls)
+            .where(_is(tenant, key), calls.c.state == int(State.PENDING))
+            .values(cancel_requested=True)
+        )
+        async with self._db.write() as conn:
+            return (await conn.execute(update)).rowcount == 1
+
+    async def cancel_requested(self, tenant: str, key: str, holder: str) -> bool:
+        """See JournalStore.cancel_requested."""
+        query = sa.select(calls.c.cancel_requested).where(
+            _is(tenant, key), calls.c.state == int(State.PENDING), calls.c.holder == holder
+        )
+        async with self._renew_db.write() as conn:
+            return bool(await conn.scalar(query))
 
     async def finish(self, tenant: str, key: str, response: bytes, now_s: float) -> bytes:
         """See JournalStore.finish (a row swept meanwhile is not recorded again)."""

@@ -48,6 +48,7 @@ class Row:
         takeovers: how many times a dead holder's call was re-asked.
         response: the serialized GenerateResponse (DONE), else b"".
         created_at_s: epoch seconds of the first claim.
+        cancel_requested: a CancelGenerate asked the holder to stop (PENDING).
     """
 
     fingerprint: str
@@ -57,6 +58,7 @@ class Row:
     takeovers: int = 0
     response: bytes = b""
     created_at_s: float = 0.0
+    cancel_requested: bool = False
 
 
 class JournalStore(Protocol):
@@ -77,6 +79,12 @@ class JournalStore(Protocol):
 
     async def renew(self, tenant: str, key: str, holder: str, lease_until_s: float) -> bool:
         """Extend holder's lease on its PENDING row; False when it no longer holds it."""
+
+    async def request_cancel(self, tenant: str, key: str) -> bool:
+        """Mark a PENDING row cancel-requested; True when there was one."""
+
+    async def cancel_requested(self, tenant: str, key: str, holder: str) -> bool:
+        """True when holder's PENDING row was marked cancel-requested."""
 
     async def finish(self, tenant: str, key: str, response: bytes, now_s: float) -> bytes:
         """Record the answer of a PENDING row; return the answer on record (the first one)."""
@@ -137,6 +145,21 @@ class MemoryJournalStore:
                 return False
             self._rows[(tenant, key)] = replace(row, lease_until_s=lease_until_s)
             return True
+
+    async def request_cancel(self, tenant: str, key: str) -> bool:
+        """See JournalStore.request_cancel."""
+        async with self._lock:
+            row = self._rows.get((tenant, key))
+            if row is None or row.state != State.PENDING:
+                return False
+            self._rows[(tenant, key)] = replace(row, cancel_requested=True)
+            return True
+
+    async def cancel_requested(self, tenant: str, key: str, holder: str) -> bool:
+        """See JournalStore.cancel_requested."""
+        row = self._rows.get((tenant, key))
+        pending = row is not None and row.state == State.PENDING and row.holder == holder
+        return pending and row is not None and row.cancel_requested
 
     async def finish(self, tenant: str, key: str, response: bytes, now_s: float) -> bytes:
         """See JournalStore.finish (a swept row is recorded again)."""
