@@ -20,7 +20,9 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
 
+from agentrt.gateway.journal.inline import InlineSqlite
 from agentrt.gateway.journal.store import Row, State
 from agentrt.mesh import migrate
 from agentrt.mesh.db import Database
@@ -100,6 +102,9 @@ class SqlJournalStore:
         self._claim = (
             self._insert(calls).values(_CLAIM_VALUES).on_conflict_do_nothing(index_elements=list(_KEY))
         )
+        # On a SQLite file, claim and finish run on the loop's thread first (journal/inline.py).
+        path = make_url(url).database if self._db.is_sqlite else None
+        self._inline = InlineSqlite(path) if path and path != ":memory:" else None
 
     async def prepare(self) -> None:
         """Migrate the gateway's tables (Alembic, version table alembic_version_gateway).
@@ -117,6 +122,10 @@ class SqlJournalStore:
         self, tenant: str, key: str, fingerprint: str, holder: str, now_s: float, lease_until_s: float
     ) -> tuple[Row, bool]:
         """See JournalStore.claim."""
+        if self._inline is not None:
+            got_inline = self._inline.claim(tenant, key, fingerprint, holder, now_s, lease_until_s)
+            if got_inline is not None:
+                return got_inline
         params = {
             "p_tenant": tenant,
             "p_key": key,
@@ -171,6 +180,10 @@ class SqlJournalStore:
 
     async def finish(self, tenant: str, key: str, response: bytes, now_s: float) -> bytes:
         """See JournalStore.finish (a row swept meanwhile is not recorded again)."""
+        if self._inline is not None:
+            done = self._inline.finish(tenant, key, response)
+            if done is not None:
+                return done[0] or response
         params = {"p_tenant": tenant, "p_key": key, "p_response": response}
 
         def transaction(conn: sa.Connection) -> bytes | None:
@@ -197,4 +210,6 @@ class SqlJournalStore:
 
     async def close(self) -> None:
         """Dispose of the engine."""
+        if self._inline is not None:
+            self._inline.close()
         await self._db.close()
