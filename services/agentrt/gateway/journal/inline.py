@@ -44,8 +44,7 @@ _CLAIMED = (
     " FROM gateway_model_calls WHERE tenant = ? AND call_key = ?"
 )
 _FINISH = (
-    "UPDATE gateway_model_calls SET state = ?, response = ?"
-    " WHERE tenant = ? AND call_key = ? AND state = ?"
+    "UPDATE gateway_model_calls SET state = ?, response = ? WHERE tenant = ? AND call_key = ? AND state = ?"
 )
 _FINISHED = "SELECT response FROM gateway_model_calls WHERE tenant = ? AND call_key = ? AND state = ?"
 
@@ -111,8 +110,11 @@ class InlineSqlite:
         return row, False
 
     def finish(self, tenant: str, key: str, response: bytes) -> tuple[bytes | None] | None:
-        """JournalStore.finish as one transaction: (the answer on record or None,), or None when
-        the write lock is taken (ask again).
+        """JournalStore.finish as one transaction; None when the write lock is taken (ask again).
+
+        Returns:
+            (the answer on record, or None when no DONE row is left: it was swept,), or None:
+            the lock is taken and nothing was done.
 
         Raises:
             sqlite3.Error: the database refused the statements (rolled back).

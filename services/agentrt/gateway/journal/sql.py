@@ -7,6 +7,10 @@ database's own atomicity: `claim` is INSERT ... ON CONFLICT DO NOTHING (exactly 
 inserter wins a key), `take_over`, `renew`, `finish` and `release` are conditional UPDATEs
 and DELETEs whose row count says whether they applied.
 
+On a SQLite file, `claim` and `finish` (every keyed call's two writes) run first on the
+event loop's thread over a kept stdlib connection (journal/inline.py, decision 0099), and
+the round-5 way (`write_sync` on the write thread) when another connection holds the lock.
+
 On PostgreSQL every statement answers within `timeout_s` (asyncpg `command_timeout`), so a
 database that hangs fails a journal operation in seconds; the journal then answers the call
 without its record (journal/calls.py). The schema is migrated by Alembic in `prepare`
