@@ -78,13 +78,15 @@ def responder(path: str, body):
     return Reply(tool_calls=[call], input_tokens=5, output_tokens=1)
 
 
-@pytest.fixture
-def chaos(tmp_path):
+@pytest.fixture(scope="module")
+def chaos(tmp_path_factory):
+    # One mesh for the module: each test has cells of its own (leakcell, kidcell, fancell in
+    # its own workspace) and leaves every run ended, so none needs a fresh set of processes.
     if not asyncio.run(pg_reachable()):
         unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
     emu = ProviderEmulator()
     emu.responder = responder
-    mesh = start_chaos_mesh(tmp_path, emu)
+    mesh = start_chaos_mesh(tmp_path_factory.mktemp("chaos"), emu)
     try:
         yield mesh
     finally:

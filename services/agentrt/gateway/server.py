@@ -88,7 +88,15 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
         ValueError: the limiter's URL does not suit its backend.
     """
     owned = (
-        build_limiter(config.limiter_backend, config.limiter_url, config.limiter) if limiter is None else None
+        build_limiter(
+            config.limiter_backend,
+            config.limiter_url,
+            config.limiter,
+            pool_size=config.server.db_pool_size,
+            max_overflow=config.server.db_max_overflow,
+        )
+        if limiter is None
+        else None
     )
     gateway = build_gateway(config, limiter or owned)
     # Its own registry per server; the limiter's last-known budgets are read at each scrape.

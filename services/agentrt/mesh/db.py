@@ -153,6 +153,22 @@ class Database:
             yield conn
 
     @asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+        """Yield a PostgreSQL connection outside any transaction: each statement commits alone.
+
+        For hot one-statement operations whose locks must not outlive the statement (a
+        transaction's COMMIT is another round trip, during which its row locks stay held).
+
+        Raises:
+            RuntimeError: on SQLite (its writes must go through `write()`'s lock).
+        """
+        if self._write_lock is not None:
+            raise RuntimeError("autocommit() is for PostgreSQL; SQLite writes go through write()")
+        async with self._write_engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
+
+    @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """Yield a connection in a read transaction."""
         async with self._read_engine.begin() as conn:

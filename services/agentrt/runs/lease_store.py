@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import or_, select, tuple_, update
 
 from agentrt.mesh.db import Database
 from agentrt.runs.models import RunLogRow, RunRow
@@ -22,9 +22,14 @@ from agentrt.v1 import common_pb2 as cpb
 
 
 class LeaseRows:
-    """The lease half of the runs store (RunStore inherits it; needs `self.db`)."""
+    """The lease half of the runs store (RunStore inherits it; needs `self.db`).
+
+    `lease_db`, when set, is a pool of its own for lease renewals, so a renewal never queues
+    behind the runs' writes for a connection (None: `db`).
+    """
 
     db: Database
+    lease_db: Database | None = None
 
     async def log_leases(self, run_id: str) -> list[tuple[int, str, int, str]]:
         """Return the run log's leases in order: (seq, kind, fencing token, lease owner).
@@ -61,15 +66,32 @@ class LeaseRows:
     async def renew_leases(
         self, owner: str, tokens: dict[str, int], ttl_s: float
     ) -> tuple[set[str], set[str]]:
-        """Extend the leases owner holds; one transaction.
+        """Extend the leases owner holds; one statement (on `lease_db` when set).
+
+        The expiry is taken once the connection is in hand, so a wait for the pool does not
+        shorten the lease it grants; every run is renewed by one guarded UPDATE (owner and
+        token must match) that also returns the cancellations requested, so a replica with
+        many runs holds their rows for one round trip, not one per run.
 
         Returns:
             (run ids whose lease was lost, run ids whose cancellation was requested).
         """
-        lost: set[str] = set()
-        canceled: set[str] = set()
         if not tokens:
-            return lost, canceled
+            return set(), set()
+        db = self.lease_db or self.db
+        pairs = [(run_id, token) for run_id, token in tokens.items()]
+        async with db.write() as conn:
+            expires = time.time() + ttl_s
+            rows = await conn.execute(
+                update(RunRow)
+                .where(RunRow.lease_owner == owner, tuple_(RunRow.run_id, RunRow.fencing_token).in_(pairs))
+                .values(lease_expires_s=expires)
+                .returning(RunRow.run_id, RunRow.cancel_requested)
+            )
+            held = {r[0]: bool(r[1]) for r in rows}
+        lost = set(tokens) - set(held)
+        canceled = {run_id for run_id, requested in held.items() if requested}
+        return lost, canceled
         expires = time.time() + ttl_s
         async with self.db.write() as conn:
             for run_id, token in tokens.items():

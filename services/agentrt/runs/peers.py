@@ -19,9 +19,13 @@ re-sent, since a provider would answer and bill twice. A keyed one (the run loop
 runs/loop/turn.py `model_call_key`) is re-sent up to MODEL_RESENDS times when its gateway
 replica went away (UNAVAILABLE below any server): the gateway's model-call journal answers
 the repeat without asking twice (decision 0019); the repeat's deltas are dropped when
-the caller already had some. A keyed call the loop stops on purpose (CancelRun, a tripwire)
+the caller already had some. A keyed call the gateway refuses UNAVAILABLE/DEPENDENCY_UNAVAILABLE (its
+limiter or journal store did not answer within the call's admission wait: nothing was asked)
+is waited out like an unreachable peer, re-sent with its key for up to `unavailable_s`
+seconds (decision 0021-slow-shared-stores). A keyed call the loop stops on purpose (CancelRun, a tripwire)
 is followed by CancelGenerate, so the gateway stops the provider call rather than letting it
-outlive its caller.
+outlive its caller; one cut because the replica lost the run's lease, or drains, is not: the
+next owner's repeat needs it running or journaled.
 """
 
 from __future__ import annotations
@@ -55,11 +59,19 @@ MODEL_CALL_TIMEOUT_S = 660.0
 STREAM_RESENDS = 4
 #: Re-sends of a keyed StreamGenerate whose gateway replica went away (killed, restarted).
 MODEL_RESENDS = 3
+#: Pause before re-sending a keyed model call the gateway refused DEPENDENCY_UNAVAILABLE
+#: without RetryInfo, seconds.
+DEPENDENCY_WAIT_S = 1.0
 
 T = TypeVar("T")
 
 #: CancelGenerate calls in flight (kept referenced until done).
 _CANCELS: set[asyncio.Task[None]] = set()
+
+
+def _dependency_wait(err: MeshError) -> bool:
+    """True for a gateway refusal that asked nothing and is worth waiting out (its stores)."""
+    return err.status == Status.UNAVAILABLE and err.reason == Reason.DEPENDENCY_UNAVAILABLE
 
 
 def _transport_failure(err: grpc.aio.AioRpcError) -> bool:
@@ -370,23 +382,41 @@ class Peers:
         )
 
     async def generate(
-        self, tenant: str, request: gpb.ModelRequest
+        self,
+        tenant: str,
+        request: gpb.ModelRequest,
+        on_wait: Callable[[MeshError, float], None] | None = None,
+        stops_call: Callable[[], bool] | None = None,
     ) -> AsyncIterator[gpb.StreamGenerateResponse]:
         """Stream one model call; yields deltas then the final response.
 
+        A keyed call cancelled here is stopped at the gateway too (CancelGenerate) only when
+        `stops_call()` says the run itself ends it (CancelRun, a tripwire; None: always).
+        A run that lost its lease or drains hands the call to the run's next owner, whose
+        repeat (same key) must find it running or journaled, not released and asked again.
+
+        A keyed call the gateway refused UNAVAILABLE/DEPENDENCY_UNAVAILABLE (its limiter or
+        journal store did not answer: nothing was asked) is sent again, with the same key,
+        like a call to an unreachable peer: every DEPENDENCY_WAIT_S (or the error's
+        RetryInfo) for up to `unavailable_s` seconds; `on_wait(error, waited seconds)` is
+        called before each re-send (the run loop's `model_retry` diagnostic).
+
         Raises:
             MeshError: the gateway's error (RATE_LIMITED, PROVIDER_UNAVAILABLE, ...); UNAVAILABLE
-                once a keyed call's re-sends are spent.
+                once a keyed call's re-sends are spent; UNAVAILABLE/DEPENDENCY_UNAVAILABLE once
+                the gateway's stores stayed unavailable for `unavailable_s` seconds.
         """
         deltas = False
-        for attempt in range(MODEL_RESENDS + 1):
+        attempt = 0
+        waited_since: float | None = None
+        while True:
             await self._ready("gateway")
             call = self.client.gateway_service.StreamGenerate(
                 gpb.StreamGenerateRequest(request=request),
                 metadata=_md(tenant),
                 timeout=self._model_timeout_s,
             )
-            resent = attempt > 0
+            resent = attempt > 0 or waited_since is not None
             try:
                 async for message in call:
                     if message.WhichOneof("event") != "final":
@@ -396,7 +426,7 @@ class Peers:
                     yield message
                 return
             except asyncio.CancelledError:
-                if request.idempotency_key:
+                if request.idempotency_key and (stops_call is None or stops_call()):
                     # Stopped on purpose (CancelRun, a tripwire): a keyed call would outlive us.
                     self._cancel_model_call(tenant, request.idempotency_key)
                 raise
@@ -404,8 +434,19 @@ class Peers:
                 # An unkeyed call is never re-sent: a second call could bill and answer twice.
                 # A keyed one whose gateway went away is: the gateway's journal answers it,
                 # joins the call still running, or asks again once its dead holder's lease ends.
+                failed = from_rpc_error(err)
+                if request.idempotency_key and _dependency_wait(failed):
+                    now = time.monotonic()
+                    waited_since = now if waited_since is None else waited_since
+                    if now - waited_since < self._unavailable_s:
+                        if on_wait is not None:
+                            on_wait(failed, now - waited_since)
+                        await asyncio.sleep(min(failed.retry_after_seconds or DEPENDENCY_WAIT_S, 5.0))
+                        continue
+                    raise failed from err
                 if not (request.idempotency_key and _transport_failure(err)) or attempt == MODEL_RESENDS:
-                    raise from_rpc_error(err) from err
+                    raise failed from err
+                attempt += 1
             finally:
                 call.cancel()
 

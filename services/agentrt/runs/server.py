@@ -35,6 +35,10 @@ def build_server(config: RunsConfig) -> MeshServer:
     )
     owner = config.replica_id or new_id("replica")
     store = RunStore(db, replica=owner)
+    if not db.is_sqlite:
+        # Renewals get a connection of their own: behind a busy replica's run writes (a pool
+        # of a few connections, dozens of runs) a renewal waited past the lease (issue 13).
+        store.lease_db = Database(config.server.db_url, pool_size=1, max_overflow=1)
     client = MeshClient(
         gateway=config.gateway_address,
         tools=config.tools_address,
@@ -82,6 +86,8 @@ def build_server(config: RunsConfig) -> MeshServer:
         if listener is not None:
             await listener.close()
         await db.close()
+        if store.lease_db is not None:
+            await store.lease_db.close()
 
     binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_RunServiceServicer_to_server(servicer, s))
     server = MeshServer(config.server, [binding], ready=ready, close=close, registry=metrics.registry)

@@ -220,3 +220,74 @@ async def test_an_unreachable_store_fails_admission_closed(kind, url):
 def test_a_store_url_of_the_wrong_kind_is_refused(kind, url):
     with pytest.raises(ValueError, match="URL|backend"):
         build_limiter(kind, url, LimiterSettings())
+
+
+async def test_an_attempt_repeated_with_its_entry_id_is_counted_once(replicas):
+    # A reservation whose attempt timed out is tried again with the same entry id; when the
+    # lost attempt had been admitted, the repeat must not hold its tokens a second time.
+    (limiter,) = await replicas(1)
+    bucket = limiter.settings.bucket(KEY)
+    first = await limiter.store.try_reserve(bucket, "entry-1", 600)
+    again = await limiter.store.try_reserve(bucket, "entry-1", 600)
+    assert first.admitted and again.admitted
+    assert (await limiter.state(KEY)).used_tokens == 600
+    assert (await limiter.store.try_reserve(bucket, "entry-2", 600)).admitted is False
+
+
+@pytest.mark.postgres
+async def test_a_store_that_answers_late_is_a_wait_not_a_failure():
+    # The bucket's row is held by another transaction for longer than the store timeout
+    # (a PostgreSQL row lock queue on a loaded machine): the reservation waits, within its
+    # admission wait, and is admitted once the store answers, not failed UNAVAILABLE.
+    if not await pg_reachable():
+        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
+    from agentrt.mesh.db import Database
+
+    settings = LimiterSettings(
+        initial_tokens=1000,
+        max_tokens=2000,
+        floor_tokens=100,
+        store_timeout_seconds=0.5,
+        namespace="test-" + uuid.uuid4().hex[:16],
+    )
+    limiter = build_limiter("postgres", PG_URL, settings)
+    holder = Database(PG_URL)
+    try:
+        await limiter.prepare()
+        await limiter.reserve(KEY, 10, 5)  # the bucket's row exists
+        bucket = settings.bucket(KEY)
+        locked, release = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with holder.write() as conn:
+                await conn.exec_driver_sql(
+                    "SELECT 1 FROM gateway_limiter_budgets WHERE bucket = $1 FOR UPDATE", (bucket,)
+                )
+                locked.set()
+                await release.wait()
+
+        task = asyncio.create_task(hold())
+        await locked.wait()
+        reserving = asyncio.create_task(limiter.reserve(KEY, 100, max_wait_seconds=20))
+        while not reserving.done() and not await _waits_on_lock(holder, bucket):
+            await asyncio.sleep(0.05)
+        # three attempts' worth of the store timeout pass with the lock held
+        await asyncio.sleep(settings.store_timeout_seconds * 3)
+        assert not reserving.done(), reserving
+        release.set()
+        await task
+        reservation = await reserving
+        assert reservation.tokens == 100
+        assert (await limiter.state(KEY)).used_tokens == 110
+    finally:
+        await holder.close()
+        await limiter.close()
+
+
+async def _waits_on_lock(db, bucket: str) -> bool:  # type: ignore[no-untyped-def]
+    async with db.read() as conn:
+        found = await conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE '%gateway_limiter_reserve%'"
+        )
+        return bool(found.scalar())

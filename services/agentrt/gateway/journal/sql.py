@@ -11,7 +11,9 @@ On a SQLite file, `claim` and `finish` (every keyed call's two writes) run first
 event loop's thread over a kept stdlib connection (journal/inline.py, decision 0099), and
 the round-5 way (`write_sync` on the write thread) when another connection holds the lock.
 
-On PostgreSQL every statement answers within `timeout_s` (asyncpg `command_timeout`), so a
+On PostgreSQL lease renewals go through a pool of their own (`RENEW_POOL_SIZE`
+connections), so a live holder's renewal never queues behind the other calls' claims,
+polls and records. On PostgreSQL every statement answers within `timeout_s` (asyncpg `command_timeout`), so a
 database that hangs fails a journal operation in seconds; the journal then answers the call
 without its record (journal/calls.py). The schema is migrated by Alembic in `prepare`
 (under the mesh's advisory lock on PostgreSQL; replicas starting together migrate once).
@@ -32,6 +34,8 @@ from agentrt.mesh import migrate
 from agentrt.mesh.db import Database
 
 MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent.parent / "migrations"
+#: PostgreSQL connections reserved for lease renewals (one short UPDATE each), per replica.
+RENEW_POOL_SIZE = 2
 
 metadata = sa.MetaData()
 
@@ -103,6 +107,20 @@ class SqlJournalStore:
             max_overflow=max_overflow,
         )
         self._insert = sqlite.insert if self._db.is_sqlite else postgresql.insert
+        # Holders renew their leases through connections of their own: behind the claims,
+        # polls and records of a hundred calls in a few shared connections, renewals of a live
+        # holder waited past the lease, and another replica took its call over and asked
+        # the provider again (issue 13). SQLite serializes writes anyway: one engine.
+        self._renew_db = (
+            self._db
+            if self._db.is_sqlite
+            else Database(
+                url,
+                connect_args={"timeout": timeout_s, "command_timeout": timeout_s},
+                pool_size=RENEW_POOL_SIZE,
+                max_overflow=0,
+            )
+        )
         self._claim = (
             self._insert(calls).values(_CLAIM_VALUES).on_conflict_do_nothing(index_elements=list(_KEY))
         )
@@ -179,7 +197,7 @@ class SqlJournalStore:
             .where(_is(tenant, key), calls.c.state == int(State.PENDING), calls.c.holder == holder)
             .values(lease_until_s=lease_until_s)
         )
-        async with self._db.write() as conn:
+        async with self._renew_db.write() as conn:
             return (await conn.execute(update)).rowcount == 1
 
     async def finish(self, tenant: str, key: str, response: bytes, now_s: float) -> bytes:
@@ -217,3 +235,5 @@ class SqlJournalStore:
         if self._inline is not None:
             self._inline.close()
         await self._db.close()
+        if self._renew_db is not self._db:
+            await self._renew_db.close()

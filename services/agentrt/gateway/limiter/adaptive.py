@@ -10,11 +10,15 @@ config. The package re-exports its names with those of rules.py.
 Every call into the store is bounded (`LimiterSettings.store_timeout_seconds`), and a
 reservation attempt also by what is left of the request's admission wait (never less than
 `MIN_ATTEMPT_SECONDS`), so a store that accepts connections but never answers costs a
-caller its wait, not a minute: the first attempt that times out is UNAVAILABLE/
-DEPENDENCY_UNAVAILABLE; a later one, when it is the wait that ran out, is the usual
-RESOURCE_EXHAUSTED/RATE_LIMITED refusal. An attempt abandoned this way may still have been
-admitted by the store (the answer was lost): its entry counts until it leaves the window,
-which errs on the side of the budget.
+caller its wait, not a minute. A store that answers late is a wait, not a failure: an
+attempt that times out is tried again, with the same entry id, while the admission wait
+lasts (a store that already admitted the entry, its answer lost, answers admitted again;
+the Redis and memory stores never hold it twice either). Once the wait is over, the
+request is refused: RESOURCE_EXHAUSTED/RATE_LIMITED when the store answered at least once
+(its budget was spent), UNAVAILABLE/DEPENDENCY_UNAVAILABLE (retryable) when it never did.
+An attempt abandoned this way may still have been admitted by the store (the answer was
+lost): its entry counts until it leaves the window, which errs on the side of the budget.
+A store that fails (not reachable, an error) fails the request at once, as before.
 
 `snapshot()` is this replica's view for metrics: each bucket as of its latest reservation
 attempt here, with the view's age. Once a whole span (window + guard) has passed since that
@@ -147,16 +151,25 @@ class AdaptiveTokenLimiter:
         deadline = start + max(0.0, max_wait_seconds)
         entry_id = uuid.uuid4().hex
         last: Attempt | None = None
+        late = 0
         while True:
             left = deadline - self.clock()
             bound = min(s.store_timeout_seconds, max(left, MIN_ATTEMPT_SECONDS))
             try:
                 attempt = await self._attempt(key, bucket, entry_id, tokens, bound)
             except TimeoutError as exc:
-                if last is not None and left <= s.store_timeout_seconds:
+                late += 1
+                if deadline - self.clock() > 0:
+                    # A slow store is a wait, not a failure: try again (same entry id, so an
+                    # attempt whose answer was lost is not counted twice) while the wait lasts.
+                    continue
+                if last is not None:
                     # The store answered before; what ran out is this request's wait.
                     raise self._spent(key, tokens, last, max_wait_seconds) from exc
-                raise _unavailable(f"did not answer within {bound:g} s") from exc
+                raise _unavailable(
+                    f"did not answer within the {max(0.0, max_wait_seconds):g} s admission wait "
+                    f"({late} attempt{'' if late == 1 else 's'} of up to {bound:g} s)"
+                ) from exc
             last = attempt
             if attempt.admitted:
                 return Reservation(key, tokens, self.clock() - start, bucket, entry_id)
@@ -326,13 +339,19 @@ def _unavailable(what: str) -> MeshError:
     )
 
 
-def build_limiter(backend: str, url: str, settings: LimiterSettings) -> AdaptiveTokenLimiter:
+def build_limiter(
+    backend: str, url: str, settings: LimiterSettings, *, pool_size: int = 10, max_overflow: int = 10
+) -> AdaptiveTokenLimiter:
     """Return the limiter over the configured store (nothing connects until first use).
 
     Args:
         backend: "memory", "postgres" (url: postgresql+asyncpg://...) or "redis" (url: redis://...).
         url: the shared store's URL ("" for memory).
         settings: the rules' figures.
+        pool_size: PostgreSQL connections the store keeps open (the server passes
+            AGENTRT_DB_POOL_SIZE); unused by the other stores.
+        max_overflow: PostgreSQL connections opened beyond pool_size under load
+            (AGENTRT_DB_MAX_OVERFLOW).
 
     Raises:
         ValueError: an unknown backend.
@@ -344,7 +363,9 @@ def build_limiter(backend: str, url: str, settings: LimiterSettings) -> Adaptive
     if backend == "postgres":
         from agentrt.gateway.limiter.postgres import PostgresStore
 
-        return AdaptiveTokenLimiter(PostgresStore(url, settings), settings)
+        return AdaptiveTokenLimiter(
+            PostgresStore(url, settings, pool_size=pool_size, max_overflow=max_overflow), settings
+        )
     if backend == "redis":
         from agentrt.gateway.limiter.redis import RedisStore
 

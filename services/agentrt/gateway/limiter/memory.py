@@ -71,6 +71,8 @@ class MemoryStore:
         """See LimiterStore.try_reserve."""
         now = self._clock()
         b = self._bucket(bucket, now)
+        if entry_id in b.entries:  # a repeat of an admitted attempt: counted once
+            return Attempt(True, b.budget, b.used, b.pending)
         if tokens > b.budget:
             return Attempt(False, b.budget, b.used, b.pending)
         if b.used + tokens <= b.budget:

@@ -5,12 +5,15 @@ bucket: the adaptive budget and the time of its last halving) and `gateway_limit
 (the sliding-window log: one row per admitted reservation, its time, tokens and whether it
 is settled). The rules are rules.py's, written in SQL:
 
-- A reservation attempt is ONE transaction: lock the bucket's budget row (`FOR UPDATE`,
-  created with the initial budget on first use), prune the bucket's entries older than the
-  span, sum the rest, and insert the new entry only if it fits. Attempts on one bucket are
-  therefore serialized across all replicas, and each sees every entry committed before it.
-- Every time is the database's `clock_timestamp()`, read after the lock is held, so
-  replicas with skewed clocks agree and entries are timestamped in admission order.
+- A reservation attempt is ONE statement, the function `gateway_limiter_reserve`
+  (migration 0003), sent outside a transaction (`Database.autocommit`): lock the bucket's
+  budget row (`FOR UPDATE`, created with the initial budget on first use), prune the
+  bucket's entries older than the span, sum the rest, insert the new entry only if it
+  fits, else find the earliest time it could. Attempts on one bucket are therefore
+  serialized across all replicas, each sees every entry committed before it, and the row
+  lock is held only while the function runs on the server: never across a client round
+  trip (the earlier client-driven transaction held it over four, and on a loaded machine
+  every attempt queued behind a holder waiting for CPU to send its next statement).
 - Settling updates the entry without the lock: a smaller size only frees room later.
 - An outcome is one conditional UPDATE of the budget row (halve / probe, honouring the
   cooldown, clamped to this process's floor and max).
@@ -67,39 +70,12 @@ entries = sa.Table(
 
 _SPAN = "make_interval(secs => CAST(:span AS double precision))"
 
-_LOCK = sa.text("SELECT budget_tokens FROM gateway_limiter_budgets WHERE bucket = :b FOR UPDATE")
-_CREATE = sa.text(
-    "INSERT INTO gateway_limiter_budgets (bucket, budget_tokens, updated_at) "
-    "VALUES (:b, :initial, clock_timestamp()) ON CONFLICT (bucket) DO NOTHING"
+# migrations/versions/0003_limiter_reserve.py: lock, prune, sum, admit and the wait, server-side.
+_RESERVE = sa.text(
+    "SELECT budget, used, pending, admitted, wait_s "
+    "FROM gateway_limiter_reserve(:b, :id, CAST(:n AS bigint), CAST(:initial AS bigint), "
+    "CAST(:span AS double precision))"
 )
-# Under the bucket's lock, in a statement of its own (so its snapshot sees every entry
-# committed before the lock was granted): prune, sum, and insert the entry if it fits.
-_ADMIT = sa.text(f"""
-WITH n AS (SELECT clock_timestamp() AS t),
-pruned AS (
-  DELETE FROM gateway_limiter_entries e USING n WHERE e.bucket = :b AND e.at <= n.t - {_SPAN}
-),
-w AS (
-  SELECT coalesce(sum(e.tokens), 0)::bigint AS used,
-         coalesce(sum(e.tokens) FILTER (WHERE NOT e.settled), 0)::bigint AS pending
-  FROM n LEFT JOIN gateway_limiter_entries e ON e.bucket = :b AND e.at > n.t - {_SPAN}
-),
-ins AS (
-  INSERT INTO gateway_limiter_entries (bucket, entry_id, at, tokens, settled)
-  SELECT :b, :id, n.t, CAST(:n AS bigint), false FROM n, w
-  WHERE w.used + CAST(:n AS bigint) <= CAST(:budget AS bigint)
-  RETURNING 1
-)
-SELECT n.t, w.used, w.pending, EXISTS (SELECT 1 FROM ins) FROM n, w
-""")
-# The earliest expiry of settled entries that frees `excess` tokens (limiter.admission_wait).
-_WAIT = sa.text(f"""
-WITH n AS (SELECT CAST(:now AS timestamptz) AS t)
-SELECT extract(epoch FROM s.at + {_SPAN} - n.t)::float8 FROM n, (
-  SELECT at, sum(tokens) OVER (ORDER BY at, entry_id) AS freed FROM gateway_limiter_entries, n
-  WHERE bucket = :b AND settled AND at > n.t - {_SPAN}
-) s WHERE s.freed >= :excess ORDER BY s.at LIMIT 1
-""")
 _SETTLE = sa.text(
     "UPDATE gateway_limiter_entries SET tokens = coalesce(CAST(:n AS bigint), tokens), settled = true "
     "WHERE bucket = :b AND entry_id = :id AND NOT settled"
@@ -142,12 +118,17 @@ async def upgrade(db: Database, revision: str = "head") -> None:
 class PostgresStore:
     """Budgets and logs in PostgreSQL (see the module docstring)."""
 
-    def __init__(self, url: str, settings: LimiterSettings) -> None:
+    def __init__(
+        self, url: str, settings: LimiterSettings, *, pool_size: int = 10, max_overflow: int = 10
+    ) -> None:
         """Open the engine (nothing connects until first use).
 
         Args:
             url: postgresql+asyncpg://... URL.
             settings: the rules' figures.
+            pool_size: connections kept open (an attempt holds one for one statement, so
+                a few serve many callers; the rest wait for the pool).
+            max_overflow: connections opened beyond pool_size under load.
 
         Raises:
             ValueError: the URL is not a postgresql+asyncpg one.
@@ -156,7 +137,12 @@ class PostgresStore:
             raise ValueError(f"the postgres limiter needs a postgresql+asyncpg:// URL, got {url!r}")
         timeout = settings.store_timeout_seconds
         self._url = url
-        self._db = Database(url, connect_args={"timeout": timeout, "command_timeout": timeout})
+        self._db = Database(
+            url,
+            connect_args={"timeout": timeout, "command_timeout": timeout},
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+        )
         self._s = settings
 
     async def prepare(self) -> None:
@@ -184,30 +170,29 @@ class PostgresStore:
         await self._db.close()
 
     async def try_reserve(self, bucket: str, entry_id: str, tokens: int) -> Attempt:
-        """See LimiterStore.try_reserve: one transaction holding the bucket's row lock."""
+        """See LimiterStore.try_reserve: one statement, outside a transaction (module docstring).
+
+        An attempt repeated with the entry id of one that was admitted (its answer lost to
+        a timeout) is answered admitted again, not counted twice.
+        """
         s = self._s
-        async with self._db.write() as conn:
-            budget = await conn.scalar(_LOCK, {"b": bucket})
-            if budget is None:
-                await conn.execute(_CREATE, {"b": bucket, "initial": s.initial_tokens})
-                budget = await conn.scalar(_LOCK, {"b": bucket})
-            params = {"b": bucket, "id": entry_id, "n": tokens, "budget": budget, "span": s.span_seconds}
-            now, used, pending, admitted = (await conn.execute(_ADMIT, params)).one()
-            budget, used, pending = int(budget), int(used), int(pending)
-            if admitted or tokens > budget:
-                return Attempt(bool(admitted), budget, used, pending)
-            excess = used - pending + tokens - budget
-            wait = 0.0
-            if excess > 0:
-                found = await conn.scalar(
-                    _WAIT, {"b": bucket, "now": now, "span": s.span_seconds, "excess": excess}
-                )
-                wait = s.span_seconds if found is None else max(0.0, float(found))
-            return Attempt(False, budget, used, pending, wait)
+        params = {
+            "b": bucket,
+            "id": entry_id,
+            "n": tokens,
+            "initial": s.initial_tokens,
+            "span": s.span_seconds,
+        }
+        async with self._db.autocommit() as conn:
+            budget, used, pending, admitted, wait = (await conn.execute(_RESERVE, params)).one()
+        budget, used, pending = int(budget), int(used), int(pending)
+        if admitted or tokens > budget:
+            return Attempt(bool(admitted), budget, used, pending)
+        return Attempt(False, budget, used, pending, float(wait))
 
     async def settle(self, bucket: str, entry_id: str, tokens: int | None) -> None:
         """See LimiterStore.settle."""
-        async with self._db.write() as conn:
+        async with self._db.autocommit() as conn:  # one statement: no BEGIN/COMMIT round trips
             await conn.execute(_SETTLE, {"b": bucket, "id": entry_id, "n": tokens})
 
     async def outcome(self, bucket: str, rate_limited: bool) -> int:
@@ -221,7 +206,7 @@ class PostgresStore:
             "step": s.probe_tokens,
             "cooldown": s.cooldown_seconds,
         }
-        async with self._db.write() as conn:
+        async with self._db.autocommit() as conn:  # one statement
             budget = await conn.scalar(_OUTCOME, params)
         return s.initial_tokens if budget is None else int(budget)
 

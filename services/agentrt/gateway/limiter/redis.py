@@ -61,6 +61,9 @@ _RESERVE = (
     + """
 local n = tonumber(ARGV[4])
 local ttl = ARGV[6]
+if redis.call('HEXISTS', KEYS[2], ARGV[5]) == 1 then
+  return {1, budget, used, pending, '0'}  -- a repeat of an admitted attempt: counted once
+end
 if n > budget then
   return {0, budget, used, pending, '0'}
 end

@@ -235,7 +235,11 @@ class LimiterStore(Protocol):
         ...
 
     async def try_reserve(self, bucket: str, entry_id: str, tokens: int) -> Attempt:
-        """Prune the span, then admit `tokens` as entry_id if they fit (see Attempt)."""
+        """Prune the span, then admit `tokens` as entry_id if they fit (see Attempt).
+
+        Idempotent on entry_id: an entry already admitted (an earlier attempt whose answer
+        was lost) is answered admitted again and counted once.
+        """
         ...
 
     async def settle(self, bucket: str, entry_id: str, tokens: int | None) -> None:

@@ -114,9 +114,18 @@ class ContextOverflow(Exception):
 
 
 async def stream_model(
-    peers: Peers, tenant: str, request: gpb.ModelRequest, on_delta: Callable[[str], None]
+    peers: Peers,
+    tenant: str,
+    request: gpb.ModelRequest,
+    on_delta: Callable[[str], None],
+    on_wait: Callable[[MeshError, float], None] | None = None,
+    stops_call: Callable[[], bool] | None = None,
 ) -> gpb.GenerateResponse:
     """Make the turn's model call; return its final answer (response, retries, queue wait).
+
+    `on_wait(error, waited seconds)` is called each time the call is re-sent after the
+    gateway's stores did not answer; `stops_call()` says whether a cancellation of this
+    call should stop it at the gateway too (Peers.generate).
 
     Raises:
         ContextOverflow: the gateway's CONTEXT_OVERFLOW, or a response the context window
@@ -126,7 +135,7 @@ async def stream_model(
     """
     final: gpb.GenerateResponse | None = None
     try:
-        async for message in peers.generate(tenant, request):
+        async for message in peers.generate(tenant, request, on_wait, stops_call):
             kind = message.WhichOneof("event")
             if kind == "text_delta" and message.text_delta:
                 on_delta(message.text_delta)

@@ -134,6 +134,9 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
                             r.tenant,
                             request,
                             lambda text: self._publish(model_delta=pb.ModelDelta(text=text)),
+                            self._model_wait,
+                            # a lost lease or a drain leaves the call to the next owner
+                            lambda: self.stop_reason in ("", "cancel"),
                         ),
                         finish_on_shutdown=True,  # a drain logs the response: never asked twice
                     )
@@ -181,6 +184,15 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
             await self._save("model_responded", payload, usage=usage)
             self.deps.crash("after_model_responded")
         return response, decision
+
+    def _model_wait(self, err: MeshError, waited_s: float) -> None:
+        """The gateway's stores did not answer; the call is sent again with its key (peers.py)."""
+        self._diagnose(
+            "model_retry",
+            f"The gateway could not admit the model call ({err.message}); sending it again.",
+            reason=str(err.reason),
+            waited_ms=int(waited_s * 1000),
+        )
 
     def _shape(self, turn: int) -> structured_phase.TurnShape:
         """Return what the turn offers (tools, output strategy; runs/loop/structured_phase.py)."""
