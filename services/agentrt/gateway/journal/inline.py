@@ -1,4 +1,4 @@
-"""The SQLite journal's claim and record on the event loop's own thread (decision 0099).
+"""The SQLite journal's claim and record on the event loop's own thread (decision 0022).
 
 Every keyed model call writes the journal twice: the claim before the provider is asked and
 the record before the answer is handed over. On a SQLite file each is a short transaction of

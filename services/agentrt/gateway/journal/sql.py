@@ -8,7 +8,7 @@ inserter wins a key), `take_over`, `renew`, `finish` and `release` are condition
 and DELETEs whose row count says whether they applied.
 
 On a SQLite file, `claim` and `finish` (every keyed call's two writes) run first on the
-event loop's thread over a kept stdlib connection (journal/inline.py, decision 0099), and
+event loop's thread over a kept stdlib connection (journal/inline.py, decision 0022), and
 the round-5 way (`write_sync` on the write thread) when another connection holds the lock.
 
 On PostgreSQL lease renewals go through a pool of their own (`RENEW_POOL_SIZE`
