@@ -8,6 +8,7 @@ run two gateways over one shared store. The emulator's request log is the witnes
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 import uuid
 from dataclasses import replace
@@ -17,6 +18,7 @@ import pytest
 from conftest import emulator_config
 from gateway_helpers import model_request, user
 
+from agentrt.gateway.journal import State
 from agentrt.gateway.journal.sql import SqlJournalStore
 from agentrt.gateway.server import build_server
 from agentrt.mesh.status import reason_of
@@ -352,3 +354,35 @@ async def test_cancel_generate_stops_a_keyed_call_on_purpose(start_server, emu, 
 async def _drain(call) -> None:  # type: ignore[no-untyped-def]
     async for _ in call:
         pass
+
+
+async def test_claim_and_record_wait_for_another_writer_without_blocking_the_loop(tmp_path):
+    # The inline path (journal/inline.py) never waits on the loop: with another connection
+    # (another replica on the file) holding the write lock, claim and finish go the thread's
+    # way, wait for the lock there, and keep their answers (one claim wins, first answer kept).
+    path = tmp_path / "gateway.db"
+    store = SqlJournalStore(f"sqlite+aiosqlite:///{path}")
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        await store.prepare()
+        other.execute("BEGIN IMMEDIATE")
+        claim = asyncio.ensure_future(store.claim("t", "k", "f", "h", 1000.0, 1010.0))
+        await asyncio.sleep(0.05)  # the loop runs on while the claim waits for the lock
+        assert not claim.done()
+        other.execute("COMMIT")
+        row, inserted = await claim
+        assert inserted and row.holder == "h" and row.state == State.PENDING
+        row, inserted = await store.claim("t", "k", "f", "h2", 1001.0, 1011.0)
+        assert not inserted and row.holder == "h"
+        other.execute("BEGIN IMMEDIATE")
+        finish = asyncio.ensure_future(store.finish("t", "k", b"first", 1002.0))
+        await asyncio.sleep(0.05)
+        assert not finish.done()
+        other.execute("COMMIT")
+        assert await finish == b"first"
+        assert await store.finish("t", "k", b"second", 1003.0) == b"first"
+        row, _ = await store.claim("t", "k", "f", "h3", 1004.0, 1014.0)
+        assert row.state == State.DONE and row.response == b"first"
+    finally:
+        other.close()
+        await store.close()

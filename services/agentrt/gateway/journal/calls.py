@@ -319,8 +319,9 @@ class CallJournal:
             return
         replayed = False
         try:
-            stored = await self._store.finish(tenant, name, final.SerializeToString(), self._clock())
-            if stored != final.SerializeToString():
+            answer = final.SerializeToString()
+            stored = await self._store.finish(tenant, name, answer, self._clock())
+            if stored != answer:
                 final, replayed = g.GenerateResponse.FromString(stored), True  # a takeover answered first
         except Exception as exc:  # noqa: BLE001 - the answer still reaches its callers
             log.warning("model call %r answered but not journaled: %s", name, exc)

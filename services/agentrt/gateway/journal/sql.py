@@ -7,6 +7,10 @@ database's own atomicity: `claim` is INSERT ... ON CONFLICT DO NOTHING (exactly 
 inserter wins a key), `take_over`, `renew`, `finish` and `release` are conditional UPDATEs
 and DELETEs whose row count says whether they applied.
 
+On a SQLite file, `claim` and `finish` (every keyed call's two writes) run first on the
+event loop's thread over a kept stdlib connection (journal/inline.py, decision 0022), and
+the round-5 way (`write_sync` on the write thread) when another connection holds the lock.
+
 On PostgreSQL lease renewals go through a pool of their own (`RENEW_POOL_SIZE`
 connections), so a live holder's renewal never queues behind the other calls' claims,
 polls and records. On PostgreSQL every statement answers within `timeout_s` (asyncpg `command_timeout`), so a
@@ -22,7 +26,9 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
 
+from agentrt.gateway.journal.inline import InlineSqlite
 from agentrt.gateway.journal.store import Row, State
 from agentrt.mesh import migrate
 from agentrt.mesh.db import Database
@@ -120,6 +126,9 @@ class SqlJournalStore:
         self._claim = (
             self._insert(calls).values(_CLAIM_VALUES).on_conflict_do_nothing(index_elements=list(_KEY))
         )
+        # On a SQLite file, claim and finish run on the loop's thread first (journal/inline.py).
+        path = make_url(url).database if self._db.is_sqlite else None
+        self._inline = InlineSqlite(path) if path and path != ":memory:" else None
 
     async def prepare(self) -> None:
         """Migrate the gateway's tables (Alembic, version table alembic_version_gateway).
@@ -137,6 +146,10 @@ class SqlJournalStore:
         self, tenant: str, key: str, fingerprint: str, holder: str, now_s: float, lease_until_s: float
     ) -> tuple[Row, bool]:
         """See JournalStore.claim."""
+        if self._inline is not None:
+            got_inline = self._inline.claim(tenant, key, fingerprint, holder, now_s, lease_until_s)
+            if got_inline is not None:
+                return got_inline
         params = {
             "p_tenant": tenant,
             "p_key": key,
@@ -209,6 +222,10 @@ class SqlJournalStore:
 
     async def finish(self, tenant: str, key: str, response: bytes, now_s: float) -> bytes:
         """See JournalStore.finish (a row swept meanwhile is not recorded again)."""
+        if self._inline is not None:
+            done = self._inline.finish(tenant, key, response)
+            if done is not None:
+                return done[0] or response
         params = {"p_tenant": tenant, "p_key": key, "p_response": response}
 
         def transaction(conn: sa.Connection) -> bytes | None:
@@ -235,6 +252,8 @@ class SqlJournalStore:
 
     async def close(self) -> None:
         """Dispose of the engine."""
+        if self._inline is not None:
+            self._inline.close()
         await self._db.close()
         if self._renew_db is not self._db:
             await self._renew_db.close()
