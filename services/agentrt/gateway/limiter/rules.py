@@ -140,8 +140,8 @@ class LimiterSettings:
 
         Raises:
             ValueError: floor > initial, initial > max, a budget below 1, a window <= 0,
-                a negative guard/cooldown, poll <= 0 (any of these four NaN or infinite), a probe fraction outside (0, 1], or
-                a store timeout <= 0.
+                a negative guard/cooldown, poll <= 0 (any of these four NaN or infinite),
+                a probe fraction outside (0, 1], or a store timeout <= 0.
         """
         if not 1 <= self.floor_tokens <= self.initial_tokens <= self.max_tokens:
             raise ValueError(
