@@ -92,25 +92,6 @@ class LeaseRows:
         lost = set(tokens) - set(held)
         canceled = {run_id for run_id, requested in held.items() if requested}
         return lost, canceled
-        expires = time.time() + ttl_s
-        async with self.db.write() as conn:
-            for run_id, token in tokens.items():
-                result = await conn.execute(
-                    update(RunRow)
-                    .where(
-                        RunRow.run_id == run_id, RunRow.lease_owner == owner, RunRow.fencing_token == token
-                    )
-                    .values(lease_expires_s=expires)
-                )
-                if result.rowcount == 0:
-                    lost.add(run_id)
-            rows = await conn.execute(
-                select(RunRow.run_id).where(
-                    RunRow.run_id.in_(list(tokens)), RunRow.cancel_requested.is_(True)
-                )
-            )
-            canceled = {r[0] for r in rows}
-        return lost, canceled
 
     async def release_lease(self, run_id: str, token: int) -> None:
         """Give the lease up (expire it now) if token is still current."""

@@ -166,11 +166,17 @@ class SessionReads:
 
         async def body(conn: AsyncConnection) -> tuple[list[Entry], int]:
             session = await q.resolve(conn, tenant, ref)
+            # The highest seq first, the entries after: on PostgreSQL (READ COMMITTED) each
+            # statement sees what committed before it, so read the other way round an append
+            # committed between the two was counted in the seq and missing from the entries.
+            # This way the entries' read sees at least what the seq counted (appends to a
+            # session commit in seq order), and the seq is raised to the last entry read.
+            last = await q.tail(conn, tenant, session)
             found = await q.entries(
                 conn, tenant, session["session_id"], session["generation"], after_seq, count, newest=limit < 0
             )
-            last = await q.tail(conn, tenant, session)
-            return found, last.seq if last is not None else 0
+            last_seq = last.seq if last is not None else 0
+            return found, max(last_seq, found[-1].seq) if found else last_seq
 
         # One hop (the run loop reads its session's tail this way every turn).
         return await self._run(body, write=False)

@@ -102,3 +102,47 @@ async def test_a_new_incarnation_leaves_the_tail_unread_and_the_append_stands(en
     assert list(resp.tail) == [] and resp.tail_last_seq == 0
     again = await env.stub.GetSession(pb.GetSessionRequest(session=ref("s")))
     assert again.session.generation != s.generation
+
+
+async def test_an_append_between_the_reads_statements_is_in_the_entries_or_not_in_the_seq(env, monkeypatch):
+    # ListEntries (and include_tail) answer the entries after a seq and the highest seq
+    # stored with two statements; on PostgreSQL each sees what committed before it. Another
+    # writer's append lands right after the first of the two: the answer must still be one
+    # log (every entry up to the reported seq is in it), or a reader that takes the seq as
+    # its cursor skips that entry for good (seen with 20 racing include_tail appends).
+    if not env.db_url.startswith("postgresql"):
+        pytest.skip("a SQLite read is one snapshot; the race needs PostgreSQL's READ COMMITTED")
+    from agentrt.sessions import queries
+
+    state: dict = {"store": None, "fired": False}
+    original_list = SessionStore.list_entries
+
+    async def list_entries(self, tenant, ref_, after_seq=0, limit=0):
+        state["store"] = self
+        return await original_list(self, tenant, ref_, after_seq, limit)
+
+    async def foreign_once(tenant, session_id):
+        if state["store"] is None or state["fired"]:
+            return
+        state["fired"] = True
+        await SessionStore.append(
+            state["store"], tenant, Ref(session_id), codec.entries_in([user("between")]), None
+        )
+
+    def wrapped(fn):
+        async def run(conn, tenant, *args, **kw):
+            got = await fn(conn, tenant, *args, **kw)
+            # queries.tail(conn, tenant, session row); queries.entries(conn, tenant, session_id, ...)
+            await foreign_once(tenant, args[0] if isinstance(args[0], str) else args[0]["session_id"])
+            return got
+
+        return run
+
+    await new_session(env.stub, "s")
+    await _append(env, user("hi"))
+    monkeypatch.setattr(SessionStore, "list_entries", list_entries)
+    monkeypatch.setattr(queries, "tail", wrapped(queries.tail))
+    monkeypatch.setattr(queries, "entries", wrapped(queries.entries))
+    listed = await env.stub.ListEntries(pb.ListEntriesRequest(session=ref("s"), after_seq=1))
+    assert state["fired"]
+    assert [e.seq for e in listed.entries] == list(range(2, listed.last_seq + 1))

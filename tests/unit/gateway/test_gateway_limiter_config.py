@@ -84,6 +84,12 @@ def test_postgres_falls_back_to_the_gateways_database_flag(monkeypatch):
         ({"PER_TENANT": "maybe"}, "not a boolean"),
         ({"MODEL_FAMILIES": "gpt"}, "PATTERN=FAMILY"),
         ({"WINDOW_SECONDS": "-1"}, "window must be > 0"),
+        # NaN passes every `<= 0` test: a NaN window counted no entry (the budget never held)
+        ({"WINDOW_SECONDS": "nan"}, "window must be > 0"),
+        ({"WINDOW_SECONDS": "inf"}, "window must be > 0"),
+        ({"GUARD_SECONDS": "nan"}, "guard and cooldown >= 0"),
+        ({"GUARD_SECONDS": "inf"}, "guard and cooldown >= 0"),
+        ({"COOLDOWN_SECONDS": "nan"}, "guard and cooldown >= 0"),
         ({"STORE_TIMEOUT_SECONDS": "0"}, "store timeout must be > 0"),
         ({"STORE_TIMEOUT_SECONDS": "inf"}, "store timeout must be > 0"),
         ({"BACKEND": "redis", "URL": "redis://:::bad"}, "not a valid redis URL"),

@@ -140,17 +140,24 @@ class LimiterSettings:
 
         Raises:
             ValueError: floor > initial, initial > max, a budget below 1, a window <= 0,
-                a negative guard/cooldown, poll <= 0, a probe fraction outside (0, 1], or
-                a store timeout <= 0.
+                a negative guard/cooldown, poll <= 0 (any of these four NaN or infinite),
+                a probe fraction outside (0, 1], or a store timeout <= 0.
         """
         if not 1 <= self.floor_tokens <= self.initial_tokens <= self.max_tokens:
             raise ValueError(
                 "limiter budgets must satisfy 1 <= floor <= initial <= max tokens per window; got "
                 f"floor={self.floor_tokens} initial={self.initial_tokens} max={self.max_tokens}"
             )
-        if self.window_seconds <= 0 or self.guard_seconds < 0 or self.cooldown_seconds < 0:
-            raise ValueError("limiter window must be > 0 s, guard and cooldown >= 0 s")
-        if self.poll_seconds <= 0 or not 0 < self.probe_fraction <= 1:
+        # Written as what must hold, so NaN (which fails every comparison) is refused too:
+        # a NaN window counted no entry, and the budget admitted without bound.
+        if not (0 < self.window_seconds < math.inf):
+            raise ValueError(f"limiter window must be > 0 s and finite, got {self.window_seconds}")
+        if not (0 <= self.guard_seconds < math.inf and 0 <= self.cooldown_seconds < math.inf):
+            raise ValueError(
+                "limiter guard and cooldown >= 0 s and finite; got "
+                f"guard={self.guard_seconds} cooldown={self.cooldown_seconds}"
+            )
+        if not (0 < self.poll_seconds < math.inf) or not 0 < self.probe_fraction <= 1:
             raise ValueError("limiter poll must be > 0 s and probe fraction in (0, 1]")
         if not (self.store_timeout_seconds > 0 and math.isfinite(self.store_timeout_seconds)):
             raise ValueError(f"limiter store timeout must be > 0 s, got {self.store_timeout_seconds}")
