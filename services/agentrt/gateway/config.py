@@ -9,6 +9,7 @@ FAILED_PRECONDITION/PROVIDER_NOT_CONFIGURED.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -214,12 +215,15 @@ class GatewayConfig:
                 f"postgresql+asyncpg://..., got {self.journal_url!r}"
             )
         if (
-            not self.journal_lease_seconds > 0
+            not math.isfinite(self.journal_lease_seconds)
+            or not math.isfinite(self.journal_ttl_seconds)
+            or not self.journal_lease_seconds > 0
             or not self.journal_ttl_seconds >= 2 * self.journal_lease_seconds
         ):
+            # finite: an endless lease would leave a killed gateway's call never taken over
             raise ValueError(
-                "AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS must be positive and "
-                "AGENTRT_GATEWAY_JOURNAL_TTL_SECONDS at least twice it"
+                "AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS must be positive and finite, and "
+                "AGENTRT_GATEWAY_JOURNAL_TTL_SECONDS finite and at least twice it"
             )
 
 

@@ -62,6 +62,10 @@ def serve_gateway(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
             {"AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS": "0"},
             "AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS must be positive",
         ),
+        (
+            {"AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS": "inf", "AGENTRT_GATEWAY_JOURNAL_TTL_SECONDS": "inf"},
+            "AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS must be positive and finite",
+        ),
     ],
     ids=[
         "metrics-port-negative",
@@ -72,6 +76,7 @@ def serve_gateway(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
         "timeout",
         "journal-url",
         "journal-lease",
+        "journal-lease-endless",
     ],
 )
 def test_bad_configuration_exits_2_with_a_message(tmp_path, env, words):

@@ -34,6 +34,16 @@ from agentrt.gateway.journal.store import Row, State
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
 
+
+def write_lock_taken(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused because another connection holds the lock (SQLITE_BUSY/LOCKED).
+
+    Python reports the extended result code (e.g. SQLITE_BUSY_RECOVERY, 261, while a WAL is
+    recovered after a crash); its low byte is the primary code.
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
+
 _CLAIM = (
     "INSERT INTO gateway_model_calls (tenant, call_key, fingerprint, state, holder, lease_until_s,"
     " takeovers, response, created_at_s) VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?)"
@@ -72,7 +82,7 @@ class InlineSqlite:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", None) in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            if write_lock_taken(exc):
                 return None
             raise
         return conn
