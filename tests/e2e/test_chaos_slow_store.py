@@ -68,6 +68,7 @@ async def test_a_limiter_store_that_answers_late_makes_the_run_wait_not_fail(cha
         "AGENTRT_LIMITER_BACKEND": "postgres",
         "AGENTRT_LIMITER_URL": store,
         "AGENTRT_LIMITER_STORE_TIMEOUT_SECONDS": "2",
+        "AGENTRT_GATEWAY_MAX_QUEUE_WAIT_SECONDS": "5",  # the admission wait the store misses
     }
     chaos.gateway_pid = chaos.spawn("gateway", "gateway-pg", int(gateway.rsplit(":", 1)[1]), limited).pid
     b = chaos.spawn("runs", "b", new_port(), {"AGENTRT_RUNS_REPLICA_ID": "b", "AGENTRT_LOG_LEVEL": "INFO"})

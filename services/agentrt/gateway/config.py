@@ -132,7 +132,8 @@ class GatewayConfig:
         AGENTRT_GATEWAY_METRICS_PORT (`server.metrics_port`, as every service's: 0 = no
         /metrics endpoint; 0..65535), AGENTRT_GATEWAY_JOURNAL_URL (else the gateway's
         database, AGENTRT_GATEWAY_DB, else <state dir>/gateway.db), AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS
-        (10), AGENTRT_GATEWAY_JOURNAL_TTL_SECONDS (3600).
+        (10), AGENTRT_GATEWAY_JOURNAL_TTL_SECONDS (3600), AGENTRT_GATEWAY_MAX_QUEUE_WAIT_SECONDS (30:
+        the limiter's admission wait for a request that sets no max_queue_wait).
 
         Args:
             port: listening port; None reads AGENTRT_GATEWAY_PORT (default 50052).
@@ -183,6 +184,7 @@ class GatewayConfig:
             journal_url=journal_url,
             journal_lease_seconds=float(env("GATEWAY_JOURNAL_LEASE_SECONDS", "10")),
             journal_ttl_seconds=float(env("GATEWAY_JOURNAL_TTL_SECONDS", "3600")),
+            default_max_queue_wait_seconds=float(env("GATEWAY_MAX_QUEUE_WAIT_SECONDS", "30")),
         )
 
     def __post_init__(self) -> None:
@@ -191,8 +193,13 @@ class GatewayConfig:
         Raises:
             ValueError: an unknown backend, or a shared backend without a well-formed URL of
                 its kind; a journal URL of another kind, a lease that is not positive or a
-                retention shorter than two leases.
+                retention shorter than two leases; an admission wait below 0 or not finite.
         """
+        wait = self.default_max_queue_wait_seconds
+        if not (math.isfinite(wait) and wait >= 0):
+            raise ValueError(
+                f"AGENTRT_GATEWAY_MAX_QUEUE_WAIT_SECONDS must be a finite number of seconds >= 0, got {wait}"
+            )
         backend, url = self.limiter_backend, self.limiter_url
         if backend not in BACKENDS:
             raise ValueError(f"AGENTRT_LIMITER_BACKEND={backend!r}: use one of {', '.join(BACKENDS)}")

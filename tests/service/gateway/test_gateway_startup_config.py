@@ -66,6 +66,7 @@ def serve_gateway(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
             {"AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS": "inf", "AGENTRT_GATEWAY_JOURNAL_TTL_SECONDS": "inf"},
             "AGENTRT_GATEWAY_JOURNAL_LEASE_SECONDS must be positive and finite",
         ),
+        ({"AGENTRT_GATEWAY_MAX_QUEUE_WAIT_SECONDS": "-1"}, "AGENTRT_GATEWAY_MAX_QUEUE_WAIT_SECONDS must be"),
     ],
     ids=[
         "metrics-port-negative",
@@ -77,6 +78,7 @@ def serve_gateway(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
         "journal-url",
         "journal-lease",
         "journal-lease-endless",
+        "queue-wait",
     ],
 )
 def test_bad_configuration_exits_2_with_a_message(tmp_path, env, words):
