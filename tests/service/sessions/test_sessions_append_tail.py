@@ -10,7 +10,7 @@ both; nothing is faked).
 from __future__ import annotations
 
 import pytest
-from sessions_helpers import assistant, new_session, ref, text_of, user
+from sessions_helpers import BACKENDS, assistant, new_session, ref, text_of, user
 
 from agentrt.sessions import codec
 from agentrt.sessions.domain import Ref
@@ -104,14 +104,15 @@ async def test_a_new_incarnation_leaves_the_tail_unread_and_the_append_stands(en
     assert again.session.generation != s.generation
 
 
+# PostgreSQL only: a SQLite read is one snapshot; the race needs PostgreSQL's READ COMMITTED.
+@pytest.mark.parametrize("db_url", [BACKENDS[-1]], indirect=True)
 async def test_an_append_between_the_reads_statements_is_in_the_entries_or_not_in_the_seq(env, monkeypatch):
     # ListEntries (and include_tail) answer the entries after a seq and the highest seq
     # stored with two statements; on PostgreSQL each sees what committed before it. Another
     # writer's append lands right after the first of the two: the answer must still be one
     # log (every entry up to the reported seq is in it), or a reader that takes the seq as
     # its cursor skips that entry for good (seen with 20 racing include_tail appends).
-    if not env.db_url.startswith("postgresql"):
-        pytest.skip("a SQLite read is one snapshot; the race needs PostgreSQL's READ COMMITTED")
+    assert env.db_url.startswith("postgresql")
     from agentrt.sessions import queries
 
     state: dict = {"store": None, "fired": False}
