@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +33,9 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import session_service_pb2_grpc as spb_grpc
-from tests.emulators.providers import ProviderEmulator
-from tests.stores import PG_DATABASE, PG_HOST
+from tests.emulators.providers import ProviderEmulator, Reply
+from tests.needs import unavailable
+from tests.stores import PG_DATABASE, PG_HOST, pg_reachable
 
 #: The run lease of the crash tests' replicas, in seconds (a dead owner's runs are taken
 #: over once it expires).
@@ -215,6 +217,25 @@ def start_chaos_mesh(root: Path, emu: ProviderEmulator) -> ChaosMesh:
     chaos.replicas["a"] = Replica("a", mesh.addresses["runs"], None, mesh.pids["runs"])
     chaos.gateway_pid = mesh.pids["gateway"]
     return chaos
+
+
+@contextlib.contextmanager
+def chaos_mesh_on_pg(root: Path, responder: Callable[[str, object], Reply | None]) -> Iterator[ChaosMesh]:
+    """A fixture body: the emulator with `responder`, the chaos mesh on PostgreSQL, dropped after.
+
+    Raises (through tests.needs.unavailable): PostgreSQL is not reachable.
+    """
+    if not asyncio.run(pg_reachable()):
+        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
+    emu = ProviderEmulator()
+    emu.responder = responder
+    mesh = start_chaos_mesh(root, emu)
+    try:
+        yield mesh
+    finally:
+        mesh.close()
+        emu.close()
+        asyncio.run(drop_databases(mesh.databases))
 
 
 def new_port() -> int:

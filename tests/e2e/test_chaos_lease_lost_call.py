@@ -19,14 +19,12 @@ import os
 import signal
 
 import pytest
-from chaos_helpers import Follower, drop_databases, new_port, start_chaos_mesh
+from chaos_helpers import Follower, chaos_mesh_on_pg, new_port
 from e2e_helpers import STATE_TIMEOUT
 
 from agentrt.mesh.db import Database
 from agentrt.v1 import common_pb2 as cpb
-from tests.emulators.providers import ProviderEmulator, Reply
-from tests.needs import unavailable
-from tests.stores import pg_reachable
+from tests.emulators.providers import Reply
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -44,17 +42,8 @@ def _slow_answer(path: str, body: object) -> Reply | None:
 
 @pytest.fixture
 def chaos(tmp_path):
-    if not asyncio.run(pg_reachable()):
-        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
-    emu = ProviderEmulator()
-    emu.responder = _slow_answer
-    mesh = start_chaos_mesh(tmp_path, emu)
-    try:
+    with chaos_mesh_on_pg(tmp_path, _slow_answer) as mesh:
         yield mesh
-    finally:
-        mesh.close()
-        emu.close()
-        asyncio.run(drop_databases(mesh.databases))
 
 
 async def _owner(url: str, run_id: str) -> str:

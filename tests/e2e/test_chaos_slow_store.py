@@ -16,16 +16,14 @@ import json
 
 import grpc
 import pytest
-from chaos_helpers import Replica, drop_databases, new_port, start_chaos_mesh
+from chaos_helpers import Replica, chaos_mesh_on_pg, new_port
 from e2e_helpers import STATE_TIMEOUT
 
 from agentrt.mesh.db import Database
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
-from tests.emulators.providers import ProviderEmulator, Reply
-from tests.needs import unavailable
-from tests.stores import pg_reachable
+from tests.emulators.providers import Reply
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -36,17 +34,8 @@ def _answer(path: str, body: object) -> Reply | None:
 
 @pytest.fixture
 def chaos(tmp_path):
-    if not asyncio.run(pg_reachable()):
-        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
-    emu = ProviderEmulator()
-    emu.responder = _answer
-    mesh = start_chaos_mesh(tmp_path, emu)
-    try:
+    with chaos_mesh_on_pg(tmp_path, _answer) as mesh:
         yield mesh
-    finally:
-        mesh.close()
-        emu.close()
-        asyncio.run(drop_databases(mesh.databases))
 
 
 async def _logged(path, text: str) -> None:  # type: ignore[no-untyped-def]
