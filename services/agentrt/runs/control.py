@@ -13,6 +13,7 @@ import base64
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
@@ -47,6 +48,9 @@ class RunControl:
     children: ChildRuns
     _executors: dict[str, tuple[RunExecutor, asyncio.Task[None]]]
     _claiming: set[str]
+    #: Start a run's executor in this process (record, lease token, event seq, session seq):
+    #: RunManager.spawn.
+    spawn: Callable[[RunRecord, int, int, int], None]
 
     @property
     def store(self) -> RunStore:
@@ -63,10 +67,6 @@ class RunControl:
         if record is None:
             raise not_found(Reason.RUN_NOT_FOUND, f"run {run_id!r} not found")
         return record
-
-    def spawn(self, record: RunRecord, token: int, seq: int, session_seq: int) -> None:
-        """Start the run's executor in this process; RunManager defines it."""
-        raise NotImplementedError
 
     async def resume(self, tenant: str, req: Resume) -> RunRecord:
         """Record answers to a suspended run's calls; continue it once every call is answered.
