@@ -36,7 +36,10 @@ Figures:
   items_persisted→next turn_started (the save point).
 
 Usage: python tests/bench/bench_turn.py [OUT.json] [--mode in_process|multi_process|both]
-(default bench-results/turn.json, both).
+[--runs N] [--db sqlite|postgres] (default bench-results/turn.json, both, 8 runs, SQLite).
+`--db postgres` puts runs, sessions, tools and tasks of the multi-process mesh each on a
+fresh PostgreSQL database at 127.0.0.1:5432 (created before, dropped after; the gateway's
+journal stays on its SQLite file), as bench_peers.py's agentrt_postgres does.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -288,7 +292,7 @@ def _post_script(base_url: str, replies: list[Reply]) -> None:
     urllib.request.urlopen(req, timeout=10).read()
 
 
-async def multi_process() -> dict[str, Any]:
+async def multi_process(db: str = "sqlite") -> dict[str, Any]:
     """Run the benchmark against the mesh as five processes and the emulator as a sixth."""
     from agentrt.cli.ports import free_ports
     from agentrt.cli.serve import SERVICES
@@ -306,6 +310,7 @@ async def multi_process() -> dict[str, Any]:
     )
     mesh = None
     client = MeshClient()
+    pg_names: list[str] = []
     try:
         _wait_http(emu_url + "/_emulator/requests", emu_proc)
         work = tmp / "work"
@@ -317,6 +322,14 @@ async def multi_process() -> dict[str, Any]:
             "AGENTRT_DEFAULT_MODEL": "openai:gpt-test",
             "AGENTRT_LOG_LEVEL": "WARNING",
         }
+        if db == "postgres":
+            from tests.bench.bench_peers import DB_SERVICES, PG_HOST, create_databases
+
+            tag = uuid.uuid4().hex[:10]
+            pg_names = [f"agentrt_bench_turn_{svc}_{tag}" for svc in DB_SERVICES]
+            await asyncio.to_thread(create_databases, pg_names)
+            for svc, name in zip(DB_SERVICES, pg_names, strict=True):
+                env[f"AGENTRT_{svc.upper()}_DB"] = f"postgresql+asyncpg://postgres@{PG_HOST}/{name}"
         mesh = await asyncio.to_thread(
             start_mesh, tmp / "state", ports=dict(zip(SERVICES, ports, strict=True)), env=env
         )
@@ -335,6 +348,10 @@ async def multi_process() -> dict[str, Any]:
             await asyncio.to_thread(mesh.stop)
         emu_proc.terminate()
         emu_proc.wait(10)
+        if pg_names:
+            from tests.bench.bench_peers import drop_databases
+
+            await asyncio.to_thread(drop_databases, pg_names)
     turns = RUNS * (TURNS + 1)
     cpu = {name: round((cpu1[name] - cpu0[name]) * 1000 / turns, 2) for name in cpu0}
     cpu["sum"] = round(sum(cpu.values()), 2)
@@ -369,13 +386,15 @@ def _connections(base_url: str) -> int:
         return int(json.loads(resp.read())["connections"])
 
 
-async def main(out: pathlib.Path, modes: tuple[str, ...] = ("in_process", "multi_process")) -> dict:
+async def main(
+    out: pathlib.Path, modes: tuple[str, ...] = ("in_process", "multi_process"), db: str = "sqlite"
+) -> dict:
     """Measure the requested shapes and write the figures to `out` (JSON)."""
     emu = ProviderEmulator()
     try:
         sdk = await _sdk_round_trip(emu)
         result: dict[str, Any] = {
-            "what": "one turn through the mesh (real gRPC, SQLite) with an instant model",
+            "what": f"one turn through the mesh (real gRPC, {db}) with an instant model",
             "turns_per_run": TURNS + 1,
             "runs": RUNS,
             "sdk_round_trip_ms": {"p50": _pct(sdk, 0.5), "p99": _pct(sdk, 0.99)},
@@ -385,7 +404,7 @@ async def main(out: pathlib.Path, modes: tuple[str, ...] = ("in_process", "multi
     finally:
         emu.close()
     if "multi_process" in modes:
-        result["multi_process"] = await multi_process()
+        result["multi_process"] = await multi_process(db)
     for mode in modes:
         result[mode]["overhead_ms_p50"] = round(
             result[mode]["turn_ms"]["p50"] - result["sdk_round_trip_ms"]["p50"], 2
@@ -401,6 +420,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=pathlib.Path, default=default)
     parser.add_argument("--mode", choices=("in_process", "multi_process", "both"), default="both")
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"measured runs per shape (default {RUNS})")
+    parser.add_argument(
+        "--db", choices=("sqlite", "postgres"), default="sqlite", help="the multi-process mesh's databases"
+    )
     args = parser.parse_args()
+    RUNS = args.runs
     chosen = ("in_process", "multi_process") if args.mode == "both" else (args.mode,)
-    print(json.dumps(asyncio.run(main(args.out, chosen)), indent=2))
+    print(json.dumps(asyncio.run(main(args.out, chosen, args.db)), indent=2))

@@ -5,6 +5,12 @@ Owns the process edge of a service: it turns flags into the service's config (fl
 logging on stderr (text, or JSON lines with `--log-format json` / AGENTRT_LOG_FORMAT) and
 tracing (the standard OTEL_* variables, `mesh.config.tracing_from_env`; off unless asked),
 and runs `serve(config)` until SIGTERM/SIGINT drains it, then flushes the last spans.
+The event loop is uvloop's by default (`--event-loop` / AGENTRT_EVENT_LOOP: `uvloop` or
+`asyncio`): the services spend much of a turn in the loop's own work, which uvloop does in C
+(docs/decisions/0023-hot-path-redesign.md). The tools service always runs on asyncio's own
+loop: its sandboxes start processes (bubblewrap with passed fds, pidfds, ptys), and under
+uvloop's process spawning a sandboxed command crashed (SIGSEGV, exit 139); `--event-loop
+uvloop` on it is a usage error, and AGENTRT_EVENT_LOOP does not apply to it.
 
 Exit status: 0 after a clean drain; `EXIT_PORT_TAKEN` (98, like EADDRINUSE) when the port
 cannot be bound, so `agentrt up` can tell a taken port from a crash; 2 for a bad flag or
@@ -51,6 +57,11 @@ CONFIGS = {
     "sessions": "agentrt.sessions.config:SessionsConfig",
     "tasks": "agentrt.tasks.config:TasksConfig",
 }
+
+#: Event loop implementations `serve` can run on; the first is the default.
+EVENT_LOOPS = ("uvloop", "asyncio")
+#: Services that always run on asyncio's own loop (see the module docstring).
+ASYNCIO_ONLY = ("tools",)
 
 EXIT_PORT_TAKEN = 98
 EXIT_USAGE = 2
@@ -99,6 +110,12 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="text lines or one JSON object per line (default AGENTRT_LOG_FORMAT, text)",
     )
+    p.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=None,
+        help="the event loop implementation (default AGENTRT_EVENT_LOOP, uvloop; tools: asyncio only)",
+    )
     add_server_flags(p)
     p.set_defaults(func=run_serve)
 
@@ -144,6 +161,21 @@ def _die_with_supervisor(supervisor_pid: str) -> None:
         raise SystemExit(f"agentrt serve: the supervisor (pid {supervisor_pid}) is gone")
 
 
+def event_loop_runner(name: str) -> asyncio.Runner:
+    """Return an asyncio.Runner on the named event loop implementation (one of EVENT_LOOPS).
+
+    Raises:
+        ValueError: a name that is not one of EVENT_LOOPS.
+    """
+    if name == "uvloop":
+        import uvloop
+
+        return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    if name == "asyncio":
+        return asyncio.Runner()
+    raise ValueError(f"AGENTRT_EVENT_LOOP must be one of {', '.join(EVENT_LOOPS)}, not {name!r}")
+
+
 def with_metrics_port(config: Any, port: int | None) -> Any:
     """Return config with the `--metrics-port` flag applied (None leaves it as configured).
 
@@ -168,6 +200,23 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.log_format:
         logs = LogConfig(level=logs.level, format=args.log_format, content=logs.content)
     setup_logging(args.service, logs)
+    loop_name = args.event_loop or env("EVENT_LOOP", EVENT_LOOPS[0])
+    if loop_name not in EVENT_LOOPS:
+        print(
+            f"agentrt serve {args.service}: AGENTRT_EVENT_LOOP must be one of {', '.join(EVENT_LOOPS)},"
+            f" not {loop_name!r}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.service in ASYNCIO_ONLY:
+        if args.event_loop not in (None, "asyncio"):
+            print(
+                f"agentrt serve {args.service}: the {args.service} service runs on the asyncio event loop"
+                " only (its sandboxes start processes uvloop cannot)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        loop_name = "asyncio"
     peers = {name: getattr(args, f"{name}_addr") for name in SERVICES}
     try:
         config = build_config(args.service, args.port, args.db, args.host, peers)
@@ -185,10 +234,11 @@ def run_serve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     server_module = importlib.import_module(f"agentrt.{args.service}.server")
     address = config.server.address
-    log.info("starting %s on %s", args.service, address)
+    log.info("starting %s on %s (event loop: %s)", args.service, address, loop_name)
     try:
         configure_tracing(tracing, args.service, set_global=True)
-        asyncio.run(server_module.serve(config))
+        with event_loop_runner(loop_name) as runner:
+            runner.run(server_module.serve(config))
     except PortInUseError as exc:
         # A service's second port (its /metrics) names itself on the error.
         port = getattr(exc, "port", None) or config.server.port

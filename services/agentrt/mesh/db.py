@@ -21,6 +21,20 @@ On SQLite each transaction thread keeps one connection open for its life (a tran
 is a BEGIN and a COMMIT on it), instead of a pool checkout and its reset-on-return rollback
 per transaction.
 
+On a SQLite file, `write_sync`/`read_sync` first run the transaction inline: on the calling
+thread (the event loop), on a connection kept for that thread, with `busy_timeout=0`
+(decision 0023, the generalisation of decision 0022). The hop to a transaction thread and
+back (the executor's submit, the future's wake-up of the loop) cost more than the short
+statements of a hot path. The loop never waits on a lock: when another connection holds it
+(`write()`'s aiosqlite transaction, a transaction thread, another process on the file),
+BEGIN fails at once with SQLITE_BUSY and the transaction runs on its thread as before,
+waiting there. A write that finds `write()`'s lock held goes to its thread directly, in
+turn. So a body must be short and must not block (it runs on the loop); one that may take
+long (a big read, a wait) passes `offload=True`. Atomicity is the database's, as before: one
+BEGIN IMMEDIATE ... COMMIT per write, and writers of this process stay serialized (an
+inline write runs only while no other holds the lock, and nothing else runs on the loop
+while it does). Now and then a commit also runs SQLite's automatic WAL checkpoint on the loop.
+
 `write_tx(body)` and `read_tx(body)` do the same for an async transaction body written
 against AsyncConnection (`await conn.execute(...)`), so existing store code keeps one
 form: on SQLite the body is driven to completion on the transaction thread over a
@@ -36,10 +50,11 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Connection, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from agentrt.mesh.transient import retry_transient
@@ -55,14 +70,29 @@ T = TypeVar("T")
 SYNC_READ_THREADS = 4
 
 
-def _sqlite_pragmas(engine: Engine, immediate: bool) -> None:
+#: SQLite's primary result codes for a lock another connection holds.
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+
+def lock_taken(exc: BaseException) -> bool:
+    """Whether SQLite refused because another connection holds a lock (SQLITE_BUSY/LOCKED).
+
+    Takes the driver's sqlite3.OperationalError or SQLAlchemy's wrapper of it. Python reports
+    the extended result code (e.g. SQLITE_BUSY_RECOVERY, 261, while a WAL is recovered after
+    a crash); its low byte is the primary code.
+    """
+    code = getattr(getattr(exc, "orig", exc), "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
+
+
+def _sqlite_pragmas(engine: Engine, immediate: bool, busy_timeout_ms: int = 10_000) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_connection.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA busy_timeout=10000")
+        cur.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
@@ -96,6 +126,8 @@ class Database:
         """
         parsed = make_url(url)
         self.url = url
+        self._inline_write: Engine | None = None
+        self._inline_read: Engine | None = None
         self.dialect = parsed.get_backend_name()
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
@@ -110,6 +142,12 @@ class Database:
             self._sync_read: Engine | None = create_engine(sync_url, connect_args=args)
             _sqlite_pragmas(self._sync_write, immediate=True)
             _sqlite_pragmas(self._sync_read, immediate=False)
+            if parsed.database and parsed.database != ":memory:":
+                # The inline connections: the same file, but a lock held elsewhere fails at once.
+                self._inline_write = create_engine(sync_url, connect_args=args)
+                self._inline_read = create_engine(sync_url, connect_args=args)
+                _sqlite_pragmas(self._inline_write, immediate=True, busy_timeout_ms=0)
+                _sqlite_pragmas(self._inline_read, immediate=False, busy_timeout_ms=0)
             self._write_pool: ThreadPoolExecutor | None = ThreadPoolExecutor(1, "db-write")
             self._read_pool: ThreadPoolExecutor | None = ThreadPoolExecutor(SYNC_READ_THREADS, "db-read")
         elif self.dialect == "postgresql":
@@ -125,12 +163,18 @@ class Database:
             self._write_pool = self._read_pool = None
         else:
             raise ValueError(f"unsupported database URL {url!r}: use sqlite+aiosqlite or postgresql+asyncpg")
+        #: Transactions that ran inline, and those an inline attempt handed to a thread
+        #: because another connection held the lock (tests and operators).
+        self.inline_transactions = 0
+        self.inline_fallbacks = 0
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         #: Each transaction thread's own connection (SQLite). They are not closed by
         #: `close()`, which must not wait for a thread still in a transaction (it would block
         #: the event loop): a thread's connection goes with the thread, which ends once idle
         #: after the pools' shutdown.
         self._thread_local = threading.local()
+        #: The inline connections, per calling thread (in practice the event loop's).
+        self._inline_local = threading.local()
 
     @property
     def is_sqlite(self) -> bool:
@@ -174,11 +218,13 @@ class Database:
         async with self._read_engine.begin() as conn:
             yield conn
 
-    async def write_sync(self, fn: Callable[[Connection], T]) -> T:
+    async def write_sync(self, fn: Callable[[Connection], T], *, offload: bool = False) -> T:
         """Run fn(connection) as one writing transaction; commit on return, roll back on error.
 
-        fn must not touch the event loop (on SQLite it runs on another thread). Serialized
-        with `write()`.
+        fn must not touch the event loop, and may run again after a rollback: on a SQLite
+        file it runs inline on the loop's thread, and again on the write thread when the
+        inline attempt found the lock taken (see the module docstring); with `offload`, or
+        on `:memory:`, only on the write thread. Serialized with `write()`.
 
         Returns:
             What fn returned.
@@ -186,6 +232,11 @@ class Database:
         if self._sync_write is None or self._write_pool is None:
             async with self.write() as conn:
                 return await conn.run_sync(fn)
+        assert self._write_lock is not None
+        if self._inline_write is not None and not offload and not self._write_lock.locked():
+            ran, value = self._inline(self._inline_write, "write", fn)
+            if ran:
+                return cast(T, value)
         engine = self._sync_write
 
         def transaction() -> T:
@@ -193,14 +244,14 @@ class Database:
             with conn.begin():
                 return fn(conn)
 
-        assert self._write_lock is not None
         async with self._write_lock:
             return await asyncio.get_running_loop().run_in_executor(self._write_pool, transaction)
 
-    async def read_sync(self, fn: Callable[[Connection], T]) -> T:
+    async def read_sync(self, fn: Callable[[Connection], T], *, offload: bool = False) -> T:
         """Run fn(connection) in one read transaction and return its result (see write_sync).
 
-        On PostgreSQL a transient failure (a terminated or reset connection, mesh/transient.py)
+        On a SQLite file it runs inline unless `offload` (see the module docstring). On
+        PostgreSQL a transient failure (a terminated or reset connection, mesh/transient.py)
         runs the read again, with bounded backoff: a read changes nothing, so it is safe to repeat.
         """
         if self._sync_read is None or self._read_pool is None:
@@ -210,6 +261,10 @@ class Database:
                     return await conn.run_sync(fn)
 
             return await retry_transient(once, what="read")
+        if self._inline_read is not None and not offload:
+            ran, value = self._inline(self._inline_read, "read", fn)
+            if ran:
+                return cast(T, value)
         engine = self._sync_read
 
         def transaction() -> T:
@@ -219,6 +274,28 @@ class Database:
 
         return await asyncio.get_running_loop().run_in_executor(self._read_pool, transaction)
 
+    def _inline(self, engine: Engine, role: str, fn: Callable[[Connection], T]) -> tuple[bool, T | None]:
+        """Run fn as one transaction on this thread's inline connection (see the module docstring).
+
+        Returns:
+            (True, what fn returned); or (False, None) when another connection held the lock:
+            the transaction was rolled back (or never began) and nothing was done.
+        """
+        conn: Connection | None = getattr(self._inline_local, role, None)
+        if conn is None or conn.closed or conn.invalidated:
+            conn = engine.connect()
+            setattr(self._inline_local, role, conn)
+        try:
+            with conn.begin():
+                value = fn(conn)
+        except OperationalError as exc:
+            if not lock_taken(exc):
+                raise
+            self.inline_fallbacks += 1
+            return False, None
+        self.inline_transactions += 1
+        return True, value
+
     def _thread_conn(self, engine: Engine, role: str) -> Connection:
         """Return this transaction thread's own connection to engine (opened on first use)."""
         conn: Connection | None = getattr(self._thread_local, role, None)
@@ -227,7 +304,9 @@ class Database:
             setattr(self._thread_local, role, conn)
         return conn
 
-    async def write_tx(self, body: Callable[[AsyncConnection], Coroutine[Any, Any, T]]) -> T:
+    async def write_tx(
+        self, body: Callable[[AsyncConnection], Coroutine[Any, Any, T]], *, offload: bool = False
+    ) -> T:
         """Run `await body(conn)` as one writing transaction (see the module docstring).
 
         Raises:
@@ -236,14 +315,16 @@ class Database:
         if self._sync_write is None:
             async with self.write() as conn:
                 return await body(conn)
-        return await self.write_sync(lambda conn: _drive(body(_SyncBacked(conn))))  # type: ignore[arg-type]
+        return await self.write_sync(lambda conn: _drive(body(_SyncBacked(conn))), offload=offload)  # type: ignore[arg-type]
 
-    async def read_tx(self, body: Callable[[AsyncConnection], Coroutine[Any, Any, T]]) -> T:
+    async def read_tx(
+        self, body: Callable[[AsyncConnection], Coroutine[Any, Any, T]], *, offload: bool = False
+    ) -> T:
         """Run `await body(conn)` in one read transaction (see write_tx)."""
         if self._sync_read is None:
             async with self.read() as conn:
                 return await body(conn)
-        return await self.read_sync(lambda conn: _drive(body(_SyncBacked(conn))))  # type: ignore[arg-type]
+        return await self.read_sync(lambda conn: _drive(body(_SyncBacked(conn))), offload=offload)  # type: ignore[arg-type]
 
     async def close(self) -> None:
         """Dispose of the engines and stop the transaction threads."""
@@ -253,7 +334,12 @@ class Database:
         for pool in (self._write_pool, self._read_pool):
             if pool is not None:
                 pool.shutdown(wait=False)
-        for engine in (self._sync_write, self._sync_read):
+        for role in ("write", "read"):
+            conn = getattr(self._inline_local, role, None)
+            if conn is not None:
+                conn.close()
+                setattr(self._inline_local, role, None)
+        for engine in (self._sync_write, self._sync_read, self._inline_write, self._inline_read):
             if engine is not None:
                 engine.dispose()
 

@@ -57,8 +57,9 @@ def _serve(tmp_path: Path, *flags: str, **env: str) -> subprocess.CompletedProce
             "AGENTRT_SESSIONS_METRICS_PORT=70000: a port must be 0..65535",
         ),
         (("--metrics-port", "-5"), {}, "metrics port -5 is outside 0..65535"),
+        ((), {"AGENTRT_EVENT_LOOP": "trio"}, "AGENTRT_EVENT_LOOP must be one of uvloop, asyncio, not 'trio'"),
     ],
-    ids=["log-format", "exporter", "metrics-port-env", "metrics-port-flag"],
+    ids=["log-format", "exporter", "metrics-port-env", "metrics-port-flag", "event-loop"],
 )
 def test_bad_telemetry_settings_exit_2_with_a_message(tmp_path, flags, env, words):
     done = _serve(tmp_path, *flags, **env)
@@ -76,13 +77,36 @@ def test_a_taken_metrics_port_exits_98_naming_it(tmp_path):
     assert f"port {port} is taken" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_metrics_port_and_json_logs_from_the_flags(tmp_path):
+def test_a_bad_event_loop_flag_is_a_usage_error(tmp_path):
+    done = _serve(tmp_path, "--event-loop", "trio")
+    assert done.returncode == 2 and "invalid choice: 'trio'" in done.stderr
+
+
+def test_the_tools_service_refuses_uvloop(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "agentrt.cli.main", "serve", "tools", "--port", str(_free_port())]
+        + ["--event-loop", "uvloop"],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=EXIT_TIMEOUT,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "runs on the asyncio event loop only" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_metrics_port_and_json_logs_from_the_flags(tmp_path, loop):
+    # Serves, answers and drains on either event loop (uvloop is the default: no flag).
     port, metrics = _free_port(), _free_port()
     log_path = tmp_path / "sessions.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "agentrt.cli.main", "serve", "sessions", "--port", str(port)]
-            + ["--metrics-port", str(metrics), "--log-format", "json"],
+            + ["--metrics-port", str(metrics), "--log-format", "json"]
+            + ([] if loop == "uvloop" else ["--event-loop", loop]),
             env=_env(tmp_path),
             cwd=tmp_path,
             stdin=subprocess.DEVNULL,
@@ -117,4 +141,7 @@ def test_metrics_port_and_json_logs_from_the_flags(tmp_path):
     records = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
     messages = [r["message"] for r in records if r.get("service") == "sessions"]
     assert any(m.startswith("serving agentrt.v1.SessionService") for m in messages), messages
+    assert any(
+        m.startswith("starting sessions on ") and m.endswith(f"(event loop: {loop})") for m in messages
+    )
     assert any(m == f"metrics on http://127.0.0.1:{metrics}/metrics" for m in messages), messages
