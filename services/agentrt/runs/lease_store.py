@@ -14,11 +14,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from sqlalchemy import or_, select, tuple_, update
+from sqlalchemy import Integer, String, Update, bindparam, func, or_, select, tuple_, update
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from agentrt.mesh.db import Database
 from agentrt.runs.models import RunLogRow, RunRow
 from agentrt.v1 import common_pb2 as cpb
+
+#: Runs renewed by one statement on SQLite (`LeaseRows.renew_leases`): 3 bind parameters
+#: each, well inside any build's variable limit.
+RENEW_BATCH = 1000
 
 
 class LeaseRows:
@@ -66,12 +71,22 @@ class LeaseRows:
     async def renew_leases(
         self, owner: str, tokens: dict[str, int], ttl_s: float
     ) -> tuple[set[str], set[str]]:
-        """Extend the leases owner holds; one statement (on `lease_db` when set).
+        """Extend the leases owner holds; one transaction (on `lease_db` when set).
 
         The expiry is taken once the connection is in hand, so a wait for the pool does not
-        shorten the lease it grants; every run is renewed by one guarded UPDATE (owner and
-        token must match) that also returns the cancellations requested, so a replica with
-        many runs holds their rows for one round trip, not one per run.
+        shorten the lease it grants; the runs are renewed by guarded UPDATEs (owner and
+        token must match) that also return the cancellations requested, so a replica with
+        many runs holds their rows for a round trip or a few, not one per run. Any number
+        of runs: on PostgreSQL one statement binds the ids and tokens as two arrays; on
+        SQLite the runs go `RENEW_BATCH` to a statement. (One statement binding two
+        parameters per run as row values failed on PostgreSQL from about 7,500 runs, "stack
+        depth limit exceeded", before asyncpg's 32,767 parameters at 16,384; SQLite builds
+        allow 32,766 or 250,000 variables.)
+
+        Args:
+            owner: the replica's lease owner id.
+            tokens: run id -> the fencing token this replica holds; any number of runs.
+            ttl_s: the lease granted from now, seconds.
 
         Returns:
             (run ids whose lease was lost, run ids whose cancellation was requested).
@@ -79,16 +94,20 @@ class LeaseRows:
         if not tokens:
             return set(), set()
         db = self.lease_db or self.db
-        pairs = [(run_id, token) for run_id, token in tokens.items()]
+        pairs = list(tokens.items())
+        held: dict[str, bool] = {}
         async with db.write() as conn:
             expires = time.time() + ttl_s
-            rows = await conn.execute(
-                update(RunRow)
-                .where(RunRow.lease_owner == owner, tuple_(RunRow.run_id, RunRow.fencing_token).in_(pairs))
-                .values(lease_expires_s=expires)
-                .returning(RunRow.run_id, RunRow.cancel_requested)
-            )
-            held = {r[0]: bool(r[1]) for r in rows}
+            if db.is_sqlite:
+                statements = [
+                    _renew_listed(owner, pairs[i : i + RENEW_BATCH], expires)
+                    for i in range(0, len(pairs), RENEW_BATCH)
+                ]
+            else:
+                statements = [_renew_arrays(owner, pairs, expires)]
+            for statement in statements:
+                rows = await conn.execute(statement)
+                held.update((r[0], bool(r[1])) for r in rows)
         lost = set(tokens) - set(held)
         canceled = {run_id for run_id, requested in held.items() if requested}
         return lost, canceled
@@ -123,6 +142,46 @@ class LeaseRows:
                 )
             )
             return [r[0] for r in rows]
+
+
+def _renew_listed(owner: str, pairs: list[tuple[str, int]], expires: float) -> Update:
+    """The renewal of a slice of runs with their (id, token) pairs listed (SQLite).
+
+    `run_id IN (...)` lets SQLite find the rows by primary key; the row values alone made
+    it scan the table once per statement.
+    """
+    return (
+        update(RunRow)
+        .where(
+            RunRow.lease_owner == owner,
+            RunRow.run_id.in_([run_id for run_id, _ in pairs]),
+            tuple_(RunRow.run_id, RunRow.fencing_token).in_(pairs),
+        )
+        .values(lease_expires_s=expires)
+        .returning(RunRow.run_id, RunRow.cancel_requested)
+    )
+
+
+def _renew_arrays(owner: str, pairs: list[tuple[str, int]], expires: float) -> Update:
+    """The renewal of every run in one statement, ids and tokens bound as two arrays (PostgreSQL)."""
+    held = (
+        func.unnest(
+            bindparam("held_ids", [run_id for run_id, _ in pairs], type_=ARRAY(String)),
+            bindparam("held_tokens", [token for _, token in pairs], type_=ARRAY(Integer)),
+        )
+        .table_valued("run_id", "token")
+        .render_derived(name="held")
+    )
+    return (
+        update(RunRow)
+        .where(
+            RunRow.lease_owner == owner,
+            RunRow.run_id == held.c.run_id,
+            RunRow.fencing_token == held.c.token,
+        )
+        .values(lease_expires_s=expires)
+        .returning(RunRow.run_id, RunRow.cancel_requested)
+    )
 
 
 def lease_overlaps(entries: Sequence[tuple[int, str, int, str]]) -> list[str]:

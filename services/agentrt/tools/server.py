@@ -1,11 +1,13 @@
 """Build and serve the ToolService process.
 
-The `ready` hook migrates the tables (Alembic) and probes the sandbox: a scratch command
-checks from both sides that isolation holds (no root, no /etc/shadow, read-only system,
-no network, writable workspace). When it does not, the service still serves (file tools
-need no sandbox) but exec_command answers FAILED_PRECONDITION/SANDBOX_UNAVAILABLE with the
-finding. Unconfined mode is announced loudly on stderr. The `close` hook kills running
-commands and disposes of the database. Spans and metrics: execution/observe.py.
+The `ready` hook migrates the tables (Alembic), reaps the sandboxes a dead owner of the
+same state directory left running (`sandbox/guard.py`, decision 0031), and probes the
+sandbox: a scratch command checks from both sides that isolation holds (no root, no
+/etc/shadow, read-only system, no network, writable workspace). When it does not, the
+service still serves (file tools need no sandbox) but exec_command answers
+FAILED_PRECONDITION/SANDBOX_UNAVAILABLE with the finding. Unconfined mode is announced
+loudly on stderr. The `close` hook kills running commands and disposes of the database.
+Spans and metrics: execution/observe.py.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from agentrt.tools.execution.executor import ToolExecutor
 from agentrt.tools.execution.observe import ToolObserver
 from agentrt.tools.execution.tasks import TaskTools
 from agentrt.tools.files.paths import open_workspace
+from agentrt.tools.sandbox.guard import SandboxOwner, reap_orphans
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.servicer import ToolServicer
@@ -54,7 +57,8 @@ def build_server(config: ToolsConfig) -> MeshServer:
         config.db_url, pool_size=config.server.db_pool_size, max_overflow=config.server.db_max_overflow
     )
     store = ToolStore(db)
-    runner = LocalSandbox(config.sandbox, config.max_progress_bytes, config.bwrap_path)
+    owner = SandboxOwner.of(config.server.state_dir)
+    runner = LocalSandbox(config.sandbox, config.max_progress_bytes, config.bwrap_path, owner)
     sandboxes = SandboxManager(config, store, runner)
     task_tools = None
     if config.tasks_address:
@@ -66,6 +70,9 @@ def build_server(config: ToolsConfig) -> MeshServer:
 
     async def ready() -> None:
         await upgrade(db)
+        reaped = await reap_orphans(owner)
+        if reaped:
+            log.warning("reaped %d sandbox(es) a dead process of %s left running", reaped, owner.state_dir)
         root = sandboxes.root
         os.makedirs(root, exist_ok=True)
         scratch_path = os.path.join(root, f".probe-{os.getpid()}")

@@ -228,23 +228,19 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         `result`, then the end. A replayed call streams only its result.
         """
         inp = _input(request.request, self._policy)
-        queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        # Chunks, then None once the call has an answer: the handler awaits the queue itself,
+        # so no helper task is left pending when the caller goes away (a per-chunk getter
+        # task was, and was later garbage-collected: "Task was destroyed but it is pending!").
+        queue: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
         task = asyncio.create_task(
             self._exec.execute(
                 current_tenant(), inp, deadline=_deadline(context), emit=lambda s, t: queue.put_nowait((s, t))
             )
         )
+        task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
-            while not task.done():
-                getter = asyncio.create_task(queue.get())
-                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    stream, text = getter.result()
-                    yield pb.StreamExecuteToolResponse(progress=pb.ToolProgress(stream=stream, text=text))
-                else:
-                    getter.cancel()
-            while not queue.empty():
-                stream, text = queue.get_nowait()
+            while (chunk := await queue.get()) is not None:
+                stream, text = chunk
                 yield pb.StreamExecuteToolResponse(progress=pb.ToolProgress(stream=stream, text=text))
             outcome, replayed = task.result()
         finally:

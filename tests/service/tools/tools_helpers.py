@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentrt.cli.ports import free_ports
 from agentrt.mesh.config import ServerConfig
 from agentrt.tools.config import ToolsConfig
 from agentrt.v1 import common_pb2
@@ -63,6 +70,8 @@ class ToolsEnv:
 
 
 SANDBOX_UID = 65534
+#: Bound on waiting for a state (a service process serving, processes gone), seconds.
+STATE_TIMEOUT = 60.0
 
 
 def make_workspace(path: Path) -> Path:
@@ -171,3 +180,65 @@ async def until(predicate, what: str, bound_s: float = 15.0):
         if loop.time() > end:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+class ToolsProcess:
+    """`agentrt serve tools` as a child process (its own port, state directory and log)."""
+
+    def __init__(self, tmp: Path, name: str, state_dir: Path) -> None:
+        self.tmp, self.name, self.state_dir = tmp, name, state_dir
+        self.port = free_ports(1, "127.0.0.1")[0]
+        self.address = f"127.0.0.1:{self.port}"
+        self.log_path = tmp / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.channels: list[grpc.aio.Channel] = []
+
+    async def start(self) -> pb_grpc.ToolServiceStub:
+        """Start the process and return a stub once its health answers SERVING."""
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        env = {**os.environ, "AGENTRT_STATE_DIR": str(self.state_dir), "AGENTRT_SANDBOX": "bwrap"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agentrt.cli.main", "serve", "tools", "--port", str(self.port)],
+            env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        log.close()
+        deadline = time.monotonic() + STATE_TIMEOUT
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log()
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                async with grpc.aio.insecure_channel(self.address) as channel:
+                    resp = await health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(), timeout=2
+                    )
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    self.channels.append(grpc.aio.insecure_channel(self.address))
+                    return pb_grpc.ToolServiceStub(self.channels[-1])
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{self.name} did not serve: {self.log()}")
+
+    def kill9(self) -> None:
+        """SIGKILL the process and reap it."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def drain(self, bound_s: float = STATE_TIMEOUT) -> int:
+        """SIGTERM the process and return its exit status once it has drained."""
+        assert self.proc is not None
+        self.proc.terminate()
+        return self.proc.wait(bound_s)
+
+    async def close(self) -> None:
+        """Stop the process if it runs (SIGTERM, then SIGKILL after 30 s) and close the channels."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.drain(30)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        for channel in self.channels:
+            await channel.close()
+        self.channels.clear()
+
+    def log(self) -> str:
+        """The process's log (stdout and stderr), whole."""
+        return self.log_path.read_text(errors="replace")

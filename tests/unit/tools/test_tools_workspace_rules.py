@@ -83,7 +83,8 @@ def test_nproc_is_set_inside_bwrap_and_outside_when_unconfined(tmp_path):
     finally:
         for fd in confined.pass_fds:
             os.close(fd)
-        os.close(confined.info_fd)
+        assert confined.guard is not None
+        confined.guard.release()
     loose = launch.unconfined(bins, "true", ws, str(tmp_path), {}, limits)
     assert "--nproc=77" in loose.argv and loose.argv.index("--nproc=77") < loose.argv.index("/bin/bash")
 

@@ -214,10 +214,12 @@ class WorkspaceArchives:
         loop = asyncio.get_running_loop()
         bridge = _Bridge(loop)
         job = loop.run_in_executor(self._executor(), unpack, ws, base, _Incoming(bridge, first), self._max)
+        helpers: list[asyncio.Future[Any]] = []
         try:
             ended = False
             while not ended:
                 read: asyncio.Future[Any] = asyncio.ensure_future(anext(it, None))
+                helpers[:] = [read]
                 await asyncio.wait({read, job}, return_when=asyncio.FIRST_COMPLETED)
                 if not read.done():
                     read.cancel()
@@ -228,6 +230,7 @@ class WorkspaceArchives:
                 else:
                     received = self._count(received, chunk)
                 put: asyncio.Future[Any] = asyncio.ensure_future(bridge.queue.put(chunk))
+                helpers[:] = [put]
                 await asyncio.wait({put, job}, return_when=asyncio.FIRST_COMPLETED)
                 if not put.done():
                     put.cancel()
@@ -235,6 +238,9 @@ class WorkspaceArchives:
             return await job
         except asyncio.CancelledError:
             bridge.abort()
+            # The worker ends at its next read (_Aborted): nobody's news, so mark it retrieved
+            # (else asyncio logs "Future exception was never retrieved" when it is collected).
+            job.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
         except BaseException as exc:
             bridge.abort()
@@ -245,6 +251,9 @@ class WorkspaceArchives:
             if isinstance(failed, MeshError) and failed is not exc:
                 raise failed from None
             raise
+        finally:
+            for helper in helpers:  # a read or put still pending when the upload ended
+                helper.cancel()
 
     def _count(self, received: int, chunk: bytes) -> int:
         if len(chunk) > CHUNK_BYTES:

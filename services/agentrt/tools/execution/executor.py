@@ -50,11 +50,12 @@ from agentrt.tools.calls.catalog import EXEC_COMMAND, TASK_TOOL_NAMES, ToolDef
 from agentrt.tools.calls.results import Outcome, interrupted, refused
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.execution.dispatch import Dispatch, require_writable
-from agentrt.tools.execution.flight import Flight, process_identity
+from agentrt.tools.execution.flight import Flight
 from agentrt.tools.execution.journal import Journal
 from agentrt.tools.execution.observe import ToolObserver
 from agentrt.tools.execution.request import Emit, ExecuteInput, checked_key, fingerprint, validate
 from agentrt.tools.execution.tasks import TaskTools
+from agentrt.tools.identity import process_identity
 from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.manager import SandboxManager
 from agentrt.tools.sandbox.spec import CallerDeadline, ExecContext

@@ -6,17 +6,12 @@ dropped, it cancelled the RPC) only stops listening and the call runs on to its 
 repeat of the same key listens to the same flight (its output chunks too). Only a cancel
 on purpose (CancelExecution, a shutdown) cancels the task, and says why in `cancel_reason`.
 
-An owner (`process_identity`) names one process instance: host, pid, the process's start
-time and a random part, so a record's owner can be told dead (`owner_dead`) on this host
-even after its pid is reused.
+Who owns a record (`process_identity`, `owner_dead`) lives in `tools.identity`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
-import socket
 
 from agentrt.tools.calls.results import Outcome
 from agentrt.tools.execution.request import Emit
@@ -24,31 +19,6 @@ from agentrt.tools.execution.request import Emit
 
 class NotRun(Exception):
     """The attempt a request joined never ran (refused, or lost the race to another process)."""
-
-
-def process_identity() -> str:
-    """This process's owner string: "<host[:24]>:<pid>:<start time>:<8 hex>"."""
-    try:
-        with open("/proc/self/stat") as f:
-            start = f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        start = "0"
-    return f"{socket.gethostname()[:24]}:{os.getpid()}:{start}:{secrets.token_hex(4)}"
-
-
-def owner_dead(owner: str) -> bool:
-    """True when owner names a process on this host that no longer exists."""
-    try:
-        host, pid, start, _ = owner.rsplit(":", 3)
-    except ValueError:
-        return False
-    if host != socket.gethostname()[:24]:
-        return False
-    try:
-        with open(f"/proc/{int(pid)}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19] != start
-    except (OSError, ValueError, IndexError):
-        return True
 
 
 class Flight:

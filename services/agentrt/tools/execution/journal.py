@@ -18,8 +18,9 @@ import logging
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
 from agentrt.tools.calls.results import Outcome, ResultStatus, interrupted, refused
-from agentrt.tools.execution.flight import Flight, NotRun, owner_dead
+from agentrt.tools.execution.flight import Flight, NotRun
 from agentrt.tools.execution.request import Emit
+from agentrt.tools.identity import owner_dead
 from agentrt.tools.storage.store import FINISHED, STARTED, CallKey, ExecRecord, ToolStore, utcnow
 
 log = logging.getLogger("agentrt.tools")

@@ -1,9 +1,11 @@
-"""How a sandboxed command is launched: the argv of prlimit + (staging) + bwrap, and its fds.
+"""How a sandboxed command is launched: the argv of guard + (staging) + prlimit + bwrap, and its fds.
 
 Invariants (what `confined` builds; docs/services/tools.md explains each):
-- bwrap runs unprivileged. As root, the launcher first enters a private mount namespace,
-  stages the workspace on a tmpfs the sandbox uid can reach, then drops every privilege
-  with `setpriv` (uid, gid, supplementary groups, no_new_privs) BEFORE exec'ing bwrap; as
+- Everything runs under a guard (`guard.py`, decision 0031): pid 1 of a pid namespace of
+  its own that kills the whole tree when the service closes its end of a pipe, or dies.
+- bwrap runs unprivileged. As root, the guard's private mount namespace stages the
+  workspace on a tmpfs the sandbox uid can reach, then every privilege is dropped with
+  `setpriv` (uid, gid, supplementary groups, no_new_privs) BEFORE bwrap is exec'd; as
   another user, bwrap binds the workspace by descriptor.
 - bwrap unshares every namespace (no network at all), forbids nested user namespaces,
   starts a new session, clears the environment, binds /usr and the library links
@@ -16,7 +18,7 @@ Invariants (what `confined` builds; docs/services/tools.md explains each):
   count is kept per user namespace, and a limit set before bwrap would also cap the
   namespace as a whole against every process of the uid on the host (the service's own
   user's, when it is not root).
-- bwrap reports the host pid of the namespace's pid 1 on an info pipe (for the kill).
+- The kill is the guard's: closing `Launch.guard` ends the command and everything it started.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from agentrt.core.errors import Reason, precondition
 from agentrt.tools.config import CommandLimits
 from agentrt.tools.files.paths import Workspace
+from agentrt.tools.sandbox.guard import SandboxGuard, SandboxOwner
 
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -44,13 +47,9 @@ ETC_ENTRIES = (
     "magic.mime locale.alias os-release debian_version python3 python3.11 perl"
 ).split()
 _LIB_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-#: As root, in a private mount namespace: a tmpfs on $1, the workspace ($2) bound at $1/ws,
-#: then exec the rest (setpriv ... bwrap). The unprivileged bwrap reaches $1/ws even when an
-#: ancestor of the workspace is not searchable by the sandbox uid (a 0700 /root, say).
-_STAGE_SCRIPT = (
-    'mount -t tmpfs -o size=64k,mode=0755 agentrt "$1" && mkdir "$1/ws" && '
-    'mount --bind "$2" "$1/ws" && shift 2 && exec "$@"'
-)
+#: As root, the guard (in its private mount namespace) mounts a tmpfs on one of these and binds
+#: the workspace at <it>/ws: the unprivileged bwrap reaches it even when an ancestor of the
+#: workspace is not searchable by the sandbox uid (a 0700 /root, say).
 _STAGING_CANDIDATES = ("/run", "/mnt", "/media", "/srv")
 _BWRAP_FLAGS = (
     "--unshare-all --unshare-user --disable-userns --die-with-parent --new-session --clearenv".split()
@@ -70,19 +69,20 @@ class Binaries:
 
 @dataclass
 class Launch:
-    """An argv ready to exec and the descriptors it must inherit (closed by the caller after spawn).
+    """An argv ready to exec and the descriptors it must inherit (closed by `spawn`).
 
     Attributes:
         argv: the command line.
         pass_fds: descriptors the child keeps.
-        info_fd: read end of bwrap's info pipe (the caller owns it), -1 when none.
+        guard: the service's end of the command's guard (the caller owns it: releasing it
+            kills the command and everything it started); None when unconfined.
         cwd: working directory of the launcher.
         env: environment of the launcher.
     """
 
     argv: list[str]
     pass_fds: list[int]
-    info_fd: int
+    guard: SandboxGuard | None
     cwd: str
     env: dict[str, str]
 
@@ -126,39 +126,58 @@ def unconfined(
             "--",
         ]
     argv = [*drop, *prlimit_args(bins.prlimit, limits, processes=True), bins.bash, "-c", command]
-    return Launch(argv, [], -1, workdir, {**BASE_ENV, **env})
+    return Launch(argv, [], None, workdir, {**BASE_ENV, **env})
 
 
 def confined(
-    bins: Binaries, command: str, ws: Workspace, workdir: str, env: Mapping[str, str], limits: CommandLimits
+    bins: Binaries,
+    command: str,
+    ws: Workspace,
+    workdir: str,
+    env: Mapping[str, str],
+    limits: CommandLimits,
+    owner: SandboxOwner | None = None,
 ) -> Launch:
-    """Return the launch of a command under bubblewrap (see the module docstring).
+    """Return the launch of a command under bubblewrap and its guard (see the module docstring).
+
+    Args:
+        bins: the helper executables.
+        command: the shell text run as `bash -c command` in the sandbox.
+        ws: the workspace (its uid: who the command runs as; None = the service's own user).
+        workdir: host path of the working directory, inside the workspace.
+        env: variables on top of BASE_ENV.
+        limits: rlimits.
+        owner: the marks on the guard for the start-up reaper; None: this process, no state dir.
 
     Raises:
         MeshError: FAILED_PRECONDITION/SANDBOX_UNAVAILABLE when no staging directory exists.
     """
     fds: list[int] = []
+    guard: SandboxGuard | None = None
     try:
         passwd_fd, group_fd = _identity_files(ws)
         fds += [passwd_fd, group_fd]
-        info_r, info_w = os.pipe()
-        fds.append(info_w)
+        guard = SandboxGuard.open()
+        fds.append(guard.read_fd)
+        who = owner if owner is not None else SandboxOwner()
         if ws.uid is None:
             ws_fd = os.open(ws.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             fds.append(ws_fd)
-            source, launcher = ["--bind-fd", str(ws_fd)], []
+            source = ["--bind-fd", str(ws_fd)]
+            launcher = guard.argv(bins.unshare, bins.bash, who)
         else:
             staging = _staging_dir(ws.path)
             source = ["--bind", staging + "/ws"]
             launcher = [
-                bins.unshare, "--mount", "--propagation", "private", "--",
-                "/bin/sh", "-c", _STAGE_SCRIPT, "agentrt-stage", staging, ws.path,
+                *guard.argv(bins.unshare, bins.bash, who, staging=staging, workspace=ws.path),
                 bins.setpriv, f"--reuid={ws.uid}", f"--regid={ws.gid}", "--clear-groups", "--no-new-privs",
                 "--",
             ]  # fmt: skip
     except BaseException:
         for fd in fds:
             os.close(fd)
+        if guard is not None:
+            guard.release()
         raise
     argv = [bins.bwrap, *_BWRAP_FLAGS, "--hostname", "sandbox"]
     for key, value in {**BASE_ENV, **env}.items():
@@ -179,11 +198,11 @@ def confined(
         "--proc", "/proc", "--dev", "/dev",
         "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
         "--perms", "0755", "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
-        *source, ws.path, "--chdir", workdir, "--info-fd", str(info_w),
+        *source, ws.path, "--chdir", workdir,
         "--", *nproc_args(bins.prlimit, limits), "/bin/bash", "-c", command,
     ]  # fmt: skip
     full = [*launcher, *prlimit_args(bins.prlimit, limits), *argv]
-    return Launch(full, fds, info_r, "/", {"PATH": BASE_ENV["PATH"]})
+    return Launch(full, fds, guard, "/", {"PATH": BASE_ENV["PATH"]})
 
 
 def _staging_dir(workspace: str) -> str:
@@ -214,8 +233,8 @@ def _identity_files(ws: Workspace) -> tuple[int, int]:
 async def spawn(launch: Launch, stdin: int, stdout: int, stderr: int) -> asyncio.subprocess.Process:
     """Start launch's argv in a session of its own with the given stdio (fds or subprocess constants).
 
-    The fds in `launch.pass_fds` are closed here once the child holds them; `launch.info_fd`
-    stays open for the caller, and is closed here when the start fails.
+    The fds in `launch.pass_fds` are closed here once the child holds them; `launch.guard`
+    stays open for the caller, and is released here when the start fails.
 
     Raises:
         OSError: the launcher could not be executed.
@@ -232,8 +251,8 @@ async def spawn(launch: Launch, stdin: int, stdout: int, stderr: int) -> asyncio
             start_new_session=True,
         )
     except BaseException:
-        if launch.info_fd >= 0:
-            os.close(launch.info_fd)
+        if launch.guard is not None:
+            launch.guard.release()
         raise
     finally:
         for fd in launch.pass_fds:

@@ -6,11 +6,13 @@ unshared (no network), only the workspace is writable, rlimits bound CPU, memory
 size, open files and processes (RLIMIT_NPROC, set inside the sandbox's user namespace).
 `probe()` checks all of it at startup from inside and outside.
 
-Ending (004 §2.7m): the sandbox's own timer kills pid 1 of the command's pid namespace
-through a pidfd; the kernel then kills every process in it (setsid'd grandchildren
-included) before pid 1 can be reaped, so when `run` returns nothing it started is left.
-A caller's deadline that arrives first, or its cancellation, kills the same way but is
-reported as `CallerDeadline` / CancelledError, never as a timeout.
+Ending (004 §2.7m): the sandbox's own timer releases the command's guard (`guard.py`): its
+pid 1 exits and the kernel kills every process of its pid namespace (bwrap's nested one and
+setsid'd grandchildren included) before the launcher the service waits for can exit, so
+when `run` returns nothing it started is left. The same guard kills everything when the
+service dies, however it dies. A caller's deadline that arrives first, or its
+cancellation, kills the same way but is reported as `CallerDeadline` / CancelledError,
+never as a timeout.
 
 Mode "unconfined" (explicit opt-in) runs bash directly in its own process group with the
 same environment and rlimits; a process that leaves the group survives it.
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -34,6 +35,7 @@ from agentrt.tools.calls.output import CappedOutput, ProgressBudget
 from agentrt.tools.config import SANDBOX_UNCONFINED, CommandLimits
 from agentrt.tools.files.paths import Workspace
 from agentrt.tools.sandbox import launch as launcher
+from agentrt.tools.sandbox.guard import SandboxGuard, SandboxOwner
 from agentrt.tools.sandbox.spec import CallerDeadline, CommandRequest, CommandResult
 
 log = logging.getLogger("agentrt.tools")
@@ -46,15 +48,13 @@ _DRAIN_SECONDS = 2.0
 class _Running:
     proc: asyncio.subprocess.Process
     group: str
-    pidfd: int | None = None
+    guard: SandboxGuard | None = field(default=None, repr=False)
     stopped: bool = False
-    info: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def kill(self) -> None:
-        """Send SIGKILL to the namespace's pid 1 (when known) and to the outer process group."""
-        if self.pidfd is not None:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        """Release the guard (bwrap), or SIGKILL the process group (unconfined). Idempotent."""
+        if self.guard is not None:
+            self.guard.release()
         elif self.proc.returncode is None:
             with contextlib.suppress(OSError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -63,15 +63,20 @@ class _Running:
 class LocalSandbox:
     """Runs commands under bubblewrap, or unconfined when opted into (see the module docstring)."""
 
-    def __init__(self, mode: str, max_progress_bytes: int, bwrap: str = "bwrap") -> None:
+    def __init__(
+        self, mode: str, max_progress_bytes: int, bwrap: str = "bwrap", owner: SandboxOwner | None = None
+    ) -> None:
         """Create the runner; `probe()` decides whether it may run anything.
 
         Args:
             mode: "bwrap" or "unconfined".
             max_progress_bytes: progress streamed per command, bytes.
             bwrap: the bubblewrap executable, a name on PATH or a path.
+            owner: the marks on every guard (state dir, this process) for the start-up
+                reaper; None: this process, no state dir.
         """
         self.mode = mode
+        self.owner = owner if owner is not None else SandboxOwner()
         self.max_progress_bytes = max_progress_bytes
         self.available = False
         self.problem = "the sandbox has not been probed yet"
@@ -97,8 +102,7 @@ class LocalSandbox:
             needed["setpriv"] = bins.setpriv
         if self.mode != SANDBOX_UNCONFINED:
             needed["bwrap"] = bins.bwrap
-            if os.geteuid() == 0:
-                needed["unshare"] = bins.unshare
+            needed["unshare"] = bins.unshare  # the guard's pid namespace
         missing = [name for name, path in needed.items() if not path]
         if missing:
             self.available = False
@@ -167,15 +171,13 @@ class LocalSandbox:
         capture = CappedOutput(req.max_output_bytes)
         progress = ProgressBudget(emit, self.max_progress_bytes)
         started = time.monotonic()
-        run, info_r = await self._spawn(req)
+        run = await self._spawn(req)
         self._running.add(run)
         assert run.proc.stdout is not None and run.proc.stderr is not None
         pumps = [
             asyncio.create_task(_pump(run.proc.stdout, "stdout", capture, progress)),
             asyncio.create_task(_pump(run.proc.stderr, "stderr", capture, progress)),
         ]
-        if info_r is not None:
-            run.info = asyncio.create_task(_read_info(info_r, run))
         waiter = asyncio.create_task(run.proc.wait())
         timed_out = False
         try:
@@ -200,11 +202,7 @@ class LocalSandbox:
             raise
         finally:
             self._running.discard(run)
-            if run.info is not None:
-                run.info.cancel()
-            if run.pidfd is not None:
-                os.close(run.pidfd)
-                run.pidfd = None
+            run.kill()  # idempotent; the guard's pipe never outlives the command
         code = run.proc.returncode if run.proc.returncode is not None else -9
         return CommandResult(
             exit_code=128 - code if code < 0 else code,
@@ -219,22 +217,15 @@ class LocalSandbox:
     async def _terminate(self, run: _Running, waiter: asyncio.Task[int]) -> None:
         """Kill everything the command started and return once it is gone.
 
-        bwrap: SIGKILL to the namespace's pid 1; its pidfd turns readable only after the
-        kernel has killed and reaped every process of the namespace. Unconfined: SIGKILL
-        to the process group.
+        bwrap: release the guard; the launcher (unshare) exits only after the guard, pid 1
+        of the namespace, has exited, which the kernel lets happen only once every process
+        of the namespace is killed and reaped. Unconfined: SIGKILL to the process group.
         """
-        if run.info is not None and not run.info.done():
-            # bwrap reports pid 1 before the command starts; give the reader a moment.
-            await asyncio.wait({run.info}, timeout=1.0)
-        if run.pidfd is not None:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(run.pidfd, signal.SIGKILL)
-            await wait_exited(run.pidfd, _KILL_WAIT_SECONDS)
-        else:
-            with contextlib.suppress(OSError):
-                os.killpg(run.proc.pid, signal.SIGKILL)
+        run.kill()
         done, _ = await asyncio.wait({waiter}, timeout=_KILL_WAIT_SECONDS)
         if not done:
+            # A guard that did not answer: SIGKILL the launcher and the guard (its group).
+            log.warning("a sandbox's guard did not end within %.0f s; killing it", _KILL_WAIT_SECONDS)
             with contextlib.suppress(OSError):
                 os.killpg(run.proc.pid, signal.SIGKILL)
             await waiter
@@ -252,15 +243,17 @@ class LocalSandbox:
         for run in list(self._running):
             run.kill()
 
-    async def _spawn(self, req: CommandRequest) -> tuple[_Running, int | None]:
+    async def _spawn(self, req: CommandRequest) -> _Running:
         ws = req.workspace
         if self.mode == SANDBOX_UNCONFINED:
             launch = launcher.unconfined(self._bins, req.command, ws, req.workdir, req.env, req.limits)
         else:
-            launch = launcher.confined(self._bins, req.command, ws, req.workdir, req.env, req.limits)
+            launch = launcher.confined(
+                self._bins, req.command, ws, req.workdir, req.env, req.limits, self.owner
+            )
         pipe = asyncio.subprocess.PIPE
         proc = await launcher.spawn(launch, asyncio.subprocess.DEVNULL, pipe, pipe)
-        return _Running(proc, req.group), (launch.info_fd if launch.info_fd >= 0 else None)
+        return _Running(proc, req.group, launch.guard)
 
 
 async def _pump(
@@ -280,64 +273,3 @@ async def _drain(pumps: list[asyncio.Task[None]]) -> None:
     _, pending = await asyncio.wait(pumps, timeout=_DRAIN_SECONDS)
     for task in pending:
         task.cancel()
-
-
-async def _read_info(fd: int, run: _Running) -> None:
-    """Hold a pidfd on the namespace's pid 1 of a one-shot command (see namespace_pidfd)."""
-    run.pidfd = await namespace_pidfd(fd)
-
-
-async def namespace_pidfd(fd: int) -> int | None:
-    """Read bwrap's --info-fd JSON from fd (closed after) and open a pidfd on the namespace's pid 1.
-
-    The pidfd is returned only when the process it names is in the namespace bwrap
-    reported, so a recycled pid can never be signalled; None when it is already gone or
-    the JSON never arrived. The caller owns (closes) the pidfd.
-    """
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
-    )
-    try:
-        buf = b""
-        while chunk := await reader.read(4096):
-            buf += chunk
-            try:
-                info = json.loads(buf)
-                child, pidns = int(info["child-pid"]), int(info["pid-namespace"])
-            except (ValueError, KeyError):
-                continue
-            try:
-                pidfd = os.pidfd_open(child)
-            except OSError:
-                return None  # already gone
-            try:
-                same = os.readlink(f"/proc/{child}/ns/pid") == f"pid:[{pidns}]"
-            except OSError:
-                same = False
-            if same:
-                return pidfd
-            os.close(pidfd)
-            return None
-        return None
-    finally:
-        transport.close()
-
-
-async def wait_exited(pidfd: int, timeout: float) -> None:
-    """Wait (at most timeout seconds) until the process behind pidfd has exited."""
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-
-    def ready() -> None:
-        if not done.done():
-            done.set_result(None)
-
-    loop.add_reader(pidfd, ready)
-    try:
-        await asyncio.wait_for(done, timeout)
-    except TimeoutError:
-        log.warning("a sandboxed process did not exit within %.0f s of SIGKILL", timeout)
-    finally:
-        loop.remove_reader(pidfd)

@@ -253,7 +253,7 @@ class Shells:
         if ctx.runner is not None:
             return None
         runner = self._runner
-        return lambda: open_local(self._bins, runner.mode, ctx.workspace, ctx.env, ctx.limits)
+        return lambda: open_local(self._bins, runner.mode, ctx.workspace, ctx.env, ctx.limits, runner.owner)
 
     async def exec_command(
         self,

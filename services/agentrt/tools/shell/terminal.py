@@ -17,9 +17,10 @@ Invariants:
   no echo comes back (session.py still strips one as an exact prefix if it appears).
 - Reading happens in the event loop's reader callback, never as a blocking read on the
   caller's task, so a timer can always end a wait.
-- `close()` kills pid 1 of the shell's pid namespace through a pidfd, so the kernel kills
-  every process the shell started (setsid'd ones included) before it returns; idempotent,
-  and concurrent callers all wait for the same kill.
+- `close()` releases the shell's guard (`sandbox/guard.py`): pid 1 of its pid namespace
+  exits, so the kernel kills every process the shell started (setsid'd ones included)
+  before it returns; idempotent, and concurrent callers all wait for the same kill. The
+  same guard kills the shell when the service dies.
 
 A docker transport would implement `Terminal` over an exec'd TTY; the pool does not care.
 """
@@ -43,7 +44,7 @@ from typing import Protocol
 from agentrt.tools.config import SANDBOX_UNCONFINED, CommandLimits
 from agentrt.tools.files.paths import Workspace
 from agentrt.tools.sandbox import launch as launcher
-from agentrt.tools.sandbox.local import namespace_pidfd, wait_exited
+from agentrt.tools.sandbox.guard import SandboxGuard, SandboxOwner
 
 log = logging.getLogger("agentrt.tools")
 
@@ -99,6 +100,7 @@ async def open_local(
     ws: Workspace,
     env: Mapping[str, str],
     limits: CommandLimits,
+    owner: SandboxOwner | None = None,
 ) -> PtyTerminal:
     """Launch an interactive bash on a new PTY under the one-shot isolation, in the workspace root.
 
@@ -108,6 +110,8 @@ async def open_local(
         ws: the workspace.
         env: the sandbox's variables on top of the base environment.
         limits: rlimits of the shell and everything it starts.
+        owner: the marks on the guard for the start-up reaper (the runner's); None: this
+            process, no state dir.
 
     Returns:
         The terminal, not yet reading (see `PtyTerminal.start`).
@@ -120,28 +124,29 @@ async def open_local(
     try:
         tty.setraw(slave, termios.TCSANOW)
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", _ROWS, _COLUMNS, 0, 0))
-        build = launcher.unconfined if mode == SANDBOX_UNCONFINED else launcher.confined
-        launch = build(bins, SHELL_COMMAND, ws, ws.path, env, limits)
+        if mode == SANDBOX_UNCONFINED:
+            launch = launcher.unconfined(bins, SHELL_COMMAND, ws, ws.path, env, limits)
+        else:
+            launch = launcher.confined(bins, SHELL_COMMAND, ws, ws.path, env, limits, owner)
         proc = await launcher.spawn(launch, slave, slave, slave)
     except BaseException:
         os.close(master)
         raise
     finally:
         os.close(slave)
-    return PtyTerminal(master, proc, launch.info_fd if launch.info_fd >= 0 else None)
+    return PtyTerminal(master, proc, launch.guard)
 
 
 class PtyTerminal:
     """The local `Terminal`: the PTY master plus the launcher process (see the module docstring)."""
 
-    def __init__(self, master: int, proc: asyncio.subprocess.Process, info_fd: int | None) -> None:
-        """Take ownership of the PTY master, the launcher process and bwrap's info pipe."""
+    def __init__(self, master: int, proc: asyncio.subprocess.Process, guard: SandboxGuard | None) -> None:
+        """Take ownership of the PTY master, the launcher process and its guard (None: unconfined)."""
         self._loop = asyncio.get_running_loop()
         self._master = master
         os.set_blocking(master, False)
         self._proc = proc
-        self._pidfd: int | None = None
-        self._info = asyncio.create_task(self._read_info(info_fd)) if info_fd is not None else None
+        self._guard = guard
         self._waiter = asyncio.create_task(proc.wait())
         self._on_data: Callable[[bytes], None] | None = None
         self._on_end: Callable[[str], None] | None = None
@@ -227,39 +232,23 @@ class PtyTerminal:
 
     async def _kill(self) -> None:
         try:
-            if self._info is not None and not self._info.done():
-                # bwrap reports pid 1 right after it starts; give the reader a moment.
-                await asyncio.wait({self._info}, timeout=1.0)
-            if self._pidfd is not None:
-                with contextlib.suppress(OSError):
-                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-                await wait_exited(self._pidfd, _KILL_WAIT_SECONDS)
+            if self._guard is not None:
+                # The launcher exits only once the guard, and so the whole namespace, is gone.
+                self._guard.release()
             elif self._proc.returncode is None:
                 with contextlib.suppress(OSError):
                     os.killpg(self._proc.pid, signal.SIGKILL)
             done, _ = await asyncio.wait({self._waiter}, timeout=_KILL_WAIT_SECONDS)
             if not done:
+                log.warning("a shell's guard did not end within %.0f s; killing it", _KILL_WAIT_SECONDS)
                 with contextlib.suppress(OSError):
                     os.killpg(self._proc.pid, signal.SIGKILL)
                 await self._waiter
         finally:
             self._end("the shell was closed")
-            if self._info is not None:
-                self._info.cancel()
-            if self._pidfd is not None:
-                os.close(self._pidfd)
-                self._pidfd = None
+            if self._guard is not None:
+                self._guard.release()
             os.close(self._master)
-
-    async def _read_info(self, fd: int) -> None:
-        """Hold a pidfd on the namespace's pid 1, named by bwrap's --info-fd JSON."""
-        pidfd = await namespace_pidfd(fd)
-        if pidfd is None:
-            return
-        if self._pidfd is None:
-            self._pidfd = pidfd
-        else:
-            os.close(pidfd)
 
 
 def _wake(future: asyncio.Future[None]) -> None:
