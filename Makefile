@@ -142,6 +142,7 @@ bench: install ## Run tests/bench; figures go to bench-results/
 	$(PY) tests/bench/bench_gateway.py bench-results/gateway.json
 	$(PY) tests/bench/bench_limiter.py bench-results/limiter.json
 	$(PY) tests/bench/bench_rpc_telemetry.py bench-results/rpc_telemetry.json
+	$(PY) tests/bench/bench_call_streams.py bench-results/call_streams.json
 	$(MAKE) --no-print-directory bench-peers
 	@ls -l bench-results
 

@@ -37,7 +37,7 @@ from agentrt.client.metadata import metadata_interceptors
 from agentrt.mesh.config import MAX_REQUEST_BYTES
 from agentrt.mesh.context import TENANT_HEADER
 from agentrt.mesh.security import TlsConfig, channel_credentials
-from agentrt.mesh.telemetry.rpc import client_interceptors
+from agentrt.mesh.telemetry.rpc_client import client_interceptors
 from agentrt.mesh.telemetry.tracing import tracing_enabled
 from agentrt.v1 import (
     gateway_service_pb2_grpc,

@@ -34,6 +34,7 @@ from agentrt.gateway.journal import CallJournal, MemoryJournalStore
 from agentrt.gateway.metrics import CallLabels, GatewayMetrics
 from agentrt.gateway.retry import retry_observer
 from agentrt.gateway.validation import check_idempotency_key, resolve_tenant
+from agentrt.mesh.calls import CallContext, CallsMethod, serve_calls
 from agentrt.mesh.context import current_tenant
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
@@ -177,6 +178,30 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
             # Neither answered nor failed: the client went away (cancel, deadline).
             if not recorded:
                 self.metrics.record_canceled(labels, "StreamGenerate")
+
+    async def StreamGenerateCalls(
+        self, requests: AsyncIterator[pb.StreamGenerateCallsRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamGenerateCallsResponse]:
+        """Serve StreamGenerate calls over one stream (mesh/calls.py; the run loop keeps one per run).
+
+        Each call streams exactly what StreamGenerate streams (deltas, then one final), or
+        its error as CallError.
+        """
+
+        async def handle(call: pb.StreamGenerateCallsRequest, ctx: CallContext) -> AsyncIterator[object]:
+            streamed = pb.StreamGenerateRequest(request=call.request)
+            async for message in self.StreamGenerate(streamed, ctx):  # type: ignore[arg-type]
+                yield message
+
+        how = CallsMethod(
+            "agentrt.v1.ModelGatewayService",
+            "StreamGenerate",
+            handle,
+            lambda call_id, event: pb.StreamGenerateCallsResponse(call_id=call_id, event=event),
+            lambda call_id, error: pb.StreamGenerateCallsResponse(call_id=call_id, error=error),
+        )
+        async for response in serve_calls(requests, context, how):
+            yield response
 
     async def CountTokens(
         self, request: pb.CountTokensRequest, context: grpc.aio.ServicerContext

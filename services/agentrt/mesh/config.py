@@ -75,8 +75,17 @@ class ServerConfig:
         return f"{self.host}:{self.port}"
 
 
-def _flag(name: str) -> bool:
-    value = env(name, "false").strip().lower()
+def flag(name: str, default: bool = False) -> bool:
+    """Return the boolean AGENTRT_<name> (1/true/yes/on or 0/false/no/off), else default.
+
+    Raises:
+        ValueError: a value that is not one of those.
+    """
+    return _flag(name, default)
+
+
+def _flag(name: str, default: bool = False) -> bool:
+    value = env(name, "true" if default else "false").strip().lower()
     if value not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         raise ValueError(f"AGENTRT_{name}={value!r} is not a boolean (true/false)")
     return value in ("1", "true", "yes", "on")

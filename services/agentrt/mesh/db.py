@@ -5,7 +5,8 @@
   in `BEGIN IMMEDIATE` transactions serialized by an asyncio lock, so two writers never
   interleave (seq minting stays atomic) and never fail on a lock upgrade; reads use a
   separate pool and see the last committed state.
-- PostgreSQL: one pool; `write()` is an ordinary transaction (services add advisory locks
+- PostgreSQL: one pool, whose connections are pinged at checkout only after sitting idle
+  (`PING_IDLE_S`); `write()` is an ordinary transaction (services add advisory locks
   where they mint sequence numbers).
 `write()` and `read()` yield an AsyncConnection inside a transaction that commits on exit
 and rolls back on error: one database transaction per save point.
@@ -47,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -54,7 +56,7 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy import Connection, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from agentrt.mesh.transient import retry_transient
@@ -99,6 +101,38 @@ def _sqlite_pragmas(engine: Engine, immediate: bool, busy_timeout_ms: int = 10_0
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+#: A pooled PostgreSQL connection idle longer than this is pinged before use, seconds.
+PING_IDLE_S = 10.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection at checkout only when it sat idle past PING_IDLE_S.
+
+    SQLAlchemy's `pool_pre_ping` pings at every checkout: three round trips (BEGIN, a
+    statement, ROLLBACK) before each transaction of a hot path (decision 0025's measurement).
+    A connection that was in use moments ago is as alive as a ping would say; one that sat
+    idle (a server restarted, a proxy dropped it) is checked, and a dead one is replaced
+    (DisconnectionError: the pool opens another). A connection that dies between the
+    check and its use fails that transaction as before (retry_transient, save_with_retries).
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["agentrt_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("agentrt_idle_since")
+        if since is None or time.monotonic() - since < PING_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:  # noqa: BLE001 - any failure means: use another connection
+            raise DisconnectionError(
+                f"a pooled connection idle for {time.monotonic() - since:.0f}s is gone"
+            ) from exc
 
 
 class Database:
@@ -155,9 +189,9 @@ class Database:
                 url,
                 pool_size=pool_size,
                 max_overflow=max_overflow,
-                pool_pre_ping=True,
                 connect_args=dict(connect_args or {}),
             )
+            _ping_when_idle(self._write_engine.sync_engine)
             self._read_engine = self._write_engine
             self._sync_write = self._sync_read = None
             self._write_pool = self._read_pool = None
@@ -282,10 +316,11 @@ class Database:
             the transaction was rolled back (or never began) and nothing was done.
         """
         conn: Connection | None = getattr(self._inline_local, role, None)
-        if conn is None or conn.closed or conn.invalidated:
-            conn = engine.connect()
-            setattr(self._inline_local, role, conn)
         try:
+            if conn is None or conn.closed or conn.invalidated:
+                # Connecting sets the journal mode, which may also find the lock taken.
+                conn = engine.connect()
+                setattr(self._inline_local, role, conn)
             with conn.begin():
                 value = fn(conn)
         except OperationalError as exc:

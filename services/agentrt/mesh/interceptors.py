@@ -10,8 +10,13 @@ For each RPC (health and reflection excepted, so probes need no token) it:
   reason INVALID_UTF8 for a string field that is not UTF-8, MALFORMED_REQUEST otherwise;
 - refuses a request larger than the configured bound (INVALID_ARGUMENT/REQUEST_TOO_LARGE);
   for a client stream (UploadWorkspace), each message as it arrives;
-- maps a raised MeshError to its status + ErrorInfo, and any other exception to
+- maps a raised MeshError to its status + ErrorInfo, a method the servicer does not
+  implement to UNIMPLEMENTED/NOT_IMPLEMENTED_YET, and any other exception to
   INTERNAL/INTERNAL (logged with its stack), so a server never dies of a request.
+
+A bidirectional stream (a stream of calls, mesh/calls.py) is checked like a client stream:
+auth and tenant once, when it opens (the tenant then holds for every call on it), each
+message as it arrives.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ from agentrt.mesh.status import to_grpc_status
 log = logging.getLogger("agentrt.mesh")
 
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+#: A method the servicer does not implement (the generated base's NotImplementedError):
+#: UNIMPLEMENTED, as gRPC answers a method it does not know, not INTERNAL.
+_NOT_SERVED = MeshError(
+    Status.UNIMPLEMENTED, Reason.NOT_IMPLEMENTED_YET, "this service does not serve the method"
+)
 
 
 class _Unparsable:
@@ -101,6 +111,12 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
                 self._wrap_client_stream(handler.stream_unary, tenant, failure, method),
+                request_deserializer=_lenient(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._wrap_bidi(handler.stream_stream, tenant, failure, method),
                 request_deserializer=_lenient(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
@@ -196,6 +212,32 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
 
         return call
 
+    def _wrap_bidi(
+        self, behavior: Callable[..., AsyncIterator[Any]], tenant: str, failure: MeshError | None, method: str
+    ) -> Callable[..., AsyncIterator[Any]]:
+        """Wrap a bidirectional handler: metadata when it opens, then each message as it arrives."""
+
+        async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            if failure is not None:
+                await context.abort_with_status(to_grpc_status(failure))
+            set_tenant(tenant)
+            try:
+                async for item in behavior(self._checked(requests), context):
+                    yield item
+            except MeshError as err:
+                await context.abort_with_status(to_grpc_status(err))
+            except grpc.aio.AbortError:
+                raise
+            except NotImplementedError:
+                await context.abort_with_status(to_grpc_status(_NOT_SERVED))
+            except Exception:  # noqa: BLE001 - a server never dies of a request
+                log.exception("unhandled error in %s", method)
+                await context.abort_with_status(
+                    to_grpc_status(MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error"))
+                )
+
+        return call
+
     def _wrap_stream(
         self, behavior: Callable[..., AsyncIterator[Any]], tenant: str, failure: MeshError | None, method: str
     ) -> Callable[..., AsyncIterator[Any]]:
@@ -211,6 +253,8 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
                 await context.abort_with_status(to_grpc_status(err))
             except grpc.aio.AbortError:
                 raise
+            except NotImplementedError:
+                await context.abort_with_status(to_grpc_status(_NOT_SERVED))
             except Exception:  # noqa: BLE001 - a server never dies of a request
                 log.exception("unhandled error in %s", method)
                 await context.abort_with_status(
@@ -228,6 +272,8 @@ async def _answered(outcome: Awaitable[Any], context: grpc.aio.ServicerContext, 
         await context.abort_with_status(to_grpc_status(err))
     except grpc.aio.AbortError:
         raise
+    except NotImplementedError:
+        await context.abort_with_status(to_grpc_status(_NOT_SERVED))
     except Exception:  # noqa: BLE001 - a server never dies of a request
         log.exception("unhandled error in %s", method)
         await context.abort_with_status(

@@ -27,6 +27,7 @@ from agentrt.core.errors import (
     bounded_metadata,
 )
 from agentrt.core.truncate import truncate
+from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import error_reason_pb2
 
 _log = logging.getLogger(__name__)
@@ -132,3 +133,29 @@ def from_rpc_error(error: grpc.RpcError) -> MeshError:
         reason = Reason.DEPENDENCY_UNAVAILABLE
     text = error.details() if hasattr(error, "details") else str(error)
     return MeshError(status, reason or Reason.INTERNAL, text or "peer error", meta, retry)
+
+
+def call_error(err: MeshError) -> cpb.CallError:
+    """Return the CallError a stream of calls answers for err (mesh/calls.py).
+
+    Its status code, message, ErrorInfo reason and metadata, and RetryInfo delay, bounded as
+    `to_rpc_status` bounds them.
+    """
+    out = cpb.CallError(
+        code=_CODES[err.status][1],
+        message=truncate(str(err.message), MAX_MESSAGE_BYTES),
+        reason=truncate(str(err.reason), 63),
+        metadata=bounded_metadata(err.metadata),
+    )
+    if err.retry_after_seconds is not None:
+        out.retry_delay.FromNanoseconds(int(max(0.0, err.retry_after_seconds) * 1e9))
+    return out
+
+
+def from_call_error(error: cpb.CallError) -> MeshError:
+    """Rebuild the MeshError of a call that failed inside a stream of calls (see call_error)."""
+    status = next((s for s, (_, c) in _CODES.items() if c == error.code), Status.INTERNAL)
+    retry = error.retry_delay.ToNanoseconds() / 1e9 if error.HasField("retry_delay") else None
+    return MeshError(
+        status, error.reason or Reason.INTERNAL, error.message or "peer error", dict(error.metadata), retry
+    )

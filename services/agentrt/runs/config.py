@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
+from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env, flag
 from agentrt.mesh.db import sqlite_url
 
 DEFAULT_MODEL = "local:smollm2"
@@ -39,6 +39,8 @@ class RunsConfig:
         crash_points: named points at which the process kills itself with SIGKILL (the
             crash tests' kill -9 at a moment no event shows; see loop_core.CRASH_POINTS).
             Empty in production.
+        peer_streams: a run's turn calls (StreamGenerate, ExecuteTool, AppendEntries) go over
+            one stream of calls per peer (runs/peer_calls.py) instead of an RPC each.
     """
 
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -54,6 +56,7 @@ class RunsConfig:
     tool_call_grace_seconds: float = 30.0
     peer_unavailable_seconds: float = 30.0
     crash_points: tuple[str, ...] = ()
+    peer_streams: bool = True
 
     @classmethod
     def from_env(
@@ -72,8 +75,11 @@ class RunsConfig:
         (default 127.0.0.1 on DEFAULT_PORTS), AGENTRT_DEFAULT_MODEL (default
         "local:smollm2"), AGENTRT_STATE_DIR, the security settings of `edge_from_env`, AGENTRT_HOST,
         AGENTRT_RUNS_REPLICA_ID, AGENTRT_RUNS_LEASE_SECONDS and
-        AGENTRT_RUNS_PEER_UNAVAILABLE_SECONDS (default 30), AGENTRT_RUNS_CRASH_POINTS (comma
-        separated; tests only).
+        AGENTRT_RUNS_PEER_UNAVAILABLE_SECONDS (default 30), AGENTRT_RUNS_PEER_STREAMS (default
+        true), AGENTRT_RUNS_CRASH_POINTS (comma separated; tests only).
+
+        Raises:
+            ValueError: AGENTRT_RUNS_PEER_STREAMS is not a boolean.
         """
         state_dir = env("STATE_DIR", ".agentrt")
         return cls(
@@ -93,4 +99,5 @@ class RunsConfig:
             lease_seconds=float(env("RUNS_LEASE_SECONDS", "30")),
             peer_unavailable_seconds=float(env("RUNS_PEER_UNAVAILABLE_SECONDS", "30")),
             crash_points=tuple(p.strip() for p in env("RUNS_CRASH_POINTS", "").split(",") if p.strip()),
+            peer_streams=flag("RUNS_PEER_STREAMS", default=True),
         )

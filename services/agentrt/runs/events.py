@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from agentrt.core.guardrails import Result
+from agentrt.mesh.waits import wait_event
 from agentrt.runs.records import RunRecord, StoredEvent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -130,9 +131,7 @@ class Subscription:
                 self._stale = False
                 return None
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
+            if not await wait_event(self._wake, timeout):
                 return None
         if self._items:
             return self._items.popleft()

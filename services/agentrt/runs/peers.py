@@ -42,6 +42,8 @@ from agentrt.client.channels import MeshClient
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import TENANT_HEADER
 from agentrt.mesh.status import from_rpc_error, reason_of
+from agentrt.runs import peer_calls
+from agentrt.runs.peer_calls import GATEWAY, NOT_SENT, SESSIONS, TOOLS
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import session_service_pb2 as spb
@@ -293,13 +295,16 @@ class Peers:
         if expected_last_seq is not None:
             req.expected_last_seq = expected_last_seq
         # Fenced by expected_last_seq, a batch sent twice (gRPC's retry policy on this
-        # channel, FENCED_METHODS) is refused (SEQ_MISMATCH), never doubled.
-        resp = await self._call(
-            "sessions",
-            lambda: self.client.session_service.AppendEntries(
-                req, metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
-            ),
-        )
+        # channel, FENCED_METHODS; the run's stream of calls, runs/peer_calls.py) is refused
+        # (SEQ_MISMATCH), never doubled.
+        resp = await peer_calls.send(SESSIONS, req, timeout=SESSION_CALL_TIMEOUT_S, ready=self._ready)
+        if resp is NOT_SENT:
+            resp = await self._call(
+                "sessions",
+                lambda: self.client.session_service.AppendEntries(
+                    req, metadata=_md(tenant), timeout=SESSION_CALL_TIMEOUT_S
+                ),
+            )
         tail = (list(resp.tail), resp.tail_last_seq) if resp.tail_last_seq else None
         return list(resp.entries), tail
 
@@ -463,6 +468,93 @@ class Peers:
             finally:
                 call.cancel()
 
+    async def generate_final(
+        self,
+        tenant: str,
+        request: gpb.ModelRequest,
+        on_message: Callable[[gpb.StreamGenerateResponse], None],
+        on_wait: Callable[[MeshError, float], None] | None = None,
+        stops_call: Callable[[], bool] | None = None,
+    ) -> gpb.StreamGenerateResponse | None:
+        """Make one streamed model call as `generate` does; return its final message.
+
+        The messages before the final (deltas) go to `on_message` in order. A keyed call of
+        a run goes over the run's stream of calls when there is one (runs/peer_calls.py),
+        with `generate`'s rules: re-sent when its stream broke or the gateway's stores did
+        not answer, its repeat's deltas dropped when the caller already had some, stopped at
+        the gateway (CancelGenerate) when `stops_call()` says the run itself ends it.
+
+        Returns:
+            The final message, or None when the stream ended without one.
+
+        Raises:
+            MeshError: as `generate`.
+        """
+        if request.idempotency_key and peer_calls.run_calls(GATEWAY) is not None:
+            answer = await self._generate_over_stream(tenant, request, on_message, on_wait, stops_call)
+            if answer is not NOT_SENT:
+                return answer  # type: ignore[return-value]
+        final: gpb.StreamGenerateResponse | None = None
+        async for message in self.generate(tenant, request, on_wait, stops_call):
+            if message.WhichOneof("event") == "final":
+                final = message
+            else:
+                on_message(message)
+        return final
+
+    async def _generate_over_stream(
+        self,
+        tenant: str,
+        request: gpb.ModelRequest,
+        on_message: Callable[[gpb.StreamGenerateResponse], None],
+        on_wait: Callable[[MeshError, float], None] | None,
+        stops_call: Callable[[], bool] | None,
+    ) -> object:
+        delivered = resent = False
+
+        def on_event(message: gpb.StreamGenerateResponse) -> None:
+            nonlocal delivered
+            if resent and delivered:
+                return  # the repeat's deltas repeat what the caller has
+            delivered = True
+            on_message(message)
+
+        def on_resend() -> None:
+            nonlocal resent
+            resent = True
+            self.unavailable_waits += 1
+
+        waited_since: float | None = None
+        while True:
+            try:
+                return await peer_calls.send(
+                    GATEWAY,
+                    request,
+                    timeout=self._model_timeout_s,
+                    ready=self._ready,
+                    on_event=on_event,
+                    resends=MODEL_RESENDS,
+                    on_resend=on_resend,
+                )
+            except asyncio.CancelledError:
+                if stops_call is None or stops_call():
+                    self._cancel_model_call(tenant, request.idempotency_key)  # it would outlive us
+                raise
+            except MeshError as failed:
+                if not _dependency_wait(failed):
+                    raise
+                now = time.monotonic()
+                waited_since = now if waited_since is None else waited_since
+                if now - waited_since >= self._unavailable_s:
+                    raise
+                if on_wait is not None:
+                    on_wait(failed, now - waited_since)
+                resent = True
+                await asyncio.sleep(min(failed.retry_after_seconds or DEPENDENCY_WAIT_S, 5.0))
+
+    def _resent(self) -> None:
+        self.unavailable_waits += 1
+
     def _cancel_model_call(self, tenant: str, key: str) -> None:
         """Ask the gateway, in the background, to stop the keyed call (CancelGenerate)."""
 
@@ -487,11 +579,15 @@ class Peers:
         timeout = (
             request.timeout.seconds + request.timeout.nanos / 1e9 if request.HasField("timeout") else 600.0
         )
+        deadline = timeout + self._tool_grace_s
+        answer = await peer_calls.send(
+            TOOLS, (request, False), timeout=deadline, ready=self._ready, on_resend=self._resent
+        )
+        if answer is not NOT_SENT:
+            return answer  # type: ignore[no-any-return]
         return await self._call(
             "tools",
-            lambda: self.client.tool_service.ExecuteTool(
-                request, metadata=_md(tenant), timeout=timeout + self._tool_grace_s
-            ),
+            lambda: self.client.tool_service.ExecuteTool(request, metadata=_md(tenant), timeout=deadline),
         )
 
     async def stream_execute(
@@ -542,6 +638,17 @@ class Peers:
                 Status.INTERNAL, Reason.INTERNAL, "the tool service's stream ended without a result"
             )
 
+        answer = await peer_calls.send(
+            TOOLS,
+            (request, True),
+            timeout=timeout + self._tool_grace_s,
+            ready=self._ready,
+            on_event=on_progress,
+            resends=STREAM_RESENDS,
+            on_resend=self._resent,
+        )
+        if answer is not NOT_SENT:
+            return answer  # type: ignore[no-any-return]
         # gRPC's retry policy re-sends this stream only until its first message; one cut
         # later (a tools replica killed mid-command) is re-sent here, to any replica.
         for _ in range(STREAM_RESENDS):

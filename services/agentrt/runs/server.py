@@ -64,6 +64,7 @@ def build_server(config: RunsConfig) -> MeshServer:
         lease_seconds=config.lease_seconds,
         crash=crash_at(config.crash_points),
         metrics=metrics,
+        peer_streams=config.peer_streams,
     )
     # With a listener, a stream waits for a wake-up, never for a poll interval.
     poll = config.poll_seconds if listener is None else None

@@ -10,7 +10,6 @@ state. The context view is computed from the whole incarnation's log and paged a
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
@@ -25,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
 from agentrt.mesh.db import Database
+from agentrt.mesh.waits import wait_event
 from agentrt.sessions import queries as q
 from agentrt.sessions import tree
 from agentrt.sessions.domain import Entry, Ref, SessionInfo, check_ref
@@ -232,10 +232,7 @@ class SessionReads:
                     yield entry
                 if len(batch) == _WATCH_BATCH:
                     continue
-                try:
-                    await asyncio.wait_for(woke.wait(), self._poll)
-                except TimeoutError:
-                    pass
+                await wait_event(woke, self._poll)
 
 
 def _make_token(update_time_us: int, session_id: str) -> str:

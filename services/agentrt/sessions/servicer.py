@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from agentrt.core.errors import MeshError, Reason, invalid
+from agentrt.mesh.calls import CallContext, CallsMethod, serve_calls
 from agentrt.mesh.context import current_tenant
 from agentrt.mesh.telemetry.metrics import SessionMetrics
 from agentrt.sessions import codec
@@ -125,6 +126,27 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         if request.include_tail and stored:
             await self._tail_after(resp, tenant, Ref(ref.session_id, generation), stored[-1].seq)
         return resp
+
+    async def AppendEntriesCalls(
+        self, requests: AsyncIterator[pb.AppendEntriesCallsRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.AppendEntriesCallsResponse]:
+        """Serve AppendEntries calls over one stream (mesh/calls.py; the run loop keeps one per run).
+
+        Each call is answered exactly as AppendEntries answers it (its errors as CallError).
+        """
+
+        async def handle(call: pb.AppendEntriesCallsRequest, ctx: CallContext) -> AsyncIterator[object]:
+            yield await self.AppendEntries(call.request, ctx)  # type: ignore[arg-type]
+
+        how = CallsMethod(
+            "agentrt.v1.SessionService",
+            "AppendEntries",
+            handle,
+            lambda call_id, answer: pb.AppendEntriesCallsResponse(call_id=call_id, response=answer),
+            lambda call_id, error: pb.AppendEntriesCallsResponse(call_id=call_id, error=error),
+        )
+        async for response in serve_calls(requests, context, how):
+            yield response
 
     async def _tail_after(
         self, resp: pb.AppendEntriesResponse, tenant: str, ref: Ref, after_seq: int

@@ -39,8 +39,15 @@ def run_passes(
 
 
 async def stop_passes(task: asyncio.Task[None] | None) -> None:
-    """Cancel a loop run_passes started (None: nothing to stop) and wait for it to end."""
-    if task is not None:
+    """Cancel a loop run_passes started (None: nothing to stop) and wait for it to end.
+
+    The cancel is repeated each second until the loop has ended: a cancellation that some
+    awaited library swallowed (mesh/waits.py says how) must not keep a stop waiting forever.
+    """
+    if task is None:
+        return
+    while not task.done():
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.wait({task}, timeout=1.0)
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        task.result()

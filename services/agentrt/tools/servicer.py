@@ -20,6 +20,7 @@ from google.protobuf import duration_pb2
 
 from agentrt.core.errors import Reason, invalid, missing
 from agentrt.core.policy import AGENT, SERVICE, CommandPolicy, PatternError, compile_policy, validate_patterns
+from agentrt.mesh.calls import CallContext, CallsMethod, serve_calls
 from agentrt.mesh.context import current_tenant
 from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
 from agentrt.tools.archive.transfer import Target, WorkspaceArchives
@@ -250,6 +251,38 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
                     await task
         result = tool_result(inp.call.call_id, inp.call.name, outcome)
         yield pb.StreamExecuteToolResponse(result=pb.ExecuteToolResponse(result=result, replayed=replayed))
+
+    async def ExecuteToolCalls(
+        self, requests: AsyncIterator[pb.ExecuteToolCallsRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ExecuteToolCallsResponse]:
+        """Serve ExecuteTool calls over one stream (mesh/calls.py; the run loop keeps one per run).
+
+        Each call is answered exactly as ExecuteTool answers it, preceded by its output
+        chunks when it asked for progress (as StreamExecuteTool); errors as CallError.
+        """
+
+        async def handle(call: pb.ExecuteToolCallsRequest, ctx: CallContext) -> AsyncIterator[object]:
+            if not call.progress:
+                yield await self.ExecuteTool(call.request, ctx)  # type: ignore[arg-type]
+                return
+            streamed = pb.StreamExecuteToolRequest(request=call.request)
+            async for message in self.StreamExecuteTool(streamed, ctx):  # type: ignore[arg-type]
+                yield message.progress if message.HasField("progress") else message.result
+
+        def answer(call_id: int, message: object) -> pb.ExecuteToolCallsResponse:
+            if isinstance(message, pb.ToolProgress):
+                return pb.ExecuteToolCallsResponse(call_id=call_id, progress=message)
+            return pb.ExecuteToolCallsResponse(call_id=call_id, result=message)  # type: ignore[arg-type]
+
+        how = CallsMethod(
+            "agentrt.v1.ToolService",
+            "ExecuteTool",
+            handle,
+            answer,
+            lambda call_id, error: pb.ExecuteToolCallsResponse(call_id=call_id, error=error),
+        )
+        async for response in serve_calls(requests, context, how):
+            yield response
 
     async def GetExecution(
         self, request: pb.GetExecutionRequest, context: grpc.aio.ServicerContext

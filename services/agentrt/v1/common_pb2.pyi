@@ -333,3 +333,36 @@ class PageInfo(_message.Message):
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     next_page_token: str
     def __init__(self, next_page_token: _Optional[str] = ...) -> None: ...
+
+class CallError(_message.Message):
+    __slots__ = ("code", "message", "reason", "metadata", "retry_delay")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    reason: str
+    metadata: _containers.ScalarMap[str, str]
+    retry_delay: _duration_pb2.Duration
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class CallHeader(_message.Message):
+    __slots__ = ("call_id", "timeout", "cancel", "traceparent")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    timeout: _duration_pb2.Duration
+    cancel: bool
+    traceparent: str
+    def __init__(self, call_id: _Optional[int] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cancel: _Optional[bool] = ..., traceparent: _Optional[str] = ...) -> None: ...

@@ -26,15 +26,15 @@ from agentrt.v1 import common_pb2 as agentrt_dot_v1_dot_common__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n agentrt/v1/gateway_service.proto\x12\nagentrt.v1\x1a\x17\x61gentrt/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\xa8\x02\n\x0cModelRequest\x12#\n\x05model\x18\x01 \x01(\x0b\x32\x14.agentrt.v1.ModelRef\x12\x0e\n\x06system\x18\x02 \x01(\t\x12%\n\x08messages\x18\x03 \x03(\x0b\x32\x13.agentrt.v1.Message\x12#\n\x05tools\x18\x04 \x03(\x0b\x32\x14.agentrt.v1.ToolSpec\x12+\n\x08settings\x18\x05 \x01(\x0b\x32\x19.agentrt.v1.ModelSettings\x12\x0e\n\x06tenant\x18\x06 \x01(\t\x12\x0e\n\x06run_id\x18\x07 \x01(\t\x12\x31\n\x0emax_queue_wait\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0fidempotency_key\x18\t \x01(\t\"<\n\x0fGenerateRequest\x12)\n\x07request\x18\x01 \x01(\x0b\x32\x18.agentrt.v1.ModelRequest\"\x91\x01\n\x10GenerateResponse\x12+\n\x08response\x18\x01 \x01(\x0b\x32\x19.agentrt.v1.ModelResponse\x12\x0f\n\x07retries\x18\x02 \x01(\x05\x12-\n\nqueue_wait\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08replayed\x18\x04 \x01(\x08\"B\n\x15StreamGenerateRequest\x12)\n\x07request\x18\x01 \x01(\x0b\x32\x18.agentrt.v1.ModelRequest\"\xb6\x01\n\x16StreamGenerateResponse\x12\x14\n\ntext_delta\x18\x01 \x01(\tH\x00\x12\x18\n\x0ethinking_delta\x18\x02 \x01(\tH\x00\x12\x34\n\x0ftool_call_delta\x18\x03 \x01(\x0b\x32\x19.agentrt.v1.ToolCallDeltaH\x00\x12-\n\x05\x66inal\x18\x04 \x01(\x0b\x32\x1c.agentrt.v1.GenerateResponseH\x00\x42\x07\n\x05\x65vent\"E\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x17\n\x0f\x61rguments_delta\x18\x03 \x01(\t\"?\n\x12\x43ountTokensRequest\x12)\n\x07request\x18\x01 \x01(\x0b\x32\x18.agentrt.v1.ModelRequest\"U\n\x13\x43ountTokensResponse\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12(\n\x04kind\x18\x02 \x01(\x0e\x32\x1a.agentrt.v1.TokenCountKind\"\x13\n\x11ListModelsRequest\"X\n\tModelInfo\x12#\n\x05model\x18\x01 \x01(\x0b\x32\x14.agentrt.v1.ModelRef\x12\x15\n\rcounts_tokens\x18\x02 \x01(\x08\x12\x0f\n\x07streams\x18\x03 \x01(\x08\";\n\x12ListModelsResponse\x12%\n\x06models\x18\x01 \x03(\x0b\x32\x15.agentrt.v1.ModelInfo\"0\n\x15\x43\x61ncelGenerateRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\"*\n\x16\x43\x61ncelGenerateResponse\x12\x10\n\x08\x63\x61nceled\x18\x01 \x01(\x08*v\n\x0eTokenCountKind\x12 \n\x1cTOKEN_COUNT_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16TOKEN_COUNT_KIND_EXACT\x10\x01\x12&\n\"TOKEN_COUNT_KIND_PROVIDER_ESTIMATE\x10\x02\x32\xad\x03\n\x13ModelGatewayService\x12\x45\n\x08Generate\x12\x1b.agentrt.v1.GenerateRequest\x1a\x1c.agentrt.v1.GenerateResponse\x12Y\n\x0eStreamGenerate\x12!.agentrt.v1.StreamGenerateRequest\x1a\".agentrt.v1.StreamGenerateResponse0\x01\x12N\n\x0b\x43ountTokens\x12\x1e.agentrt.v1.CountTokensRequest\x1a\x1f.agentrt.v1.CountTokensResponse\x12K\n\nListModels\x12\x1d.agentrt.v1.ListModelsRequest\x1a\x1e.agentrt.v1.ListModelsResponse\x12W\n\x0e\x43\x61ncelGenerate\x12!.agentrt.v1.CancelGenerateRequest\x1a\".agentrt.v1.CancelGenerateResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n agentrt/v1/gateway_service.proto\x12\nagentrt.v1\x1a\x17\x61gentrt/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\xa8\x02\n\x0cModelRequest\x12#\n\x05model\x18\x01 \x01(\x0b\x32\x14.agentrt.v1.ModelRef\x12\x0e\n\x06system\x18\x02 \x01(\t\x12%\n\x08messages\x18\x03 \x03(\x0b\x32\x13.agentrt.v1.Message\x12#\n\x05tools\x18\x04 \x03(\x0b\x32\x14.agentrt.v1.ToolSpec\x12+\n\x08settings\x18\x05 \x01(\x0b\x32\x19.agentrt.v1.ModelSettings\x12\x0e\n\x06tenant\x18\x06 \x01(\t\x12\x0e\n\x06run_id\x18\x07 \x01(\t\x12\x31\n\x0emax_queue_wait\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0fidempotency_key\x18\t \x01(\t\"<\n\x0fGenerateRequest\x12)\n\x07request\x18\x01 \x01(\x0b\x32\x18.agentrt.v1.ModelRequest\"\x91\x01\n\x10GenerateResponse\x12+\n\x08response\x18\x01 \x01(\x0b\x32\x19.agentrt.v1.ModelResponse\x12\x0f\n\x07retries\x18\x02 \x01(\x05\x12-\n\nqueue_wait\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08replayed\x18\x04 \x01(\x08\"B\n\x15StreamGenerateRequest\x12)\n\x07request\x18\x01 \x01(\x0b\x32\x18.agentrt.v1.ModelRequest\"o\n\x1aStreamGenerateCallsRequest\x12&\n\x06header\x18\x01 \x01(\x0b\x32\x16.agentrt.v1.CallHeader\x12)\n\x07request\x18\x02 \x01(\x0b\x32\x18.agentrt.v1.ModelRequest\"\x87\x01\n\x1bStreamGenerateCallsResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x31\n\x05\x65vent\x18\x02 \x01(\x0b\x32\".agentrt.v1.StreamGenerateResponse\x12$\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.agentrt.v1.CallError\"\xb6\x01\n\x16StreamGenerateResponse\x12\x14\n\ntext_delta\x18\x01 \x01(\tH\x00\x12\x18\n\x0ethinking_delta\x18\x02 \x01(\tH\x00\x12\x34\n\x0ftool_call_delta\x18\x03 \x01(\x0b\x32\x19.agentrt.v1.ToolCallDeltaH\x00\x12-\n\x05\x66inal\x18\x04 \x01(\x0b\x32\x1c.agentrt.v1.GenerateResponseH\x00\x42\x07\n\x05\x65vent\"E\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x17\n\x0f\x61rguments_delta\x18\x03 \x01(\t\"?\n\x12\x43ountTokensRequest\x12)\n\x07request\x18\x01 \x01(\x0b\x32\x18.agentrt.v1.ModelRequest\"U\n\x13\x43ountTokensResponse\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12(\n\x04kind\x18\x02 \x01(\x0e\x32\x1a.agentrt.v1.TokenCountKind\"\x13\n\x11ListModelsRequest\"X\n\tModelInfo\x12#\n\x05model\x18\x01 \x01(\x0b\x32\x14.agentrt.v1.ModelRef\x12\x15\n\rcounts_tokens\x18\x02 \x01(\x08\x12\x0f\n\x07streams\x18\x03 \x01(\x08\";\n\x12ListModelsResponse\x12%\n\x06models\x18\x01 \x03(\x0b\x32\x15.agentrt.v1.ModelInfo\"0\n\x15\x43\x61ncelGenerateRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\"*\n\x16\x43\x61ncelGenerateResponse\x12\x10\n\x08\x63\x61nceled\x18\x01 \x01(\x08*v\n\x0eTokenCountKind\x12 \n\x1cTOKEN_COUNT_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16TOKEN_COUNT_KIND_EXACT\x10\x01\x12&\n\"TOKEN_COUNT_KIND_PROVIDER_ESTIMATE\x10\x02\x32\x99\x04\n\x13ModelGatewayService\x12\x45\n\x08Generate\x12\x1b.agentrt.v1.GenerateRequest\x1a\x1c.agentrt.v1.GenerateResponse\x12Y\n\x0eStreamGenerate\x12!.agentrt.v1.StreamGenerateRequest\x1a\".agentrt.v1.StreamGenerateResponse0\x01\x12j\n\x13StreamGenerateCalls\x12&.agentrt.v1.StreamGenerateCallsRequest\x1a\'.agentrt.v1.StreamGenerateCallsResponse(\x01\x30\x01\x12N\n\x0b\x43ountTokens\x12\x1e.agentrt.v1.CountTokensRequest\x1a\x1f.agentrt.v1.CountTokensResponse\x12K\n\nListModels\x12\x1d.agentrt.v1.ListModelsRequest\x1a\x1e.agentrt.v1.ListModelsResponse\x12W\n\x0e\x43\x61ncelGenerate\x12!.agentrt.v1.CancelGenerateRequest\x1a\".agentrt.v1.CancelGenerateResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentrt.v1.gateway_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TOKENCOUNTKIND']._serialized_start=1356
-  _globals['_TOKENCOUNTKIND']._serialized_end=1474
+  _globals['_TOKENCOUNTKIND']._serialized_start=1607
+  _globals['_TOKENCOUNTKIND']._serialized_end=1725
   _globals['_MODELREQUEST']._serialized_start=106
   _globals['_MODELREQUEST']._serialized_end=402
   _globals['_GENERATEREQUEST']._serialized_start=404
@@ -43,24 +43,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATERESPONSE']._serialized_end=612
   _globals['_STREAMGENERATEREQUEST']._serialized_start=614
   _globals['_STREAMGENERATEREQUEST']._serialized_end=680
-  _globals['_STREAMGENERATERESPONSE']._serialized_start=683
-  _globals['_STREAMGENERATERESPONSE']._serialized_end=865
-  _globals['_TOOLCALLDELTA']._serialized_start=867
-  _globals['_TOOLCALLDELTA']._serialized_end=936
-  _globals['_COUNTTOKENSREQUEST']._serialized_start=938
-  _globals['_COUNTTOKENSREQUEST']._serialized_end=1001
-  _globals['_COUNTTOKENSRESPONSE']._serialized_start=1003
-  _globals['_COUNTTOKENSRESPONSE']._serialized_end=1088
-  _globals['_LISTMODELSREQUEST']._serialized_start=1090
-  _globals['_LISTMODELSREQUEST']._serialized_end=1109
-  _globals['_MODELINFO']._serialized_start=1111
-  _globals['_MODELINFO']._serialized_end=1199
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1201
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1260
-  _globals['_CANCELGENERATEREQUEST']._serialized_start=1262
-  _globals['_CANCELGENERATEREQUEST']._serialized_end=1310
-  _globals['_CANCELGENERATERESPONSE']._serialized_start=1312
-  _globals['_CANCELGENERATERESPONSE']._serialized_end=1354
-  _globals['_MODELGATEWAYSERVICE']._serialized_start=1477
-  _globals['_MODELGATEWAYSERVICE']._serialized_end=1906
+  _globals['_STREAMGENERATECALLSREQUEST']._serialized_start=682
+  _globals['_STREAMGENERATECALLSREQUEST']._serialized_end=793
+  _globals['_STREAMGENERATECALLSRESPONSE']._serialized_start=796
+  _globals['_STREAMGENERATECALLSRESPONSE']._serialized_end=931
+  _globals['_STREAMGENERATERESPONSE']._serialized_start=934
+  _globals['_STREAMGENERATERESPONSE']._serialized_end=1116
+  _globals['_TOOLCALLDELTA']._serialized_start=1118
+  _globals['_TOOLCALLDELTA']._serialized_end=1187
+  _globals['_COUNTTOKENSREQUEST']._serialized_start=1189
+  _globals['_COUNTTOKENSREQUEST']._serialized_end=1252
+  _globals['_COUNTTOKENSRESPONSE']._serialized_start=1254
+  _globals['_COUNTTOKENSRESPONSE']._serialized_end=1339
+  _globals['_LISTMODELSREQUEST']._serialized_start=1341
+  _globals['_LISTMODELSREQUEST']._serialized_end=1360
+  _globals['_MODELINFO']._serialized_start=1362
+  _globals['_MODELINFO']._serialized_end=1450
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1452
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1511
+  _globals['_CANCELGENERATEREQUEST']._serialized_start=1513
+  _globals['_CANCELGENERATEREQUEST']._serialized_end=1561
+  _globals['_CANCELGENERATERESPONSE']._serialized_start=1563
+  _globals['_CANCELGENERATERESPONSE']._serialized_end=1605
+  _globals['_MODELGATEWAYSERVICE']._serialized_start=1728
+  _globals['_MODELGATEWAYSERVICE']._serialized_end=2265
 # @@protoc_insertion_point(module_scope)

@@ -66,6 +66,24 @@ class StreamGenerateRequest(_message.Message):
     request: ModelRequest
     def __init__(self, request: _Optional[_Union[ModelRequest, _Mapping]] = ...) -> None: ...
 
+class StreamGenerateCallsRequest(_message.Message):
+    __slots__ = ("header", "request")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    header: _common_pb2.CallHeader
+    request: ModelRequest
+    def __init__(self, header: _Optional[_Union[_common_pb2.CallHeader, _Mapping]] = ..., request: _Optional[_Union[ModelRequest, _Mapping]] = ...) -> None: ...
+
+class StreamGenerateCallsResponse(_message.Message):
+    __slots__ = ("call_id", "event", "error")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    event: StreamGenerateResponse
+    error: _common_pb2.CallError
+    def __init__(self, call_id: _Optional[int] = ..., event: _Optional[_Union[StreamGenerateResponse, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.CallError, _Mapping]] = ...) -> None: ...
+
 class StreamGenerateResponse(_message.Message):
     __slots__ = ("text_delta", "thinking_delta", "tool_call_delta", "final")
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]

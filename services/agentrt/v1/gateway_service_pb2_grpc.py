@@ -45,6 +45,11 @@ class ModelGatewayServiceStub:
                 request_serializer=agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateRequest.SerializeToString,
                 response_deserializer=agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateResponse.FromString,
                 _registered_method=True)
+        self.StreamGenerateCalls = channel.stream_stream(
+                '/agentrt.v1.ModelGatewayService/StreamGenerateCalls',
+                request_serializer=agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateCallsRequest.SerializeToString,
+                response_deserializer=agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateCallsResponse.FromString,
+                _registered_method=True)
         self.CountTokens = channel.unary_unary(
                 '/agentrt.v1.ModelGatewayService/CountTokens',
                 request_serializer=agentrt_dot_v1_dot_gateway__service__pb2.CountTokensRequest.SerializeToString,
@@ -77,6 +82,18 @@ class ModelGatewayServiceServicer:
         """StreamGenerate streams deltas and ends with exactly one final response. A provider
         stream that ends without a terminal event is an error with no accepted response.
         Cancelling the call cancels the provider call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamGenerateCalls(self, request_iterator, context):
+        """StreamGenerateCalls carries many StreamGenerate calls over one long-lived stream (the
+        run loop keeps one per run): each request is one call, answered by its deltas, then
+        exactly one final response or error, each naming the call, with exactly what
+        StreamGenerate streams. A call is cancelled by a request with `header.cancel` (as a
+        cancelled StreamGenerate). The stream fails as a whole only for what fails before any
+        call or a request that cannot be parsed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -119,6 +136,11 @@ def add_ModelGatewayServiceServicer_to_server(servicer, server):
                     servicer.StreamGenerate,
                     request_deserializer=agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateRequest.FromString,
                     response_serializer=agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateResponse.SerializeToString,
+            ),
+            'StreamGenerateCalls': grpc.stream_stream_rpc_method_handler(
+                    servicer.StreamGenerateCalls,
+                    request_deserializer=agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateCallsRequest.FromString,
+                    response_serializer=agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateCallsResponse.SerializeToString,
             ),
             'CountTokens': grpc.unary_unary_rpc_method_handler(
                     servicer.CountTokens,
@@ -191,6 +213,33 @@ class ModelGatewayService:
             '/agentrt.v1.ModelGatewayService/StreamGenerate',
             agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateRequest.SerializeToString,
             agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamGenerateCalls(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/agentrt.v1.ModelGatewayService/StreamGenerateCalls',
+            agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateCallsRequest.SerializeToString,
+            agentrt_dot_v1_dot_gateway__service__pb2.StreamGenerateCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

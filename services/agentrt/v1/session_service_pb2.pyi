@@ -239,6 +239,24 @@ class AppendEntriesResponse(_message.Message):
     tail_last_seq: int
     def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., generation: _Optional[int] = ..., tail: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., tail_last_seq: _Optional[int] = ...) -> None: ...
 
+class AppendEntriesCallsRequest(_message.Message):
+    __slots__ = ("header", "request")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    header: _common_pb2.CallHeader
+    request: AppendEntriesRequest
+    def __init__(self, header: _Optional[_Union[_common_pb2.CallHeader, _Mapping]] = ..., request: _Optional[_Union[AppendEntriesRequest, _Mapping]] = ...) -> None: ...
+
+class AppendEntriesCallsResponse(_message.Message):
+    __slots__ = ("call_id", "response", "error")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    response: AppendEntriesResponse
+    error: _common_pb2.CallError
+    def __init__(self, call_id: _Optional[int] = ..., response: _Optional[_Union[AppendEntriesResponse, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.CallError, _Mapping]] = ...) -> None: ...
+
 class ListEntriesRequest(_message.Message):
     __slots__ = ("session", "after_seq", "limit")
     SESSION_FIELD_NUMBER: _ClassVar[int]

@@ -60,6 +60,11 @@ class SessionServiceStub:
                 request_serializer=agentrt_dot_v1_dot_session__service__pb2.AppendEntriesRequest.SerializeToString,
                 response_deserializer=agentrt_dot_v1_dot_session__service__pb2.AppendEntriesResponse.FromString,
                 _registered_method=True)
+        self.AppendEntriesCalls = channel.stream_stream(
+                '/agentrt.v1.SessionService/AppendEntriesCalls',
+                request_serializer=agentrt_dot_v1_dot_session__service__pb2.AppendEntriesCallsRequest.SerializeToString,
+                response_deserializer=agentrt_dot_v1_dot_session__service__pb2.AppendEntriesCallsResponse.FromString,
+                _registered_method=True)
         self.ListEntries = channel.unary_unary(
                 '/agentrt.v1.SessionService/ListEntries',
                 request_serializer=agentrt_dot_v1_dot_session__service__pb2.ListEntriesRequest.SerializeToString,
@@ -138,6 +143,17 @@ class SessionServiceServicer:
         Errors: NOT_FOUND (session gone or generation stale), INVALID_ARGUMENT (bad entry),
         ABORTED (expected_last_seq no longer matches), FAILED_PRECONDITION
         (USAGE_ALREADY_RECORDED: another entry already carries that response's usage).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendEntriesCalls(self, request_iterator, context):
+        """AppendEntriesCalls carries many AppendEntries calls over one long-lived stream (the
+        run loop keeps one per run): each request is one call, answered by one response naming
+        it, with exactly AppendEntries' answer or error. A call is cancelled by a request with
+        `header.cancel`. The stream fails as a whole only for what fails before any call
+        (authentication, tenant) or a request that cannot be parsed (INVALID_ARGUMENT).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -226,6 +242,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.AppendEntries,
                     request_deserializer=agentrt_dot_v1_dot_session__service__pb2.AppendEntriesRequest.FromString,
                     response_serializer=agentrt_dot_v1_dot_session__service__pb2.AppendEntriesResponse.SerializeToString,
+            ),
+            'AppendEntriesCalls': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendEntriesCalls,
+                    request_deserializer=agentrt_dot_v1_dot_session__service__pb2.AppendEntriesCallsRequest.FromString,
+                    response_serializer=agentrt_dot_v1_dot_session__service__pb2.AppendEntriesCallsResponse.SerializeToString,
             ),
             'ListEntries': grpc.unary_unary_rpc_method_handler(
                     servicer.ListEntries,
@@ -399,6 +420,33 @@ class SessionService:
             '/agentrt.v1.SessionService/AppendEntries',
             agentrt_dot_v1_dot_session__service__pb2.AppendEntriesRequest.SerializeToString,
             agentrt_dot_v1_dot_session__service__pb2.AppendEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendEntriesCalls(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/agentrt.v1.SessionService/AppendEntriesCalls',
+            agentrt_dot_v1_dot_session__service__pb2.AppendEntriesCallsRequest.SerializeToString,
+            agentrt_dot_v1_dot_session__service__pb2.AppendEntriesCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

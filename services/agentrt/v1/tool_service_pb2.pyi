@@ -92,6 +92,28 @@ class ExecuteToolResponse(_message.Message):
     replayed: bool
     def __init__(self, result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
 
+class ExecuteToolCallsRequest(_message.Message):
+    __slots__ = ("header", "request", "progress")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    header: _common_pb2.CallHeader
+    request: ExecuteToolRequest
+    progress: bool
+    def __init__(self, header: _Optional[_Union[_common_pb2.CallHeader, _Mapping]] = ..., request: _Optional[_Union[ExecuteToolRequest, _Mapping]] = ..., progress: _Optional[bool] = ...) -> None: ...
+
+class ExecuteToolCallsResponse(_message.Message):
+    __slots__ = ("call_id", "progress", "result", "error")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    progress: ToolProgress
+    result: ExecuteToolResponse
+    error: _common_pb2.CallError
+    def __init__(self, call_id: _Optional[int] = ..., progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., result: _Optional[_Union[ExecuteToolResponse, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.CallError, _Mapping]] = ...) -> None: ...
+
 class StreamExecuteToolRequest(_message.Message):
     __slots__ = ("request",)
     REQUEST_FIELD_NUMBER: _ClassVar[int]

@@ -50,6 +50,11 @@ class ToolServiceStub:
                 request_serializer=agentrt_dot_v1_dot_tool__service__pb2.StreamExecuteToolRequest.SerializeToString,
                 response_deserializer=agentrt_dot_v1_dot_tool__service__pb2.StreamExecuteToolResponse.FromString,
                 _registered_method=True)
+        self.ExecuteToolCalls = channel.stream_stream(
+                '/agentrt.v1.ToolService/ExecuteToolCalls',
+                request_serializer=agentrt_dot_v1_dot_tool__service__pb2.ExecuteToolCallsRequest.SerializeToString,
+                response_deserializer=agentrt_dot_v1_dot_tool__service__pb2.ExecuteToolCallsResponse.FromString,
+                _registered_method=True)
         self.GetExecution = channel.unary_unary(
                 '/agentrt.v1.ToolService/GetExecution',
                 request_serializer=agentrt_dot_v1_dot_tool__service__pb2.GetExecutionRequest.SerializeToString,
@@ -112,6 +117,19 @@ class ToolServiceServicer:
 
     def StreamExecuteTool(self, request, context):
         """StreamExecuteTool runs one call, streaming output progress, then the result last.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExecuteToolCalls(self, request_iterator, context):
+        """ExecuteToolCalls carries many ExecuteTool / StreamExecuteTool calls over one long-lived
+        stream (the run loop keeps one per run), several in flight at once: each request is one
+        call, answered by its progress messages when it asked for them, then exactly one result
+        or error, each naming the call, with exactly what ExecuteTool answers. A call is
+        cancelled by a request with `header.cancel` (as a cancelled ExecuteTool: the command
+        runs on, journaled). The stream fails as a whole only for what fails before any call
+        or a request that cannot be parsed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -195,6 +213,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.StreamExecuteTool,
                     request_deserializer=agentrt_dot_v1_dot_tool__service__pb2.StreamExecuteToolRequest.FromString,
                     response_serializer=agentrt_dot_v1_dot_tool__service__pb2.StreamExecuteToolResponse.SerializeToString,
+            ),
+            'ExecuteToolCalls': grpc.stream_stream_rpc_method_handler(
+                    servicer.ExecuteToolCalls,
+                    request_deserializer=agentrt_dot_v1_dot_tool__service__pb2.ExecuteToolCallsRequest.FromString,
+                    response_serializer=agentrt_dot_v1_dot_tool__service__pb2.ExecuteToolCallsResponse.SerializeToString,
             ),
             'GetExecution': grpc.unary_unary_rpc_method_handler(
                     servicer.GetExecution,
@@ -319,6 +342,33 @@ class ToolService:
             '/agentrt.v1.ToolService/StreamExecuteTool',
             agentrt_dot_v1_dot_tool__service__pb2.StreamExecuteToolRequest.SerializeToString,
             agentrt_dot_v1_dot_tool__service__pb2.StreamExecuteToolResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecuteToolCalls(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/agentrt.v1.ToolService/ExecuteToolCalls',
+            agentrt_dot_v1_dot_tool__service__pb2.ExecuteToolCallsRequest.SerializeToString,
+            agentrt_dot_v1_dot_tool__service__pb2.ExecuteToolCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -9,17 +9,13 @@ its peer calls and its log records join the caller's trace. The final status is 
 client sees: the code the handler aborted with (MeshInterceptor's MeshError mapping),
 set with `set_code`, CANCELLED or DEADLINE_EXCEEDED for a call cut short, OK otherwise.
 
-`client_interceptors(target)` returns one client interceptor per call kind (grpc.aio files
-an interceptor object under the first kind it implements); `open_channel` installs them
-when tracing is on. Each opens a CLIENT span for the call, a child of the current span,
-injects its `traceparent`/`tracestate` into the call's metadata, and ends it when the call
-finishes, fails or is cancelled (a done callback: a stream the caller leaves early ends its
-span at the cancel, not at garbage collection).
+The client side (the CLIENT spans and their trace context) is `mesh/telemetry/rpc_client.py`.
+A call served inside a stream of calls (mesh/calls.py) is counted and traced as an RPC of its
+own method (`inner_call`).
 
 Why our own and not opentelemetry-instrumentation-grpc: its aio server interceptor records
 neither `abort_with_status` (every error of this mesh) nor its code, so failed calls would be
-exported as OK; its client stream wrapper ends a span only when the stream is read to its
-end (docs/decisions/0009-observability.md).
+exported as OK (docs/decisions/0009-observability.md).
 
 Span names and attributes follow the OpenTelemetry RPC conventions: "<service>/<method>",
 `rpc.system`, `rpc.service`, `rpc.method`, `rpc.grpc.status_code`, `server.address` and
@@ -30,6 +26,8 @@ only for the server-fault codes of the convention; a client span's for any code 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -40,6 +38,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from agentrt.core.errors import MeshError
+from agentrt.mesh.status import grpc_code
 from agentrt.mesh.telemetry.metrics import RpcMetrics
 from agentrt.mesh.telemetry.tracing import tracer
 
@@ -89,6 +89,50 @@ def _failed_code(exc: BaseException, context: grpc.aio.ServicerContext) -> grpc.
     return grpc.StatusCode.UNKNOWN  # gRPC's answer to an exception no interceptor mapped
 
 
+class InnerOutcome:
+    """How one call inside a stream of calls ended (`inner_call`): OK unless told otherwise."""
+
+    __slots__ = ("code", "message")
+
+    def __init__(self) -> None:
+        self.code = grpc.StatusCode.OK
+        self.message = ""
+
+    def fail(self, err: MeshError) -> None:
+        """The call failed with err (its status is the call's code)."""
+        self.code, self.message = grpc_code(err.status), err.message
+
+    def cancelled(self) -> None:
+        """The caller stopped waiting, or the stream ended, before the call answered."""
+        self.code = grpc.StatusCode.CANCELLED
+
+
+#: The interceptor serving the stream of calls being handled (set for its handler's task).
+_SERVING: contextvars.ContextVar[TelemetryServerInterceptor | None] = contextvars.ContextVar(
+    "agentrt_rpc_telemetry", default=None
+)
+
+
+@contextlib.contextmanager
+def inner_call(service: str, method: str, traceparent: str) -> Any:
+    """Count and trace one call of a stream of calls (mesh/calls.py) as an RPC of its own.
+
+    The call is recorded as `service`/`method`, its span a child of `traceparent`; yields
+    its InnerOutcome to fill in. Outside a stream the TelemetryServerInterceptor serves,
+    nothing is recorded.
+    """
+    outcome = InnerOutcome()
+    serving = _SERVING.get()
+    if serving is None:
+        yield outcome
+        return
+    call = serving._begin_inner(service, method, traceparent)
+    try:
+        yield outcome
+    finally:
+        serving._end_inner(call, outcome)
+
+
 class TelemetryServerInterceptor(grpc.aio.ServerInterceptor):
     """Counts every call and traces it while tracing is on (see the module docstring)."""
 
@@ -128,7 +172,7 @@ class TelemetryServerInterceptor(grpc.aio.ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         return grpc.stream_stream_rpc_method_handler(
-            wrap(handler.stream_stream, details, method),
+            self._wrap_stream(handler.stream_stream, details, method, serves_calls=True),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
@@ -165,7 +209,37 @@ class TelemetryServerInterceptor(grpc.aio.ServerInterceptor):
             call.token = otel_context.attach(trace.set_span_in_context(call.span, parent))
         return call
 
-    def _end(self, call: _Call, code: grpc.StatusCode, context: grpc.aio.ServicerContext) -> None:
+    def _begin_inner(self, service: str, method: str, traceparent: str) -> _Call:
+        """Begin a call served inside a stream of calls: its gauge, and its span while tracing."""
+        gauge = self._in_flight.get((service, method))
+        if gauge is None:
+            gauge = self._in_flight[(service, method)] = self._metrics.in_flight.labels(service, method)
+        gauge.inc()
+        call = _Call(service, method)
+        active = tracer()
+        if active is not None:
+            parent = _W3C.extract({"traceparent": traceparent} if traceparent else {})
+            call.span = active.start_span(
+                f"{service}/{method}",
+                context=parent,
+                kind=SpanKind.SERVER,
+                attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": method},
+            )
+            call.token = otel_context.attach(trace.set_span_in_context(call.span, parent))
+        return call
+
+    def _end_inner(self, call: _Call, outcome: InnerOutcome) -> None:
+        """End a call begun by `_begin_inner` with its outcome (counted as an RPC of its method)."""
+        self._record(call, outcome.code)
+        if call.span is not None:
+            call.span.set_attribute("rpc.grpc.status_code", outcome.code.value[0])
+            if outcome.code in _SERVER_FAULTS:
+                call.span.set_status(Status(StatusCode.ERROR, outcome.message or outcome.code.name))
+            call.span.end()
+        if call.token is not None:
+            otel_context.detach(call.token)  # type: ignore[arg-type]
+
+    def _record(self, call: _Call, code: grpc.StatusCode) -> None:
         elapsed = time.perf_counter() - call.started
         key = (call.service, call.method, code)
         children = self._done.get(key)
@@ -178,6 +252,9 @@ class TelemetryServerInterceptor(grpc.aio.ServerInterceptor):
         children[0].inc()
         children[1].observe(elapsed)
         self._in_flight[(call.service, call.method)].dec()
+
+    def _end(self, call: _Call, code: grpc.StatusCode, context: grpc.aio.ServicerContext) -> None:
+        self._record(call, code)
         if call.span is not None:
             call.span.set_attribute("rpc.grpc.status_code", code.value[0])
             if code in _SERVER_FAULTS:
@@ -208,11 +285,18 @@ class TelemetryServerInterceptor(grpc.aio.ServerInterceptor):
         return served
 
     def _wrap_stream(
-        self, behavior: Callable[..., AsyncIterator[Any]], details: grpc.HandlerCallDetails, method: str
+        self,
+        behavior: Callable[..., AsyncIterator[Any]],
+        details: grpc.HandlerCallDetails,
+        method: str,
+        *,
+        serves_calls: bool = False,
     ) -> Callable[..., AsyncIterator[Any]]:
         async def served(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             call = self._begin(details, method, context)
             code = grpc.StatusCode.OK
+            if serves_calls:
+                _SERVING.set(self)  # the calls inside count as their own method's RPCs
             try:
                 async for response in behavior(request, context):
                     yield response
@@ -226,136 +310,3 @@ class TelemetryServerInterceptor(grpc.aio.ServerInterceptor):
                 self._end(call, code, context)
 
         return served
-
-
-# ------------------------------------------------------------------------------- client side
-
-
-class _ClientTracing:
-    """Opens the CLIENT span of a call and carries its context in the call's metadata."""
-
-    def __init__(self, target: str) -> None:
-        host, _, port = target.rpartition("/")[2].rpartition(":")
-        self._attributes: dict[str, str | int] = {"rpc.system": "grpc"}
-        if host:
-            self._attributes["server.address"] = host.strip("[]")
-        if port.isdigit():
-            self._attributes["server.port"] = int(port)
-        self._finishing: set[asyncio.Task[None]] = set()
-
-    def _start(
-        self, details: grpc.aio.ClientCallDetails
-    ) -> tuple[trace.Span, grpc.aio.ClientCallDetails] | None:
-        active = tracer()
-        if active is None:
-            return None
-        method = details.method.decode() if isinstance(details.method, bytes) else str(details.method)
-        service, name = _split(method)
-        span = active.start_span(
-            f"{service}/{name}",
-            kind=SpanKind.CLIENT,
-            attributes={**self._attributes, "rpc.service": service, "rpc.method": name},
-        )
-        carrier: dict[str, str] = {}
-        _W3C.inject(carrier, context=trace.set_span_in_context(span))
-        metadata = grpc.aio.Metadata(*(details.metadata or ()))
-        for key, value in carrier.items():
-            metadata[key] = value
-        return span, grpc.aio.ClientCallDetails(
-            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
-        )
-
-    def _watch(self, span: trace.Span, call: Any) -> Any:
-        """End span when call is done; return call."""
-
-        def done(finished: Any) -> None:
-            task = asyncio.get_running_loop().create_task(self._finish(span, finished))
-            self._finishing.add(task)
-            task.add_done_callback(self._finishing.discard)
-
-        try:
-            call.add_done_callback(done)
-        except NotImplementedError:  # a response iterator some interceptor made: no callback
-            _end_client(span, None)
-        return call
-
-    async def _finish(self, span: trace.Span, call: Any) -> None:
-        try:
-            code = await call.code()
-        except Exception:  # noqa: BLE001 - a span must end whatever the call did
-            code = grpc.StatusCode.UNKNOWN
-        _end_client(span, code)
-
-    async def _intercept(
-        self, continuation: Callable[..., Any], details: grpc.aio.ClientCallDetails, request: Any
-    ) -> Any:
-        started = self._start(details)
-        if started is None:
-            return await continuation(details, request)
-        span, details = started
-        try:
-            call = await continuation(details, request)
-        except BaseException as exc:
-            code = exc.code() if isinstance(exc, grpc.RpcError) else grpc.StatusCode.CANCELLED
-            _end_client(span, code)  # type: ignore[arg-type]
-            raise
-        return self._watch(span, call)
-
-
-def _end_client(span: trace.Span, code: grpc.StatusCode | None) -> None:
-    if code is not None:
-        span.set_attribute("rpc.grpc.status_code", code.value[0])
-        if code is not grpc.StatusCode.OK:
-            span.set_status(Status(StatusCode.ERROR, code.name))
-    span.end()
-
-
-class _UnaryUnary(_ClientTracing, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        """Trace a unary call.
-
-        Its answer is awaited here (the caller awaits it anyway), which spares the done
-        callback's task the streaming kinds need.
-        """
-        started = self._start(details)
-        if started is None:
-            return await continuation(details, request)
-        span, details = started
-        call = None
-        try:
-            call = await continuation(details, request)
-            code = await call.code()
-        except BaseException as exc:
-            if call is not None:
-                call.cancel()  # the caller gave up while the answer was awaited here
-            _end_client(span, exc.code() if isinstance(exc, grpc.RpcError) else grpc.StatusCode.CANCELLED)
-            raise
-        _end_client(span, code)
-        return call
-
-
-class _UnaryStream(_ClientTracing, grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        """Trace a server-streaming call."""
-        return await self._intercept(continuation, details, request)
-
-
-class _StreamUnary(_ClientTracing, grpc.aio.StreamUnaryClientInterceptor):
-    async def intercept_stream_unary(self, continuation, details, request_iterator):  # type: ignore[no-untyped-def]
-        """Trace a client-streaming call."""
-        return await self._intercept(continuation, details, request_iterator)
-
-
-class _StreamStream(_ClientTracing, grpc.aio.StreamStreamClientInterceptor):
-    async def intercept_stream_stream(self, continuation, details, request_iterator):  # type: ignore[no-untyped-def]
-        """Trace a bidirectional-streaming call."""
-        return await self._intercept(continuation, details, request_iterator)
-
-
-def client_interceptors(target: str) -> list[grpc.aio.ClientInterceptor]:
-    """Return the tracing interceptors of a channel to target ("host:port" or a gRPC target).
-
-    Each checks at call time whether tracing is on (a call made while it is off passes
-    through untouched); `open_channel` installs them only when tracing is on at open time.
-    """
-    return [_UnaryUnary(target), _UnaryStream(target), _StreamUnary(target), _StreamStream(target)]

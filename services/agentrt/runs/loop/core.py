@@ -110,6 +110,8 @@ class Deps:
     #: Sandboxes of ended runs whose release failed; the manager retries them (runs/sandboxes.py).
     releases: sandboxes.Releases = field(default_factory=sandboxes.Releases)
     children: Any = None
+    #: A run's turn calls go over its streams of calls (runs/peer_calls.py).
+    peer_streams: bool = True
 
 
 def b64(msg: Any) -> str:
@@ -325,11 +327,18 @@ class ExecutorCore:
         r = self.r
         self._tail_ahead.begin(self._context, lambda seq: self.deps.peers.tail(r.tenant, r.session_id, seq))
 
-    def _wrote(self, stored: list[spb.Entry] | None, tail: tuple[list[spb.Entry], int] | None = None) -> None:
+    def _wrote(
+        self,
+        stored: list[spb.Entry] | None,
+        tail: tuple[list[spb.Entry], int] | None = None,
+        *,
+        read_ahead: bool = True,
+    ) -> None:
         """Extend the cached view with a batch as stored (None: not known, drop the copy).
 
         Then the next turn's tail: the one the append read just after its commit (`tail`,
-        AppendEntries include_tail), else a read begun now (`_read_tail_ahead`).
+        AppendEntries include_tail), else a read begun now (`_read_tail_ahead`); none when
+        `read_ahead` is False (a finishing turn: a next turn reads for itself).
         """
         if stored is None:
             self._context.drop()
@@ -338,8 +347,10 @@ class ExecutorCore:
         self._context.extend(stored)
         if tail is not None:
             self._tail_ahead.given(self._context, tail)
-        else:
+        elif read_ahead:
             self._read_tail_ahead()
+        else:
+            self._tail_ahead.drop()
 
     async def _suspend(self, turn: int, pending: list[pb.PendingCall], reason: int) -> None:
         self._publish(run_suspended=pb.RunSuspended(pending_calls=pending, reason=reason))  # type: ignore[arg-type]

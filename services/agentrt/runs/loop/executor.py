@@ -60,6 +60,7 @@ from agentrt.runs.loop.persistence import runtime_user_entry
 from agentrt.runs.loop.structured_phase import Verdict
 from agentrt.runs.loop.turn import RunFailed
 from agentrt.runs.loop.turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
+from agentrt.runs.peer_calls import RUN_CALLS, RunCalls
 from agentrt.runs.spec.agents import limits_of
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -77,7 +78,21 @@ class RunExecutor(TurnSteps):
     """Drives one run (see the module docstring)."""
 
     async def run(self) -> None:
-        """Drive the run until it ends, suspends, or is stopped; never raises."""
+        """Drive the run until it ends, suspends, or is stopped; never raises.
+
+        While it drives, the run's turn calls go over its streams of calls to its peers
+        (runs/peer_calls.py), closed when it stops driving.
+        """
+        calls = RunCalls(self.deps.peers.client, self.r.tenant) if self.deps.peer_streams else None
+        token = RUN_CALLS.set(calls)
+        try:
+            await self._run()
+        finally:
+            RUN_CALLS.reset(token)
+            if calls is not None:
+                calls.close()
+
+    async def _run(self) -> None:
         r, metrics = self.r, self.deps.metrics
         metrics.runs_running.inc()
         self._turn_spans = contextlib.ExitStack()

@@ -76,6 +76,8 @@ class Planned:
     result: cpb.ToolResult | None = None
     pending: int = pb.PENDING_CALL_KIND_UNSPECIFIED
     policy: cpb.CommandPolicy | None = None
+    #: The arguments' check against the tool's schema, once made (None: not made, or no schema).
+    checked: ArgumentCheck | None = None
 
     @property
     def runs(self) -> bool:
@@ -121,12 +123,14 @@ def plan_calls(
             plan.result = reconcile.answered_result(call, reconciled[call.call_id], RUNTIME_DETAILS)
             out.append(plan)
             continue
+        if spec is not None and not call.has_invalid_arguments:
+            plan.checked = _checked(call, spec)
         if spec is None:
             plan.result = runtime_result(call, f"Tool '{call.name}' not found.", cpb.TOOL_RESULT_STATUS_ERROR)
         elif call.has_invalid_arguments:
             plan.result = runtime_result(call, INVALID_ARGS_TEXT, cpb.TOOL_RESULT_STATUS_ERROR)
-        elif (checked := _checked(call, spec)) is not None and not checked.ok:
-            text = problems_text(call.name, checked.problems)
+        elif plan.checked is not None and not plan.checked.ok:
+            text = problems_text(call.name, plan.checked.problems)
             plan.result = runtime_result(call, text, cpb.TOOL_RESULT_STATUS_ERROR)
         elif spec.external:
             given = results.get(call.call_id)
@@ -176,7 +180,7 @@ def with_defaults(planned: Sequence[Planned]) -> list[Planned]:
     out = []
     for p in planned:
         if p.result is None and p.spec is not None:
-            checked = _checked(p.call, p.spec)
+            checked = p.checked if p.checked is not None else _checked(p.call, p.spec)
             if checked is not None and checked.defaults_applied:
                 p = replace(p, call=replace(p.call, arguments=checked.arguments))
         out.append(p)

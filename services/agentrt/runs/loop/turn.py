@@ -151,18 +151,18 @@ async def stream_model(
         MeshError: the gateway's other errors, or UNAVAILABLE/PROVIDER_UNAVAILABLE when the
             stream ended without a final response.
     """
-    final: gpb.GenerateResponse | None = None
+
+    def on_message(message: gpb.StreamGenerateResponse) -> None:
+        if message.WhichOneof("event") == "text_delta" and message.text_delta:
+            on_delta(message.text_delta)
+
     try:
-        async for message in peers.generate(tenant, request, on_wait, stops_call):
-            kind = message.WhichOneof("event")
-            if kind == "text_delta" and message.text_delta:
-                on_delta(message.text_delta)
-            elif kind == "final":
-                final = message.final
+        last = await peers.generate_final(tenant, request, on_message, on_wait, stops_call)
     except MeshError as err:
         if err.reason == Reason.CONTEXT_OVERFLOW:
             raise ContextOverflow(err.message) from err
         raise
+    final = last.final if last is not None else None
     if final is None:
         raise MeshError(
             Status.UNAVAILABLE, Reason.PROVIDER_UNAVAILABLE, "the model stream ended without a response"

@@ -359,6 +359,9 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
         entries += [injected_entry(r.run_id, turn, self.agent.name, i["text"], i["id"]) for i in queued]
         attach_diagnostics(entries, self._unbatched)
         seq, leaf = self._request_at
+        # A finishing turn's batch needs no next turn's tail (queued input that extends the
+        # run is read by that turn itself).
+        ahead = consume != AT_FINAL
         written = await write_batch(
             self.deps.peers,
             r.tenant,
@@ -366,13 +369,13 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
             entries,
             seq,
             request_leaf=leaf or None,
-            with_tail=self._context.loaded,
+            with_tail=self._context.loaded and ahead,
         )
         self.deps.crash("after_session_write")
         if on_written is not None and not stops:  # stopping at a handoff: control stays (004 §2.3c)
             on_written(written.last_seq)
         self._unbatched = []
-        self._wrote(written.stored, written.tail)
+        self._wrote(written.stored, written.tail, read_ahead=ahead)
         if written.branched:
             self._diagnose(
                 "session_branched",

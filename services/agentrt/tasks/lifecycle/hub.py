@@ -8,7 +8,8 @@ replica. The hub carries no data: the store is the only source of truth.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+
+from agentrt.mesh.waits import wait_event
 
 
 class Hub:
@@ -25,6 +26,4 @@ class Hub:
 
     async def wait(self, timeout_s: float) -> None:
         """Return at the next change, or after timeout_s seconds, whichever is first."""
-        event = self._event
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), max(timeout_s, 0.0))
+        await wait_event(self._event, timeout_s)

@@ -15,7 +15,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Message as Message$1, ModelRef, ModelResponse, ModelSettings, ToolSpec } from "./common_pb.js";
+import type { CallError, CallHeader, Message as Message$1, ModelRef, ModelResponse, ModelSettings, ToolSpec } from "./common_pb.js";
 import { file_agentrt_v1_common } from "./common_pb.js";
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
@@ -25,7 +25,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agentrt/v1/gateway_service.proto.
  */
 export const file_agentrt_v1_gateway_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBhZ2VudHJ0L3YxL2dhdGV3YXlfc2VydmljZS5wcm90bxIKYWdlbnRydC52MSKoAgoMTW9kZWxSZXF1ZXN0EiMKBW1vZGVsGAEgASgLMhQuYWdlbnRydC52MS5Nb2RlbFJlZhIOCgZzeXN0ZW0YAiABKAkSJQoIbWVzc2FnZXMYAyADKAsyEy5hZ2VudHJ0LnYxLk1lc3NhZ2USIwoFdG9vbHMYBCADKAsyFC5hZ2VudHJ0LnYxLlRvb2xTcGVjEisKCHNldHRpbmdzGAUgASgLMhkuYWdlbnRydC52MS5Nb2RlbFNldHRpbmdzEg4KBnRlbmFudBgGIAEoCRIOCgZydW5faWQYByABKAkSMQoObWF4X3F1ZXVlX3dhaXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIjwKD0dlbmVyYXRlUmVxdWVzdBIpCgdyZXF1ZXN0GAEgASgLMhguYWdlbnRydC52MS5Nb2RlbFJlcXVlc3QikQEKEEdlbmVyYXRlUmVzcG9uc2USKwoIcmVzcG9uc2UYASABKAsyGS5hZ2VudHJ0LnYxLk1vZGVsUmVzcG9uc2USDwoHcmV0cmllcxgCIAEoBRItCgpxdWV1ZV93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHJlcGxheWVkGAQgASgIIkIKFVN0cmVhbUdlbmVyYXRlUmVxdWVzdBIpCgdyZXF1ZXN0GAEgASgLMhguYWdlbnRydC52MS5Nb2RlbFJlcXVlc3QitgEKFlN0cmVhbUdlbmVyYXRlUmVzcG9uc2USFAoKdGV4dF9kZWx0YRgBIAEoCUgAEhgKDnRoaW5raW5nX2RlbHRhGAIgASgJSAASNAoPdG9vbF9jYWxsX2RlbHRhGAMgASgLMhkuYWdlbnRydC52MS5Ub29sQ2FsbERlbHRhSAASLQoFZmluYWwYBCABKAsyHC5hZ2VudHJ0LnYxLkdlbmVyYXRlUmVzcG9uc2VIAEIHCgVldmVudCJFCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgFEgwKBG5hbWUYAiABKAkSFwoPYXJndW1lbnRzX2RlbHRhGAMgASgJIj8KEkNvdW50VG9rZW5zUmVxdWVzdBIpCgdyZXF1ZXN0GAEgASgLMhguYWdlbnRydC52MS5Nb2RlbFJlcXVlc3QiVQoTQ291bnRUb2tlbnNSZXNwb25zZRIUCgxpbnB1dF90b2tlbnMYASABKAMSKAoEa2luZBgCIAEoDjIaLmFnZW50cnQudjEuVG9rZW5Db3VudEtpbmQiEwoRTGlzdE1vZGVsc1JlcXVlc3QiWAoJTW9kZWxJbmZvEiMKBW1vZGVsGAEgASgLMhQuYWdlbnRydC52MS5Nb2RlbFJlZhIVCg1jb3VudHNfdG9rZW5zGAIgASgIEg8KB3N0cmVhbXMYAyABKAgiOwoSTGlzdE1vZGVsc1Jlc3BvbnNlEiUKBm1vZGVscxgBIAMoCzIVLmFnZW50cnQudjEuTW9kZWxJbmZvIjAKFUNhbmNlbEdlbmVyYXRlUmVxdWVzdBIXCg9pZGVtcG90ZW5jeV9rZXkYASABKAkiKgoWQ2FuY2VsR2VuZXJhdGVSZXNwb25zZRIQCghjYW5jZWxlZBgBIAEoCCp2Cg5Ub2tlbkNvdW50S2luZBIgChxUT0tFTl9DT1VOVF9LSU5EX1VOU1BFQ0lGSUVEEAASGgoWVE9LRU5fQ09VTlRfS0lORF9FWEFDVBABEiYKIlRPS0VOX0NPVU5UX0tJTkRfUFJPVklERVJfRVNUSU1BVEUQAjKtAwoTTW9kZWxHYXRld2F5U2VydmljZRJFCghHZW5lcmF0ZRIbLmFnZW50cnQudjEuR2VuZXJhdGVSZXF1ZXN0GhwuYWdlbnRydC52MS5HZW5lcmF0ZVJlc3BvbnNlElkKDlN0cmVhbUdlbmVyYXRlEiEuYWdlbnRydC52MS5TdHJlYW1HZW5lcmF0ZVJlcXVlc3QaIi5hZ2VudHJ0LnYxLlN0cmVhbUdlbmVyYXRlUmVzcG9uc2UwARJOCgtDb3VudFRva2VucxIeLmFnZW50cnQudjEuQ291bnRUb2tlbnNSZXF1ZXN0Gh8uYWdlbnRydC52MS5Db3VudFRva2Vuc1Jlc3BvbnNlEksKCkxpc3RNb2RlbHMSHS5hZ2VudHJ0LnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh4uYWdlbnRydC52MS5MaXN0TW9kZWxzUmVzcG9uc2USVwoOQ2FuY2VsR2VuZXJhdGUSIS5hZ2VudHJ0LnYxLkNhbmNlbEdlbmVyYXRlUmVxdWVzdBoiLmFnZW50cnQudjEuQ2FuY2VsR2VuZXJhdGVSZXNwb25zZWIGcHJvdG8z", [file_agentrt_v1_common, file_google_protobuf_duration]);
+  fileDesc("CiBhZ2VudHJ0L3YxL2dhdGV3YXlfc2VydmljZS5wcm90bxIKYWdlbnRydC52MSKoAgoMTW9kZWxSZXF1ZXN0EiMKBW1vZGVsGAEgASgLMhQuYWdlbnRydC52MS5Nb2RlbFJlZhIOCgZzeXN0ZW0YAiABKAkSJQoIbWVzc2FnZXMYAyADKAsyEy5hZ2VudHJ0LnYxLk1lc3NhZ2USIwoFdG9vbHMYBCADKAsyFC5hZ2VudHJ0LnYxLlRvb2xTcGVjEisKCHNldHRpbmdzGAUgASgLMhkuYWdlbnRydC52MS5Nb2RlbFNldHRpbmdzEg4KBnRlbmFudBgGIAEoCRIOCgZydW5faWQYByABKAkSMQoObWF4X3F1ZXVlX3dhaXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIjwKD0dlbmVyYXRlUmVxdWVzdBIpCgdyZXF1ZXN0GAEgASgLMhguYWdlbnRydC52MS5Nb2RlbFJlcXVlc3QikQEKEEdlbmVyYXRlUmVzcG9uc2USKwoIcmVzcG9uc2UYASABKAsyGS5hZ2VudHJ0LnYxLk1vZGVsUmVzcG9uc2USDwoHcmV0cmllcxgCIAEoBRItCgpxdWV1ZV93YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhAKCHJlcGxheWVkGAQgASgIIkIKFVN0cmVhbUdlbmVyYXRlUmVxdWVzdBIpCgdyZXF1ZXN0GAEgASgLMhguYWdlbnRydC52MS5Nb2RlbFJlcXVlc3QibwoaU3RyZWFtR2VuZXJhdGVDYWxsc1JlcXVlc3QSJgoGaGVhZGVyGAEgASgLMhYuYWdlbnRydC52MS5DYWxsSGVhZGVyEikKB3JlcXVlc3QYAiABKAsyGC5hZ2VudHJ0LnYxLk1vZGVsUmVxdWVzdCKHAQobU3RyZWFtR2VuZXJhdGVDYWxsc1Jlc3BvbnNlEg8KB2NhbGxfaWQYASABKAQSMQoFZXZlbnQYAiABKAsyIi5hZ2VudHJ0LnYxLlN0cmVhbUdlbmVyYXRlUmVzcG9uc2USJAoFZXJyb3IYAyABKAsyFS5hZ2VudHJ0LnYxLkNhbGxFcnJvciK2AQoWU3RyZWFtR2VuZXJhdGVSZXNwb25zZRIUCgp0ZXh0X2RlbHRhGAEgASgJSAASGAoOdGhpbmtpbmdfZGVsdGEYAiABKAlIABI0Cg90b29sX2NhbGxfZGVsdGEYAyABKAsyGS5hZ2VudHJ0LnYxLlRvb2xDYWxsRGVsdGFIABItCgVmaW5hbBgEIAEoCzIcLmFnZW50cnQudjEuR2VuZXJhdGVSZXNwb25zZUgAQgcKBWV2ZW50IkUKDVRvb2xDYWxsRGVsdGESDQoFaW5kZXgYASABKAUSDAoEbmFtZRgCIAEoCRIXCg9hcmd1bWVudHNfZGVsdGEYAyABKAkiPwoSQ291bnRUb2tlbnNSZXF1ZXN0EikKB3JlcXVlc3QYASABKAsyGC5hZ2VudHJ0LnYxLk1vZGVsUmVxdWVzdCJVChNDb3VudFRva2Vuc1Jlc3BvbnNlEhQKDGlucHV0X3Rva2VucxgBIAEoAxIoCgRraW5kGAIgASgOMhouYWdlbnRydC52MS5Ub2tlbkNvdW50S2luZCITChFMaXN0TW9kZWxzUmVxdWVzdCJYCglNb2RlbEluZm8SIwoFbW9kZWwYASABKAsyFC5hZ2VudHJ0LnYxLk1vZGVsUmVmEhUKDWNvdW50c190b2tlbnMYAiABKAgSDwoHc3RyZWFtcxgDIAEoCCI7ChJMaXN0TW9kZWxzUmVzcG9uc2USJQoGbW9kZWxzGAEgAygLMhUuYWdlbnRydC52MS5Nb2RlbEluZm8iMAoVQ2FuY2VsR2VuZXJhdGVSZXF1ZXN0EhcKD2lkZW1wb3RlbmN5X2tleRgBIAEoCSIqChZDYW5jZWxHZW5lcmF0ZVJlc3BvbnNlEhAKCGNhbmNlbGVkGAEgASgIKnYKDlRva2VuQ291bnRLaW5kEiAKHFRPS0VOX0NPVU5UX0tJTkRfVU5TUEVDSUZJRUQQABIaChZUT0tFTl9DT1VOVF9LSU5EX0VYQUNUEAESJgoiVE9LRU5fQ09VTlRfS0lORF9QUk9WSURFUl9FU1RJTUFURRACMpkEChNNb2RlbEdhdGV3YXlTZXJ2aWNlEkUKCEdlbmVyYXRlEhsuYWdlbnRydC52MS5HZW5lcmF0ZVJlcXVlc3QaHC5hZ2VudHJ0LnYxLkdlbmVyYXRlUmVzcG9uc2USWQoOU3RyZWFtR2VuZXJhdGUSIS5hZ2VudHJ0LnYxLlN0cmVhbUdlbmVyYXRlUmVxdWVzdBoiLmFnZW50cnQudjEuU3RyZWFtR2VuZXJhdGVSZXNwb25zZTABEmoKE1N0cmVhbUdlbmVyYXRlQ2FsbHMSJi5hZ2VudHJ0LnYxLlN0cmVhbUdlbmVyYXRlQ2FsbHNSZXF1ZXN0GicuYWdlbnRydC52MS5TdHJlYW1HZW5lcmF0ZUNhbGxzUmVzcG9uc2UoATABEk4KC0NvdW50VG9rZW5zEh4uYWdlbnRydC52MS5Db3VudFRva2Vuc1JlcXVlc3QaHy5hZ2VudHJ0LnYxLkNvdW50VG9rZW5zUmVzcG9uc2USSwoKTGlzdE1vZGVscxIdLmFnZW50cnQudjEuTGlzdE1vZGVsc1JlcXVlc3QaHi5hZ2VudHJ0LnYxLkxpc3RNb2RlbHNSZXNwb25zZRJXCg5DYW5jZWxHZW5lcmF0ZRIhLmFnZW50cnQudjEuQ2FuY2VsR2VuZXJhdGVSZXF1ZXN0GiIuYWdlbnRydC52MS5DYW5jZWxHZW5lcmF0ZVJlc3BvbnNlYgZwcm90bzM", [file_agentrt_v1_common, file_google_protobuf_duration]);
 
 /**
  * ModelRequest is a provider-neutral model request.
@@ -196,6 +196,70 @@ export const StreamGenerateRequestSchema: GenMessage<StreamGenerateRequest> = /*
   messageDesc(file_agentrt_v1_gateway_service, 3);
 
 /**
+ * StreamGenerateCallsRequest is one call of StreamGenerateCalls.
+ *
+ * @generated from message agentrt.v1.StreamGenerateCallsRequest
+ */
+export type StreamGenerateCallsRequest = Message<"agentrt.v1.StreamGenerateCallsRequest"> & {
+  /**
+   * The call's id, deadline and trace context, or its cancellation.
+   *
+   * @generated from field: agentrt.v1.CallHeader header = 1;
+   */
+  header?: CallHeader | undefined;
+
+  /**
+   * The call, as StreamGenerate takes it.
+   *
+   * @generated from field: agentrt.v1.ModelRequest request = 2;
+   */
+  request?: ModelRequest | undefined;
+};
+
+/**
+ * Describes the message agentrt.v1.StreamGenerateCallsRequest.
+ * Use `create(StreamGenerateCallsRequestSchema)` to create a new message.
+ */
+export const StreamGenerateCallsRequestSchema: GenMessage<StreamGenerateCallsRequest> = /*@__PURE__*/
+  messageDesc(file_agentrt_v1_gateway_service, 4);
+
+/**
+ * StreamGenerateCallsResponse is one message of one call of StreamGenerateCalls.
+ *
+ * @generated from message agentrt.v1.StreamGenerateCallsResponse
+ */
+export type StreamGenerateCallsResponse = Message<"agentrt.v1.StreamGenerateCallsResponse"> & {
+  /**
+   * The call this message belongs to (its header's call_id).
+   *
+   * @generated from field: uint64 call_id = 1;
+   */
+  callId: bigint;
+
+  /**
+   * A message of the call's stream, as StreamGenerate sends it (the final one last);
+   * unset when `error` is set.
+   *
+   * @generated from field: agentrt.v1.StreamGenerateResponse event = 2;
+   */
+  event?: StreamGenerateResponse | undefined;
+
+  /**
+   * The call's failure, as StreamGenerate would have failed; the call's last message.
+   *
+   * @generated from field: agentrt.v1.CallError error = 3;
+   */
+  error?: CallError | undefined;
+};
+
+/**
+ * Describes the message agentrt.v1.StreamGenerateCallsResponse.
+ * Use `create(StreamGenerateCallsResponseSchema)` to create a new message.
+ */
+export const StreamGenerateCallsResponseSchema: GenMessage<StreamGenerateCallsResponse> = /*@__PURE__*/
+  messageDesc(file_agentrt_v1_gateway_service, 5);
+
+/**
  * StreamGenerateResponse is one message of StreamGenerate's stream: a delta, or the
  * final response (exactly once, last).
  *
@@ -247,7 +311,7 @@ export type StreamGenerateResponse = Message<"agentrt.v1.StreamGenerateResponse"
  * Use `create(StreamGenerateResponseSchema)` to create a new message.
  */
 export const StreamGenerateResponseSchema: GenMessage<StreamGenerateResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_gateway_service, 4);
+  messageDesc(file_agentrt_v1_gateway_service, 6);
 
 /**
  * ToolCallDelta is a streamed piece of a tool call.
@@ -282,7 +346,7 @@ export type ToolCallDelta = Message<"agentrt.v1.ToolCallDelta"> & {
  * Use `create(ToolCallDeltaSchema)` to create a new message.
  */
 export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_gateway_service, 5);
+  messageDesc(file_agentrt_v1_gateway_service, 7);
 
 /**
  * CountTokensRequest is the request of CountTokens.
@@ -303,7 +367,7 @@ export type CountTokensRequest = Message<"agentrt.v1.CountTokensRequest"> & {
  * Use `create(CountTokensRequestSchema)` to create a new message.
  */
 export const CountTokensRequestSchema: GenMessage<CountTokensRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_gateway_service, 6);
+  messageDesc(file_agentrt_v1_gateway_service, 8);
 
 /**
  * CountTokensResponse is the response of CountTokens.
@@ -331,7 +395,7 @@ export type CountTokensResponse = Message<"agentrt.v1.CountTokensResponse"> & {
  * Use `create(CountTokensResponseSchema)` to create a new message.
  */
 export const CountTokensResponseSchema: GenMessage<CountTokensResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_gateway_service, 7);
+  messageDesc(file_agentrt_v1_gateway_service, 9);
 
 /**
  * ListModelsRequest is the request of ListModels.
@@ -346,7 +410,7 @@ export type ListModelsRequest = Message<"agentrt.v1.ListModelsRequest"> & {
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_gateway_service, 8);
+  messageDesc(file_agentrt_v1_gateway_service, 10);
 
 /**
  * ModelInfo describes one configured provider.
@@ -381,7 +445,7 @@ export type ModelInfo = Message<"agentrt.v1.ModelInfo"> & {
  * Use `create(ModelInfoSchema)` to create a new message.
  */
 export const ModelInfoSchema: GenMessage<ModelInfo> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_gateway_service, 9);
+  messageDesc(file_agentrt_v1_gateway_service, 11);
 
 /**
  * ListModelsResponse is the response of ListModels.
@@ -402,7 +466,7 @@ export type ListModelsResponse = Message<"agentrt.v1.ListModelsResponse"> & {
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_gateway_service, 10);
+  messageDesc(file_agentrt_v1_gateway_service, 12);
 
 /**
  * CancelGenerateRequest is the request of CancelGenerate.
@@ -423,7 +487,7 @@ export type CancelGenerateRequest = Message<"agentrt.v1.CancelGenerateRequest"> 
  * Use `create(CancelGenerateRequestSchema)` to create a new message.
  */
 export const CancelGenerateRequestSchema: GenMessage<CancelGenerateRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_gateway_service, 11);
+  messageDesc(file_agentrt_v1_gateway_service, 13);
 
 /**
  * CancelGenerateResponse is the response of CancelGenerate.
@@ -444,7 +508,7 @@ export type CancelGenerateResponse = Message<"agentrt.v1.CancelGenerateResponse"
  * Use `create(CancelGenerateResponseSchema)` to create a new message.
  */
 export const CancelGenerateResponseSchema: GenMessage<CancelGenerateResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_gateway_service, 12);
+  messageDesc(file_agentrt_v1_gateway_service, 14);
 
 /**
  * TokenCountKind says how exact a count is.
@@ -507,6 +571,21 @@ export const ModelGatewayService: GenService<{
     methodKind: "server_streaming";
     input: typeof StreamGenerateRequestSchema;
     output: typeof StreamGenerateResponseSchema;
+  },
+  /**
+   * StreamGenerateCalls carries many StreamGenerate calls over one long-lived stream (the
+   * run loop keeps one per run): each request is one call, answered by its deltas, then
+   * exactly one final response or error, each naming the call, with exactly what
+   * StreamGenerate streams. A call is cancelled by a request with `header.cancel` (as a
+   * cancelled StreamGenerate). The stream fails as a whole only for what fails before any
+   * call or a request that cannot be parsed.
+   *
+   * @generated from rpc agentrt.v1.ModelGatewayService.StreamGenerateCalls
+   */
+  streamGenerateCalls: {
+    methodKind: "bidi_streaming";
+    input: typeof StreamGenerateCallsRequestSchema;
+    output: typeof StreamGenerateCallsResponseSchema;
   },
   /**
    * CountTokens counts a request's input tokens where the provider can.

@@ -13,7 +13,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Message as Message$1, ToolCall, ToolResult, Usage } from "./common_pb.js";
+import type { CallError, CallHeader, Message as Message$1, ToolCall, ToolResult, Usage } from "./common_pb.js";
 import { file_agentrt_v1_common } from "./common_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -23,7 +23,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agentrt/v1/session_service.proto.
  */
 export const file_agentrt_v1_session_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBhZ2VudHJ0L3YxL3Nlc3Npb25fc2VydmljZS5wcm90bxIKYWdlbnRydC52MSI0CgpTZXNzaW9uUmVmEhIKCnNlc3Npb25faWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAyLaAgoHU2Vzc2lvbhISCgpzZXNzaW9uX2lkGAEgASgJEhIKCmdlbmVyYXRpb24YAiABKAMSDgoGaGlkZGVuGAMgASgIEhkKEXBhcmVudF9zZXNzaW9uX2lkGAQgASgJEg0KBXRpdGxlGAUgASgJEjMKCG1ldGFkYXRhGAYgAygLMiEuYWdlbnRydC52MS5TZXNzaW9uLk1ldGFkYXRhRW50cnkSLwoLY3JlYXRlX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghsYXN0X3NlcRgJIAEoAxITCgtlbnRyeV9jb3VudBgKIAEoAxovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiuQEKBEl0ZW0SJAoHbWVzc2FnZRgBIAEoCzITLmFnZW50cnQudjEuTWVzc2FnZRInCgl0b29sX2NhbGwYAiABKAsyFC5hZ2VudHJ0LnYxLlRvb2xDYWxsEisKC3Rvb2xfcmVzdWx0GAMgASgLMhYuYWdlbnRydC52MS5Ub29sUmVzdWx0EiYKBnNvdXJjZRgEIAEoDjIWLmFnZW50cnQudjEuSXRlbVNvdXJjZRINCgVhZ2VudBgFIAEoCSI9CgdEaXNwbGF5Eg0KBXRpdGxlGAEgASgJEg8KB3N1bW1hcnkYAiABKAkSEgoKZXh0cmFfanNvbhgDIAEoCSLFAwoFRW50cnkSEAoIZW50cnlfaWQYASABKAkSCwoDc2VxGAIgASgDEhEKCXBhcmVudF9pZBgDIAEoCRIMCgRraW5kGAQgASgJEh4KBGl0ZW0YBSABKAsyEC5hZ2VudHJ0LnYxLkl0ZW0SFAoMcGF5bG9hZF9qc29uGAYgASgJEiQKB2Rpc3BsYXkYByABKAsyEy5hZ2VudHJ0LnYxLkRpc3BsYXkSDgoGcnVuX2lkGAggASgJEgwKBHR1cm4YCSABKAUSEwoLcmVzcG9uc2VfaWQYCiABKAkSIAoFdXNhZ2UYCyABKAsyES5hZ2VudHJ0LnYxLlVzYWdlEicKDG5lc3RlZF91c2FnZRgMIAEoCzIRLmFnZW50cnQudjEuVXNhZ2USFwoPdGFyZ2V0X2VudHJ5X2lkGA0gASgJEhYKDnRhcmdldF9jYWxsX2lkGA4gASgJEhgKEGZvbGRlZF9lbnRyeV9pZHMYDyADKAkSDwoHc3VtbWFyeRgQIAEoCRIVCg1sZWFmX2VudHJ5X2lkGBEgASgJEi8KC2NyZWF0ZV90aW1lGBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLXAQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZoaWRkZW4YAiABKAgSGQoRcGFyZW50X3Nlc3Npb25faWQYAyABKAkSDQoFdGl0bGUYBCABKAkSQAoIbWV0YWRhdGEYBSADKAsyLi5hZ2VudHJ0LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0Lk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj0KFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIkCgdzZXNzaW9uGAEgASgLMhMuYWdlbnRydC52MS5TZXNzaW9uIjwKEUdldFNlc3Npb25SZXF1ZXN0EicKB3Nlc3Npb24YASABKAsyFi5hZ2VudHJ0LnYxLlNlc3Npb25SZWYiOgoSR2V0U2Vzc2lvblJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5hZ2VudHJ0LnYxLlNlc3Npb24iVAoTTGlzdFNlc3Npb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIWCg5pbmNsdWRlX2hpZGRlbhgDIAEoCCJWChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIlCghzZXNzaW9ucxgBIAMoCzITLmFnZW50cnQudjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiPwoURGVsZXRlU2Vzc2lvblJlcXVlc3QSJwoHc2Vzc2lvbhgBIAEoCzIWLmFnZW50cnQudjEuU2Vzc2lvblJlZiIwChVEZWxldGVTZXNzaW9uUmVzcG9uc2USFwoPZGVsZXRlZF9lbnRyaWVzGAEgASgDIq8BChRBcHBlbmRFbnRyaWVzUmVxdWVzdBInCgdzZXNzaW9uGAEgASgLMhYuYWdlbnRydC52MS5TZXNzaW9uUmVmEiIKB2VudHJpZXMYAiADKAsyES5hZ2VudHJ0LnYxLkVudHJ5Eh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgDSACIAQESFAoMaW5jbHVkZV90YWlsGAQgASgIQhQKEl9leHBlY3RlZF9sYXN0X3NlcSKHAQoVQXBwZW5kRW50cmllc1Jlc3BvbnNlEiIKB2VudHJpZXMYASADKAsyES5hZ2VudHJ0LnYxLkVudHJ5EhIKCmdlbmVyYXRpb24YAiABKAMSHwoEdGFpbBgDIAMoCzIRLmFnZW50cnQudjEuRW50cnkSFQoNdGFpbF9sYXN0X3NlcRgEIAEoAyJfChJMaXN0RW50cmllc1JlcXVlc3QSJwoHc2Vzc2lvbhgBIAEoCzIWLmFnZW50cnQudjEuU2Vzc2lvblJlZhIRCglhZnRlcl9zZXEYAiABKAMSDQoFbGltaXQYAyABKAUiSwoTTGlzdEVudHJpZXNSZXNwb25zZRIiCgdlbnRyaWVzGAEgAygLMhEuYWdlbnRydC52MS5FbnRyeRIQCghsYXN0X3NlcRgCIAEoAyJ7ChFHZXRDb250ZXh0UmVxdWVzdBInCgdzZXNzaW9uGAEgASgLMhYuYWdlbnRydC52MS5TZXNzaW9uUmVmEhEKCWFmdGVyX3NlcRgCIAEoAxINCgVsaW1pdBgDIAEoBRIbChNpbmNsdWRlX3VucHJvamVjdGVkGAQgASgIImEKEkdldENvbnRleHRSZXNwb25zZRIiCgdlbnRyaWVzGAEgAygLMhEuYWdlbnRydC52MS5FbnRyeRIQCghsYXN0X3NlcRgCIAEoAxIVCg1sZWFmX2VudHJ5X2lkGAMgASgJIlUKE1N3aXRjaEJyYW5jaFJlcXVlc3QSJwoHc2Vzc2lvbhgBIAEoCzIWLmFnZW50cnQudjEuU2Vzc2lvblJlZhIVCg1sZWFmX2VudHJ5X2lkGAIgASgJIjgKFFN3aXRjaEJyYW5jaFJlc3BvbnNlEiAKBWVudHJ5GAEgASgLMhEuYWdlbnRydC52MS5FbnRyeSJsChJGb3JrU2Vzc2lvblJlcXVlc3QSJwoHc2Vzc2lvbhgBIAEoCzIWLmFnZW50cnQudjEuU2Vzc2lvblJlZhIVCg1sZWFmX2VudHJ5X2lkGAIgASgJEhYKDm5ld19zZXNzaW9uX2lkGAMgASgJIjsKE0ZvcmtTZXNzaW9uUmVzcG9uc2USJAoHc2Vzc2lvbhgBIAEoCzITLmFnZW50cnQudjEuU2Vzc2lvbiJ/ChVSZXBsYWNlRW50cmllc1JlcXVlc3QSJwoHc2Vzc2lvbhgBIAEoCzIWLmFnZW50cnQudjEuU2Vzc2lvblJlZhIZChFleHBlY3RlZF9sYXN0X3NlcRgCIAEoAxIiCgdlbnRyaWVzGAMgAygLMhEuYWdlbnRydC52MS5FbnRyeSI8ChZSZXBsYWNlRW50cmllc1Jlc3BvbnNlEiIKB2VudHJpZXMYASADKAsyES5hZ2VudHJ0LnYxLkVudHJ5IloKFVJlY292ZXJTZXNzaW9uUmVxdWVzdBInCgdzZXNzaW9uGAEgASgLMhYuYWdlbnRydC52MS5TZXNzaW9uUmVmEhgKEHJldHJ5X3NhZmVfdG9vbHMYAiADKAkiPAoWUmVjb3ZlclNlc3Npb25SZXNwb25zZRIiCgdlbnRyaWVzGAEgAygLMhEuYWdlbnRydC52MS5FbnRyeSJRChNXYXRjaFNlc3Npb25SZXF1ZXN0EicKB3Nlc3Npb24YASABKAsyFi5hZ2VudHJ0LnYxLlNlc3Npb25SZWYSEQoJYWZ0ZXJfc2VxGAIgASgDIjgKFFdhdGNoU2Vzc2lvblJlc3BvbnNlEiAKBWVudHJ5GAEgASgLMhEuYWdlbnRydC52MS5FbnRyeSrVAQoJRW50cnlLaW5kEhoKFkVOVFJZX0tJTkRfVU5TUEVDSUZJRUQQABITCg9FTlRSWV9LSU5EX0lURU0QARIZChVFTlRSWV9LSU5EX0FOTk9UQVRJT04QAhIZChVFTlRSWV9LSU5EX0NPTVBBQ1RJT04QAxITCg9FTlRSWV9LSU5EX0xFQUYQBBIVChFFTlRSWV9LSU5EX1VQREFURRAFEh4KGkVOVFJZX0tJTkRfVEVSTUlOQUxfT1VUUFVUEAYSFQoRRU5UUllfS0lORF9DVVNUT00QByqFAQoKSXRlbVNvdXJjZRIbChdJVEVNX1NPVVJDRV9VTlNQRUNJRklFRBAAEhUKEUlURU1fU09VUkNFX01PREVMEAESFAoQSVRFTV9TT1VSQ0VfVVNFUhACEhQKEElURU1fU09VUkNFX1RPT0wQAxIXChNJVEVNX1NPVVJDRV9SVU5USU1FEAQy+QcKDlNlc3Npb25TZXJ2aWNlElQKDUNyZWF0ZVNlc3Npb24SIC5hZ2VudHJ0LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiEuYWdlbnRydC52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USSwoKR2V0U2Vzc2lvbhIdLmFnZW50cnQudjEuR2V0U2Vzc2lvblJlcXVlc3QaHi5hZ2VudHJ0LnYxLkdldFNlc3Npb25SZXNwb25zZRJRCgxMaXN0U2Vzc2lvbnMSHy5hZ2VudHJ0LnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaIC5hZ2VudHJ0LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlElQKDURlbGV0ZVNlc3Npb24SIC5hZ2VudHJ0LnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GiEuYWdlbnRydC52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USVAoNQXBwZW5kRW50cmllcxIgLmFnZW50cnQudjEuQXBwZW5kRW50cmllc1JlcXVlc3QaIS5hZ2VudHJ0LnYxLkFwcGVuZEVudHJpZXNSZXNwb25zZRJOCgtMaXN0RW50cmllcxIeLmFnZW50cnQudjEuTGlzdEVudHJpZXNSZXF1ZXN0Gh8uYWdlbnRydC52MS5MaXN0RW50cmllc1Jlc3BvbnNlEksKCkdldENvbnRleHQSHS5hZ2VudHJ0LnYxLkdldENvbnRleHRSZXF1ZXN0Gh4uYWdlbnRydC52MS5HZXRDb250ZXh0UmVzcG9uc2USUQoMU3dpdGNoQnJhbmNoEh8uYWdlbnRydC52MS5Td2l0Y2hCcmFuY2hSZXF1ZXN0GiAuYWdlbnRydC52MS5Td2l0Y2hCcmFuY2hSZXNwb25zZRJOCgtGb3JrU2Vzc2lvbhIeLmFnZW50cnQudjEuRm9ya1Nlc3Npb25SZXF1ZXN0Gh8uYWdlbnRydC52MS5Gb3JrU2Vzc2lvblJlc3BvbnNlElcKDlJlcGxhY2VFbnRyaWVzEiEuYWdlbnRydC52MS5SZXBsYWNlRW50cmllc1JlcXVlc3QaIi5hZ2VudHJ0LnYxLlJlcGxhY2VFbnRyaWVzUmVzcG9uc2USVwoOUmVjb3ZlclNlc3Npb24SIS5hZ2VudHJ0LnYxLlJlY292ZXJTZXNzaW9uUmVxdWVzdBoiLmFnZW50cnQudjEuUmVjb3ZlclNlc3Npb25SZXNwb25zZRJTCgxXYXRjaFNlc3Npb24SHy5hZ2VudHJ0LnYxLldhdGNoU2Vzc2lvblJlcXVlc3QaIC5hZ2VudHJ0LnYxLldhdGNoU2Vzc2lvblJlc3BvbnNlMAFiBnByb3RvMw", [file_agentrt_v1_common, file_google_protobuf_timestamp]);
+  fileDesc("CiBhZ2VudHJ0L3YxL3Nlc3Npb25fc2VydmljZS5wcm90bxIKYWdlbnRydC52MSI0CgpTZXNzaW9uUmVmEhIKCnNlc3Npb25faWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoAyLaAgoHU2Vzc2lvbhISCgpzZXNzaW9uX2lkGAEgASgJEhIKCmdlbmVyYXRpb24YAiABKAMSDgoGaGlkZGVuGAMgASgIEhkKEXBhcmVudF9zZXNzaW9uX2lkGAQgASgJEg0KBXRpdGxlGAUgASgJEjMKCG1ldGFkYXRhGAYgAygLMiEuYWdlbnRydC52MS5TZXNzaW9uLk1ldGFkYXRhRW50cnkSLwoLY3JlYXRlX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghsYXN0X3NlcRgJIAEoAxITCgtlbnRyeV9jb3VudBgKIAEoAxovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiuQEKBEl0ZW0SJAoHbWVzc2FnZRgBIAEoCzITLmFnZW50cnQudjEuTWVzc2FnZRInCgl0b29sX2NhbGwYAiABKAsyFC5hZ2VudHJ0LnYxLlRvb2xDYWxsEisKC3Rvb2xfcmVzdWx0GAMgASgLMhYuYWdlbnRydC52MS5Ub29sUmVzdWx0EiYKBnNvdXJjZRgEIAEoDjIWLmFnZW50cnQudjEuSXRlbVNvdXJjZRINCgVhZ2VudBgFIAEoCSI9CgdEaXNwbGF5Eg0KBXRpdGxlGAEgASgJEg8KB3N1bW1hcnkYAiABKAkSEgoKZXh0cmFfanNvbhgDIAEoCSLFAwoFRW50cnkSEAoIZW50cnlfaWQYASABKAkSCwoDc2VxGAIgASgDEhEKCXBhcmVudF9pZBgDIAEoCRIMCgRraW5kGAQgASgJEh4KBGl0ZW0YBSABKAsyEC5hZ2VudHJ0LnYxLkl0ZW0SFAoMcGF5bG9hZF9qc29uGAYgASgJEiQKB2Rpc3BsYXkYByABKAsyEy5hZ2VudHJ0LnYxLkRpc3BsYXkSDgoGcnVuX2lkGAggASgJEgwKBHR1cm4YCSABKAUSEwoLcmVzcG9uc2VfaWQYCiABKAkSIAoFdXNhZ2UYCyABKAsyES5hZ2VudHJ0LnYxLlVzYWdlEicKDG5lc3RlZF91c2FnZRgMIAEoCzIRLmFnZW50cnQudjEuVXNhZ2USFwoPdGFyZ2V0X2VudHJ5X2lkGA0gASgJEhYKDnRhcmdldF9jYWxsX2lkGA4gASgJEhgKEGZvbGRlZF9lbnRyeV9pZHMYDyADKAkSDwoHc3VtbWFyeRgQIAEoCRIVCg1sZWFmX2VudHJ5X2lkGBEgASgJEi8KC2NyZWF0ZV90aW1lGBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLXAQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZoaWRkZW4YAiABKAgSGQoRcGFyZW50X3Nlc3Npb25faWQYAyABKAkSDQoFdGl0bGUYBCABKAkSQAoIbWV0YWRhdGEYBSADKAsyLi5hZ2VudHJ0LnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0Lk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj0KFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIkCgdzZXNzaW9uGAEgASgLMhMuYWdlbnRydC52MS5TZXNzaW9uIjwKEUdldFNlc3Npb25SZXF1ZXN0EicKB3Nlc3Npb24YASABKAsyFi5hZ2VudHJ0LnYxLlNlc3Npb25SZWYiOgoSR2V0U2Vzc2lvblJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5hZ2VudHJ0LnYxLlNlc3Npb24iVAoTTGlzdFNlc3Npb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIWCg5pbmNsdWRlX2hpZGRlbhgDIAEoCCJWChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIlCghzZXNzaW9ucxgBIAMoCzITLmFnZW50cnQudjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiPwoURGVsZXRlU2Vzc2lvblJlcXVlc3QSJwoHc2Vzc2lvbhgBIAEoCzIWLmFnZW50cnQudjEuU2Vzc2lvblJlZiIwChVEZWxldGVTZXNzaW9uUmVzcG9uc2USFwoPZGVsZXRlZF9lbnRyaWVzGAEgASgDIq8BChRBcHBlbmRFbnRyaWVzUmVxdWVzdBInCgdzZXNzaW9uGAEgASgLMhYuYWdlbnRydC52MS5TZXNzaW9uUmVmEiIKB2VudHJpZXMYAiADKAsyES5hZ2VudHJ0LnYxLkVudHJ5Eh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgDSACIAQESFAoMaW5jbHVkZV90YWlsGAQgASgIQhQKEl9leHBlY3RlZF9sYXN0X3NlcSKHAQoVQXBwZW5kRW50cmllc1Jlc3BvbnNlEiIKB2VudHJpZXMYASADKAsyES5hZ2VudHJ0LnYxLkVudHJ5EhIKCmdlbmVyYXRpb24YAiABKAMSHwoEdGFpbBgDIAMoCzIRLmFnZW50cnQudjEuRW50cnkSFQoNdGFpbF9sYXN0X3NlcRgEIAEoAyJ2ChlBcHBlbmRFbnRyaWVzQ2FsbHNSZXF1ZXN0EiYKBmhlYWRlchgBIAEoCzIWLmFnZW50cnQudjEuQ2FsbEhlYWRlchIxCgdyZXF1ZXN0GAIgASgLMiAuYWdlbnRydC52MS5BcHBlbmRFbnRyaWVzUmVxdWVzdCKIAQoaQXBwZW5kRW50cmllc0NhbGxzUmVzcG9uc2USDwoHY2FsbF9pZBgBIAEoBBIzCghyZXNwb25zZRgCIAEoCzIhLmFnZW50cnQudjEuQXBwZW5kRW50cmllc1Jlc3BvbnNlEiQKBWVycm9yGAMgASgLMhUuYWdlbnRydC52MS5DYWxsRXJyb3IiXwoSTGlzdEVudHJpZXNSZXF1ZXN0EicKB3Nlc3Npb24YASABKAsyFi5hZ2VudHJ0LnYxLlNlc3Npb25SZWYSEQoJYWZ0ZXJfc2VxGAIgASgDEg0KBWxpbWl0GAMgASgFIksKE0xpc3RFbnRyaWVzUmVzcG9uc2USIgoHZW50cmllcxgBIAMoCzIRLmFnZW50cnQudjEuRW50cnkSEAoIbGFzdF9zZXEYAiABKAMiewoRR2V0Q29udGV4dFJlcXVlc3QSJwoHc2Vzc2lvbhgBIAEoCzIWLmFnZW50cnQudjEuU2Vzc2lvblJlZhIRCglhZnRlcl9zZXEYAiABKAMSDQoFbGltaXQYAyABKAUSGwoTaW5jbHVkZV91bnByb2plY3RlZBgEIAEoCCJhChJHZXRDb250ZXh0UmVzcG9uc2USIgoHZW50cmllcxgBIAMoCzIRLmFnZW50cnQudjEuRW50cnkSEAoIbGFzdF9zZXEYAiABKAMSFQoNbGVhZl9lbnRyeV9pZBgDIAEoCSJVChNTd2l0Y2hCcmFuY2hSZXF1ZXN0EicKB3Nlc3Npb24YASABKAsyFi5hZ2VudHJ0LnYxLlNlc3Npb25SZWYSFQoNbGVhZl9lbnRyeV9pZBgCIAEoCSI4ChRTd2l0Y2hCcmFuY2hSZXNwb25zZRIgCgVlbnRyeRgBIAEoCzIRLmFnZW50cnQudjEuRW50cnkibAoSRm9ya1Nlc3Npb25SZXF1ZXN0EicKB3Nlc3Npb24YASABKAsyFi5hZ2VudHJ0LnYxLlNlc3Npb25SZWYSFQoNbGVhZl9lbnRyeV9pZBgCIAEoCRIWCg5uZXdfc2Vzc2lvbl9pZBgDIAEoCSI7ChNGb3JrU2Vzc2lvblJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5hZ2VudHJ0LnYxLlNlc3Npb24ifwoVUmVwbGFjZUVudHJpZXNSZXF1ZXN0EicKB3Nlc3Npb24YASABKAsyFi5hZ2VudHJ0LnYxLlNlc3Npb25SZWYSGQoRZXhwZWN0ZWRfbGFzdF9zZXEYAiABKAMSIgoHZW50cmllcxgDIAMoCzIRLmFnZW50cnQudjEuRW50cnkiPAoWUmVwbGFjZUVudHJpZXNSZXNwb25zZRIiCgdlbnRyaWVzGAEgAygLMhEuYWdlbnRydC52MS5FbnRyeSJaChVSZWNvdmVyU2Vzc2lvblJlcXVlc3QSJwoHc2Vzc2lvbhgBIAEoCzIWLmFnZW50cnQudjEuU2Vzc2lvblJlZhIYChByZXRyeV9zYWZlX3Rvb2xzGAIgAygJIjwKFlJlY292ZXJTZXNzaW9uUmVzcG9uc2USIgoHZW50cmllcxgBIAMoCzIRLmFnZW50cnQudjEuRW50cnkiUQoTV2F0Y2hTZXNzaW9uUmVxdWVzdBInCgdzZXNzaW9uGAEgASgLMhYuYWdlbnRydC52MS5TZXNzaW9uUmVmEhEKCWFmdGVyX3NlcRgCIAEoAyI4ChRXYXRjaFNlc3Npb25SZXNwb25zZRIgCgVlbnRyeRgBIAEoCzIRLmFnZW50cnQudjEuRW50cnkq1QEKCUVudHJ5S2luZBIaChZFTlRSWV9LSU5EX1VOU1BFQ0lGSUVEEAASEwoPRU5UUllfS0lORF9JVEVNEAESGQoVRU5UUllfS0lORF9BTk5PVEFUSU9OEAISGQoVRU5UUllfS0lORF9DT01QQUNUSU9OEAMSEwoPRU5UUllfS0lORF9MRUFGEAQSFQoRRU5UUllfS0lORF9VUERBVEUQBRIeChpFTlRSWV9LSU5EX1RFUk1JTkFMX09VVFBVVBAGEhUKEUVOVFJZX0tJTkRfQ1VTVE9NEAcqhQEKCkl0ZW1Tb3VyY2USGwoXSVRFTV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIVChFJVEVNX1NPVVJDRV9NT0RFTBABEhQKEElURU1fU09VUkNFX1VTRVIQAhIUChBJVEVNX1NPVVJDRV9UT09MEAMSFwoTSVRFTV9TT1VSQ0VfUlVOVElNRRAEMuIICg5TZXNzaW9uU2VydmljZRJUCg1DcmVhdGVTZXNzaW9uEiAuYWdlbnRydC52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBohLmFnZW50cnQudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEksKCkdldFNlc3Npb24SHS5hZ2VudHJ0LnYxLkdldFNlc3Npb25SZXF1ZXN0Gh4uYWdlbnRydC52MS5HZXRTZXNzaW9uUmVzcG9uc2USUQoMTGlzdFNlc3Npb25zEh8uYWdlbnRydC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiAuYWdlbnRydC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJUCg1EZWxldGVTZXNzaW9uEiAuYWdlbnRydC52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBohLmFnZW50cnQudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlElQKDUFwcGVuZEVudHJpZXMSIC5hZ2VudHJ0LnYxLkFwcGVuZEVudHJpZXNSZXF1ZXN0GiEuYWdlbnRydC52MS5BcHBlbmRFbnRyaWVzUmVzcG9uc2USZwoSQXBwZW5kRW50cmllc0NhbGxzEiUuYWdlbnRydC52MS5BcHBlbmRFbnRyaWVzQ2FsbHNSZXF1ZXN0GiYuYWdlbnRydC52MS5BcHBlbmRFbnRyaWVzQ2FsbHNSZXNwb25zZSgBMAESTgoLTGlzdEVudHJpZXMSHi5hZ2VudHJ0LnYxLkxpc3RFbnRyaWVzUmVxdWVzdBofLmFnZW50cnQudjEuTGlzdEVudHJpZXNSZXNwb25zZRJLCgpHZXRDb250ZXh0Eh0uYWdlbnRydC52MS5HZXRDb250ZXh0UmVxdWVzdBoeLmFnZW50cnQudjEuR2V0Q29udGV4dFJlc3BvbnNlElEKDFN3aXRjaEJyYW5jaBIfLmFnZW50cnQudjEuU3dpdGNoQnJhbmNoUmVxdWVzdBogLmFnZW50cnQudjEuU3dpdGNoQnJhbmNoUmVzcG9uc2USTgoLRm9ya1Nlc3Npb24SHi5hZ2VudHJ0LnYxLkZvcmtTZXNzaW9uUmVxdWVzdBofLmFnZW50cnQudjEuRm9ya1Nlc3Npb25SZXNwb25zZRJXCg5SZXBsYWNlRW50cmllcxIhLmFnZW50cnQudjEuUmVwbGFjZUVudHJpZXNSZXF1ZXN0GiIuYWdlbnRydC52MS5SZXBsYWNlRW50cmllc1Jlc3BvbnNlElcKDlJlY292ZXJTZXNzaW9uEiEuYWdlbnRydC52MS5SZWNvdmVyU2Vzc2lvblJlcXVlc3QaIi5hZ2VudHJ0LnYxLlJlY292ZXJTZXNzaW9uUmVzcG9uc2USUwoMV2F0Y2hTZXNzaW9uEh8uYWdlbnRydC52MS5XYXRjaFNlc3Npb25SZXF1ZXN0GiAuYWdlbnRydC52MS5XYXRjaFNlc3Npb25SZXNwb25zZTABYgZwcm90bzM", [file_agentrt_v1_common, file_google_protobuf_timestamp]);
 
 /**
  * SessionRef addresses one incarnation of a session.
@@ -673,6 +673,69 @@ export const AppendEntriesResponseSchema: GenMessage<AppendEntriesResponse> = /*
   messageDesc(file_agentrt_v1_session_service, 14);
 
 /**
+ * AppendEntriesCallsRequest is one call of AppendEntriesCalls.
+ *
+ * @generated from message agentrt.v1.AppendEntriesCallsRequest
+ */
+export type AppendEntriesCallsRequest = Message<"agentrt.v1.AppendEntriesCallsRequest"> & {
+  /**
+   * The call's id, deadline and trace context, or its cancellation.
+   *
+   * @generated from field: agentrt.v1.CallHeader header = 1;
+   */
+  header?: CallHeader | undefined;
+
+  /**
+   * The call, as AppendEntries takes it.
+   *
+   * @generated from field: agentrt.v1.AppendEntriesRequest request = 2;
+   */
+  request?: AppendEntriesRequest | undefined;
+};
+
+/**
+ * Describes the message agentrt.v1.AppendEntriesCallsRequest.
+ * Use `create(AppendEntriesCallsRequestSchema)` to create a new message.
+ */
+export const AppendEntriesCallsRequestSchema: GenMessage<AppendEntriesCallsRequest> = /*@__PURE__*/
+  messageDesc(file_agentrt_v1_session_service, 15);
+
+/**
+ * AppendEntriesCallsResponse is the answer of one call of AppendEntriesCalls.
+ *
+ * @generated from message agentrt.v1.AppendEntriesCallsResponse
+ */
+export type AppendEntriesCallsResponse = Message<"agentrt.v1.AppendEntriesCallsResponse"> & {
+  /**
+   * The call answered (its header's call_id).
+   *
+   * @generated from field: uint64 call_id = 1;
+   */
+  callId: bigint;
+
+  /**
+   * The answer, as AppendEntries returns it; unset when `error` is set.
+   *
+   * @generated from field: agentrt.v1.AppendEntriesResponse response = 2;
+   */
+  response?: AppendEntriesResponse | undefined;
+
+  /**
+   * The call's failure, as AppendEntries would have failed; unset on success.
+   *
+   * @generated from field: agentrt.v1.CallError error = 3;
+   */
+  error?: CallError | undefined;
+};
+
+/**
+ * Describes the message agentrt.v1.AppendEntriesCallsResponse.
+ * Use `create(AppendEntriesCallsResponseSchema)` to create a new message.
+ */
+export const AppendEntriesCallsResponseSchema: GenMessage<AppendEntriesCallsResponse> = /*@__PURE__*/
+  messageDesc(file_agentrt_v1_session_service, 16);
+
+/**
  * ListEntriesRequest is the request of ListEntries.
  *
  * @generated from message agentrt.v1.ListEntriesRequest
@@ -706,7 +769,7 @@ export type ListEntriesRequest = Message<"agentrt.v1.ListEntriesRequest"> & {
  * Use `create(ListEntriesRequestSchema)` to create a new message.
  */
 export const ListEntriesRequestSchema: GenMessage<ListEntriesRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 15);
+  messageDesc(file_agentrt_v1_session_service, 17);
 
 /**
  * ListEntriesResponse is the response of ListEntries.
@@ -734,7 +797,7 @@ export type ListEntriesResponse = Message<"agentrt.v1.ListEntriesResponse"> & {
  * Use `create(ListEntriesResponseSchema)` to create a new message.
  */
 export const ListEntriesResponseSchema: GenMessage<ListEntriesResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 16);
+  messageDesc(file_agentrt_v1_session_service, 18);
 
 /**
  * GetContextRequest is the request of GetContext.
@@ -776,7 +839,7 @@ export type GetContextRequest = Message<"agentrt.v1.GetContextRequest"> & {
  * Use `create(GetContextRequestSchema)` to create a new message.
  */
 export const GetContextRequestSchema: GenMessage<GetContextRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 17);
+  messageDesc(file_agentrt_v1_session_service, 19);
 
 /**
  * GetContextResponse is the response of GetContext.
@@ -811,7 +874,7 @@ export type GetContextResponse = Message<"agentrt.v1.GetContextResponse"> & {
  * Use `create(GetContextResponseSchema)` to create a new message.
  */
 export const GetContextResponseSchema: GenMessage<GetContextResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 18);
+  messageDesc(file_agentrt_v1_session_service, 20);
 
 /**
  * SwitchBranchRequest is the request of SwitchBranch.
@@ -839,7 +902,7 @@ export type SwitchBranchRequest = Message<"agentrt.v1.SwitchBranchRequest"> & {
  * Use `create(SwitchBranchRequestSchema)` to create a new message.
  */
 export const SwitchBranchRequestSchema: GenMessage<SwitchBranchRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 19);
+  messageDesc(file_agentrt_v1_session_service, 21);
 
 /**
  * SwitchBranchResponse is the response of SwitchBranch.
@@ -860,7 +923,7 @@ export type SwitchBranchResponse = Message<"agentrt.v1.SwitchBranchResponse"> & 
  * Use `create(SwitchBranchResponseSchema)` to create a new message.
  */
 export const SwitchBranchResponseSchema: GenMessage<SwitchBranchResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 20);
+  messageDesc(file_agentrt_v1_session_service, 22);
 
 /**
  * ForkSessionRequest is the request of ForkSession.
@@ -895,7 +958,7 @@ export type ForkSessionRequest = Message<"agentrt.v1.ForkSessionRequest"> & {
  * Use `create(ForkSessionRequestSchema)` to create a new message.
  */
 export const ForkSessionRequestSchema: GenMessage<ForkSessionRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 21);
+  messageDesc(file_agentrt_v1_session_service, 23);
 
 /**
  * ForkSessionResponse is the response of ForkSession.
@@ -916,7 +979,7 @@ export type ForkSessionResponse = Message<"agentrt.v1.ForkSessionResponse"> & {
  * Use `create(ForkSessionResponseSchema)` to create a new message.
  */
 export const ForkSessionResponseSchema: GenMessage<ForkSessionResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 22);
+  messageDesc(file_agentrt_v1_session_service, 24);
 
 /**
  * ReplaceEntriesRequest is the request of ReplaceEntries.
@@ -953,7 +1016,7 @@ export type ReplaceEntriesRequest = Message<"agentrt.v1.ReplaceEntriesRequest"> 
  * Use `create(ReplaceEntriesRequestSchema)` to create a new message.
  */
 export const ReplaceEntriesRequestSchema: GenMessage<ReplaceEntriesRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 23);
+  messageDesc(file_agentrt_v1_session_service, 25);
 
 /**
  * ReplaceEntriesResponse is the response of ReplaceEntries.
@@ -974,7 +1037,7 @@ export type ReplaceEntriesResponse = Message<"agentrt.v1.ReplaceEntriesResponse"
  * Use `create(ReplaceEntriesResponseSchema)` to create a new message.
  */
 export const ReplaceEntriesResponseSchema: GenMessage<ReplaceEntriesResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 24);
+  messageDesc(file_agentrt_v1_session_service, 26);
 
 /**
  * RecoverSessionRequest is the request of RecoverSession.
@@ -1002,7 +1065,7 @@ export type RecoverSessionRequest = Message<"agentrt.v1.RecoverSessionRequest"> 
  * Use `create(RecoverSessionRequestSchema)` to create a new message.
  */
 export const RecoverSessionRequestSchema: GenMessage<RecoverSessionRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 25);
+  messageDesc(file_agentrt_v1_session_service, 27);
 
 /**
  * RecoverSessionResponse is the response of RecoverSession.
@@ -1023,7 +1086,7 @@ export type RecoverSessionResponse = Message<"agentrt.v1.RecoverSessionResponse"
  * Use `create(RecoverSessionResponseSchema)` to create a new message.
  */
 export const RecoverSessionResponseSchema: GenMessage<RecoverSessionResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 26);
+  messageDesc(file_agentrt_v1_session_service, 28);
 
 /**
  * WatchSessionRequest is the request of WatchSession.
@@ -1051,7 +1114,7 @@ export type WatchSessionRequest = Message<"agentrt.v1.WatchSessionRequest"> & {
  * Use `create(WatchSessionRequestSchema)` to create a new message.
  */
 export const WatchSessionRequestSchema: GenMessage<WatchSessionRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 27);
+  messageDesc(file_agentrt_v1_session_service, 29);
 
 /**
  * WatchSessionResponse is one message of WatchSession's stream.
@@ -1072,7 +1135,7 @@ export type WatchSessionResponse = Message<"agentrt.v1.WatchSessionResponse"> & 
  * Use `create(WatchSessionResponseSchema)` to create a new message.
  */
 export const WatchSessionResponseSchema: GenMessage<WatchSessionResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_session_service, 28);
+  messageDesc(file_agentrt_v1_session_service, 30);
 
 /**
  * EntryKind names well-known entry kinds. The vocabulary is open: `Entry.kind` is a
@@ -1254,6 +1317,20 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof AppendEntriesRequestSchema;
     output: typeof AppendEntriesResponseSchema;
+  },
+  /**
+   * AppendEntriesCalls carries many AppendEntries calls over one long-lived stream (the
+   * run loop keeps one per run): each request is one call, answered by one response naming
+   * it, with exactly AppendEntries' answer or error. A call is cancelled by a request with
+   * `header.cancel`. The stream fails as a whole only for what fails before any call
+   * (authentication, tenant) or a request that cannot be parsed (INVALID_ARGUMENT).
+   *
+   * @generated from rpc agentrt.v1.SessionService.AppendEntriesCalls
+   */
+  appendEntriesCalls: {
+    methodKind: "bidi_streaming";
+    input: typeof AppendEntriesCallsRequestSchema;
+    output: typeof AppendEntriesCallsResponseSchema;
   },
   /**
    * ListEntries reads the raw log on a seq cursor (all branches, no folding).

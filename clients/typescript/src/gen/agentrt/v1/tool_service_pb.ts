@@ -14,7 +14,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { CommandPolicy, ToolCall, ToolResult, ToolSpec } from "./common_pb.js";
+import type { CallError, CallHeader, CommandPolicy, ToolCall, ToolResult, ToolSpec } from "./common_pb.js";
 import { file_agentrt_v1_common } from "./common_pb.js";
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
@@ -24,7 +24,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agentrt/v1/tool_service.proto.
  */
 export const file_agentrt_v1_tool_service: GenFile = /*@__PURE__*/
-  fileDesc("Ch1hZ2VudHJ0L3YxL3Rvb2xfc2VydmljZS5wcm90bxIKYWdlbnRydC52MSKGAQoHU2FuZGJveBISCgpzYW5kYm94X2lkGAEgASgJEisKB2JhY2tlbmQYAiABKA4yGi5hZ2VudHJ0LnYxLlNhbmRib3hCYWNrZW5kEicKBXN0YXRlGAMgASgOMhguYWdlbnRydC52MS5TYW5kYm94U3RhdGUSEQoJd29ya3NwYWNlGAQgASgJIhIKEExpc3RUb29sc1JlcXVlc3QiOAoRTGlzdFRvb2xzUmVzcG9uc2USIwoFdG9vbHMYASADKAsyFC5hZ2VudHJ0LnYxLlRvb2xTcGVjIvkBChJFeGVjdXRlVG9vbFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEiIKBGNhbGwYAiABKAsyFC5hZ2VudHJ0LnYxLlRvb2xDYWxsEhIKCnNhbmRib3hfaWQYAyABKAkSEQoJd29ya3NwYWNlGAQgASgJEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoQbWF4X291dHB1dF9ieXRlcxgGIAEoAxIxCg5jb21tYW5kX3BvbGljeRgHIAEoCzIZLmFnZW50cnQudjEuQ29tbWFuZFBvbGljeRIPCgdhdHRlbXB0GAggASgFIk8KE0V4ZWN1dGVUb29sUmVzcG9uc2USJgoGcmVzdWx0GAEgASgLMhYuYWdlbnRydC52MS5Ub29sUmVzdWx0EhAKCHJlcGxheWVkGAIgASgIIksKGFN0cmVhbUV4ZWN1dGVUb29sUmVxdWVzdBIvCgdyZXF1ZXN0GAEgASgLMh4uYWdlbnRydC52MS5FeGVjdXRlVG9vbFJlcXVlc3QihQEKGVN0cmVhbUV4ZWN1dGVUb29sUmVzcG9uc2USLAoIcHJvZ3Jlc3MYASABKAsyGC5hZ2VudHJ0LnYxLlRvb2xQcm9ncmVzc0gAEjEKBnJlc3VsdBgCIAEoCzIfLmFnZW50cnQudjEuRXhlY3V0ZVRvb2xSZXNwb25zZUgAQgcKBWV2ZW50IiwKDFRvb2xQcm9ncmVzcxIOCgZzdHJlYW0YASABKAkSDAoEdGV4dBgCIAEoCSJHChNHZXRFeGVjdXRpb25SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUiaQoUR2V0RXhlY3V0aW9uUmVzcG9uc2USKQoFc3RhdGUYASABKA4yGi5hZ2VudHJ0LnYxLkV4ZWN1dGlvblN0YXRlEiYKBnJlc3VsdBgCIAEoCzIWLmFnZW50cnQudjEuVG9vbFJlc3VsdCJaChZDYW5jZWxFeGVjdXRpb25SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSDgoGcmVhc29uGAQgASgJImwKF0NhbmNlbEV4ZWN1dGlvblJlc3BvbnNlEikKBXN0YXRlGAEgASgOMhouYWdlbnRydC52MS5FeGVjdXRpb25TdGF0ZRImCgZyZXN1bHQYAiABKAsyFi5hZ2VudHJ0LnYxLlRvb2xSZXN1bHQiZwoNU2FuZGJveExpbWl0cxITCgtjcHVfc2Vjb25kcxgBIAEoAxIUCgxtZW1vcnlfYnl0ZXMYAiABKAMSFwoPZmlsZV9zaXplX2J5dGVzGAMgASgDEhIKCm9wZW5fZmlsZXMYBCABKAMipwIKFENyZWF0ZVNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkSKwoHYmFja2VuZBgCIAEoDjIaLmFnZW50cnQudjEuU2FuZGJveEJhY2tlbmQSEQoJd29ya3NwYWNlGAMgASgJEg0KBWltYWdlGAQgASgJEjYKA2VudhgFIAMoCzIpLmFnZW50cnQudjEuQ3JlYXRlU2FuZGJveFJlcXVlc3QuRW52RW50cnkSDAoEdXNlchgGIAEoCRIPCgduZXR3b3JrGAcgASgJEikKBmxpbWl0cxgIIAEoCzIZLmFnZW50cnQudjEuU2FuZGJveExpbWl0cxoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj0KFUNyZWF0ZVNhbmRib3hSZXNwb25zZRIkCgdzYW5kYm94GAEgASgLMhMuYWdlbnRydC52MS5TYW5kYm94IicKEUdldFNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiOgoSR2V0U2FuZGJveFJlc3BvbnNlEiQKB3NhbmRib3gYASABKAsyEy5hZ2VudHJ0LnYxLlNhbmRib3giKAoSU3RvcFNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiOwoTU3RvcFNhbmRib3hSZXNwb25zZRIkCgdzYW5kYm94GAEgASgLMhMuYWdlbnRydC52MS5TYW5kYm94IisKFURlc3Ryb3lTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIhgKFkRlc3Ryb3lTYW5kYm94UmVzcG9uc2UiVgoPV29ya3NwYWNlVGFyZ2V0EhIKCnNhbmRib3hfaWQYASABKAkSEQoJd29ya3NwYWNlGAIgASgJEg4KBnJ1bl9pZBgDIAEoCRIMCgRwYXRoGAQgASgJIlMKFlVwbG9hZFdvcmtzcGFjZVJlcXVlc3QSKwoGdGFyZ2V0GAEgASgLMhsuYWdlbnRydC52MS5Xb3Jrc3BhY2VUYXJnZXQSDAoEZGF0YRgCIAEoDCI3ChdVcGxvYWRXb3Jrc3BhY2VSZXNwb25zZRINCgVmaWxlcxgBIAEoAxINCgVieXRlcxgCIAEoAyJVChhEb3dubG9hZFdvcmtzcGFjZVJlcXVlc3QSKwoGdGFyZ2V0GAEgASgLMhsuYWdlbnRydC52MS5Xb3Jrc3BhY2VUYXJnZXQSDAoEZ3ppcBgCIAEoCCIpChlEb3dubG9hZFdvcmtzcGFjZVJlc3BvbnNlEgwKBGRhdGEYASABKAwqaAoOU2FuZGJveEJhY2tlbmQSHwobU0FOREJPWF9CQUNLRU5EX1VOU1BFQ0lGSUVEEAASGQoVU0FOREJPWF9CQUNLRU5EX0xPQ0FMEAESGgoWU0FOREJPWF9CQUNLRU5EX0RPQ0tFUhACKn0KDFNhbmRib3hTdGF0ZRIdChlTQU5EQk9YX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUU0FOREJPWF9TVEFURV9BQlNFTlQQARIZChVTQU5EQk9YX1NUQVRFX1NUT1BQRUQQAhIZChVTQU5EQk9YX1NUQVRFX1JVTk5JTkcQAyqIAQoORXhlY3V0aW9uU3RhdGUSHwobRVhFQ1VUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASGgoWRVhFQ1VUSU9OX1NUQVRFX0FCU0VOVBABEhsKF0VYRUNVVElPTl9TVEFURV9TVEFSVEVEEAISHAoYRVhFQ1VUSU9OX1NUQVRFX0ZJTklTSEVEEAMyyAcKC1Rvb2xTZXJ2aWNlEkgKCUxpc3RUb29scxIcLmFnZW50cnQudjEuTGlzdFRvb2xzUmVxdWVzdBodLmFnZW50cnQudjEuTGlzdFRvb2xzUmVzcG9uc2USTgoLRXhlY3V0ZVRvb2wSHi5hZ2VudHJ0LnYxLkV4ZWN1dGVUb29sUmVxdWVzdBofLmFnZW50cnQudjEuRXhlY3V0ZVRvb2xSZXNwb25zZRJiChFTdHJlYW1FeGVjdXRlVG9vbBIkLmFnZW50cnQudjEuU3RyZWFtRXhlY3V0ZVRvb2xSZXF1ZXN0GiUuYWdlbnRydC52MS5TdHJlYW1FeGVjdXRlVG9vbFJlc3BvbnNlMAESUQoMR2V0RXhlY3V0aW9uEh8uYWdlbnRydC52MS5HZXRFeGVjdXRpb25SZXF1ZXN0GiAuYWdlbnRydC52MS5HZXRFeGVjdXRpb25SZXNwb25zZRJaCg9DYW5jZWxFeGVjdXRpb24SIi5hZ2VudHJ0LnYxLkNhbmNlbEV4ZWN1dGlvblJlcXVlc3QaIy5hZ2VudHJ0LnYxLkNhbmNlbEV4ZWN1dGlvblJlc3BvbnNlElQKDUNyZWF0ZVNhbmRib3gSIC5hZ2VudHJ0LnYxLkNyZWF0ZVNhbmRib3hSZXF1ZXN0GiEuYWdlbnRydC52MS5DcmVhdGVTYW5kYm94UmVzcG9uc2USSwoKR2V0U2FuZGJveBIdLmFnZW50cnQudjEuR2V0U2FuZGJveFJlcXVlc3QaHi5hZ2VudHJ0LnYxLkdldFNhbmRib3hSZXNwb25zZRJOCgtTdG9wU2FuZGJveBIeLmFnZW50cnQudjEuU3RvcFNhbmRib3hSZXF1ZXN0Gh8uYWdlbnRydC52MS5TdG9wU2FuZGJveFJlc3BvbnNlElcKDkRlc3Ryb3lTYW5kYm94EiEuYWdlbnRydC52MS5EZXN0cm95U2FuZGJveFJlcXVlc3QaIi5hZ2VudHJ0LnYxLkRlc3Ryb3lTYW5kYm94UmVzcG9uc2USXAoPVXBsb2FkV29ya3NwYWNlEiIuYWdlbnRydC52MS5VcGxvYWRXb3Jrc3BhY2VSZXF1ZXN0GiMuYWdlbnRydC52MS5VcGxvYWRXb3Jrc3BhY2VSZXNwb25zZSgBEmIKEURvd25sb2FkV29ya3NwYWNlEiQuYWdlbnRydC52MS5Eb3dubG9hZFdvcmtzcGFjZVJlcXVlc3QaJS5hZ2VudHJ0LnYxLkRvd25sb2FkV29ya3NwYWNlUmVzcG9uc2UwAWIGcHJvdG8z", [file_agentrt_v1_common, file_google_protobuf_duration]);
+  fileDesc("Ch1hZ2VudHJ0L3YxL3Rvb2xfc2VydmljZS5wcm90bxIKYWdlbnRydC52MSKGAQoHU2FuZGJveBISCgpzYW5kYm94X2lkGAEgASgJEisKB2JhY2tlbmQYAiABKA4yGi5hZ2VudHJ0LnYxLlNhbmRib3hCYWNrZW5kEicKBXN0YXRlGAMgASgOMhguYWdlbnRydC52MS5TYW5kYm94U3RhdGUSEQoJd29ya3NwYWNlGAQgASgJIhIKEExpc3RUb29sc1JlcXVlc3QiOAoRTGlzdFRvb2xzUmVzcG9uc2USIwoFdG9vbHMYASADKAsyFC5hZ2VudHJ0LnYxLlRvb2xTcGVjIvkBChJFeGVjdXRlVG9vbFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEiIKBGNhbGwYAiABKAsyFC5hZ2VudHJ0LnYxLlRvb2xDYWxsEhIKCnNhbmRib3hfaWQYAyABKAkSEQoJd29ya3NwYWNlGAQgASgJEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoQbWF4X291dHB1dF9ieXRlcxgGIAEoAxIxCg5jb21tYW5kX3BvbGljeRgHIAEoCzIZLmFnZW50cnQudjEuQ29tbWFuZFBvbGljeRIPCgdhdHRlbXB0GAggASgFIk8KE0V4ZWN1dGVUb29sUmVzcG9uc2USJgoGcmVzdWx0GAEgASgLMhYuYWdlbnRydC52MS5Ub29sUmVzdWx0EhAKCHJlcGxheWVkGAIgASgIIoQBChdFeGVjdXRlVG9vbENhbGxzUmVxdWVzdBImCgZoZWFkZXIYASABKAsyFi5hZ2VudHJ0LnYxLkNhbGxIZWFkZXISLwoHcmVxdWVzdBgCIAEoCzIeLmFnZW50cnQudjEuRXhlY3V0ZVRvb2xSZXF1ZXN0EhAKCHByb2dyZXNzGAMgASgIIr0BChhFeGVjdXRlVG9vbENhbGxzUmVzcG9uc2USDwoHY2FsbF9pZBgBIAEoBBIsCghwcm9ncmVzcxgCIAEoCzIYLmFnZW50cnQudjEuVG9vbFByb2dyZXNzSAASMQoGcmVzdWx0GAMgASgLMh8uYWdlbnRydC52MS5FeGVjdXRlVG9vbFJlc3BvbnNlSAASJgoFZXJyb3IYBCABKAsyFS5hZ2VudHJ0LnYxLkNhbGxFcnJvckgAQgcKBWV2ZW50IksKGFN0cmVhbUV4ZWN1dGVUb29sUmVxdWVzdBIvCgdyZXF1ZXN0GAEgASgLMh4uYWdlbnRydC52MS5FeGVjdXRlVG9vbFJlcXVlc3QihQEKGVN0cmVhbUV4ZWN1dGVUb29sUmVzcG9uc2USLAoIcHJvZ3Jlc3MYASABKAsyGC5hZ2VudHJ0LnYxLlRvb2xQcm9ncmVzc0gAEjEKBnJlc3VsdBgCIAEoCzIfLmFnZW50cnQudjEuRXhlY3V0ZVRvb2xSZXNwb25zZUgAQgcKBWV2ZW50IiwKDFRvb2xQcm9ncmVzcxIOCgZzdHJlYW0YASABKAkSDAoEdGV4dBgCIAEoCSJHChNHZXRFeGVjdXRpb25SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUiaQoUR2V0RXhlY3V0aW9uUmVzcG9uc2USKQoFc3RhdGUYASABKA4yGi5hZ2VudHJ0LnYxLkV4ZWN1dGlvblN0YXRlEiYKBnJlc3VsdBgCIAEoCzIWLmFnZW50cnQudjEuVG9vbFJlc3VsdCJaChZDYW5jZWxFeGVjdXRpb25SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSDgoGcmVhc29uGAQgASgJImwKF0NhbmNlbEV4ZWN1dGlvblJlc3BvbnNlEikKBXN0YXRlGAEgASgOMhouYWdlbnRydC52MS5FeGVjdXRpb25TdGF0ZRImCgZyZXN1bHQYAiABKAsyFi5hZ2VudHJ0LnYxLlRvb2xSZXN1bHQiZwoNU2FuZGJveExpbWl0cxITCgtjcHVfc2Vjb25kcxgBIAEoAxIUCgxtZW1vcnlfYnl0ZXMYAiABKAMSFwoPZmlsZV9zaXplX2J5dGVzGAMgASgDEhIKCm9wZW5fZmlsZXMYBCABKAMipwIKFENyZWF0ZVNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkSKwoHYmFja2VuZBgCIAEoDjIaLmFnZW50cnQudjEuU2FuZGJveEJhY2tlbmQSEQoJd29ya3NwYWNlGAMgASgJEg0KBWltYWdlGAQgASgJEjYKA2VudhgFIAMoCzIpLmFnZW50cnQudjEuQ3JlYXRlU2FuZGJveFJlcXVlc3QuRW52RW50cnkSDAoEdXNlchgGIAEoCRIPCgduZXR3b3JrGAcgASgJEikKBmxpbWl0cxgIIAEoCzIZLmFnZW50cnQudjEuU2FuZGJveExpbWl0cxoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj0KFUNyZWF0ZVNhbmRib3hSZXNwb25zZRIkCgdzYW5kYm94GAEgASgLMhMuYWdlbnRydC52MS5TYW5kYm94IicKEUdldFNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiOgoSR2V0U2FuZGJveFJlc3BvbnNlEiQKB3NhbmRib3gYASABKAsyEy5hZ2VudHJ0LnYxLlNhbmRib3giKAoSU3RvcFNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiOwoTU3RvcFNhbmRib3hSZXNwb25zZRIkCgdzYW5kYm94GAEgASgLMhMuYWdlbnRydC52MS5TYW5kYm94IisKFURlc3Ryb3lTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIhgKFkRlc3Ryb3lTYW5kYm94UmVzcG9uc2UiVgoPV29ya3NwYWNlVGFyZ2V0EhIKCnNhbmRib3hfaWQYASABKAkSEQoJd29ya3NwYWNlGAIgASgJEg4KBnJ1bl9pZBgDIAEoCRIMCgRwYXRoGAQgASgJIlMKFlVwbG9hZFdvcmtzcGFjZVJlcXVlc3QSKwoGdGFyZ2V0GAEgASgLMhsuYWdlbnRydC52MS5Xb3Jrc3BhY2VUYXJnZXQSDAoEZGF0YRgCIAEoDCI3ChdVcGxvYWRXb3Jrc3BhY2VSZXNwb25zZRINCgVmaWxlcxgBIAEoAxINCgVieXRlcxgCIAEoAyJVChhEb3dubG9hZFdvcmtzcGFjZVJlcXVlc3QSKwoGdGFyZ2V0GAEgASgLMhsuYWdlbnRydC52MS5Xb3Jrc3BhY2VUYXJnZXQSDAoEZ3ppcBgCIAEoCCIpChlEb3dubG9hZFdvcmtzcGFjZVJlc3BvbnNlEgwKBGRhdGEYASABKAwqaAoOU2FuZGJveEJhY2tlbmQSHwobU0FOREJPWF9CQUNLRU5EX1VOU1BFQ0lGSUVEEAASGQoVU0FOREJPWF9CQUNLRU5EX0xPQ0FMEAESGgoWU0FOREJPWF9CQUNLRU5EX0RPQ0tFUhACKn0KDFNhbmRib3hTdGF0ZRIdChlTQU5EQk9YX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUU0FOREJPWF9TVEFURV9BQlNFTlQQARIZChVTQU5EQk9YX1NUQVRFX1NUT1BQRUQQAhIZChVTQU5EQk9YX1NUQVRFX1JVTk5JTkcQAyqIAQoORXhlY3V0aW9uU3RhdGUSHwobRVhFQ1VUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASGgoWRVhFQ1VUSU9OX1NUQVRFX0FCU0VOVBABEhsKF0VYRUNVVElPTl9TVEFURV9TVEFSVEVEEAISHAoYRVhFQ1VUSU9OX1NUQVRFX0ZJTklTSEVEEAMyqwgKC1Rvb2xTZXJ2aWNlEkgKCUxpc3RUb29scxIcLmFnZW50cnQudjEuTGlzdFRvb2xzUmVxdWVzdBodLmFnZW50cnQudjEuTGlzdFRvb2xzUmVzcG9uc2USTgoLRXhlY3V0ZVRvb2wSHi5hZ2VudHJ0LnYxLkV4ZWN1dGVUb29sUmVxdWVzdBofLmFnZW50cnQudjEuRXhlY3V0ZVRvb2xSZXNwb25zZRJiChFTdHJlYW1FeGVjdXRlVG9vbBIkLmFnZW50cnQudjEuU3RyZWFtRXhlY3V0ZVRvb2xSZXF1ZXN0GiUuYWdlbnRydC52MS5TdHJlYW1FeGVjdXRlVG9vbFJlc3BvbnNlMAESYQoQRXhlY3V0ZVRvb2xDYWxscxIjLmFnZW50cnQudjEuRXhlY3V0ZVRvb2xDYWxsc1JlcXVlc3QaJC5hZ2VudHJ0LnYxLkV4ZWN1dGVUb29sQ2FsbHNSZXNwb25zZSgBMAESUQoMR2V0RXhlY3V0aW9uEh8uYWdlbnRydC52MS5HZXRFeGVjdXRpb25SZXF1ZXN0GiAuYWdlbnRydC52MS5HZXRFeGVjdXRpb25SZXNwb25zZRJaCg9DYW5jZWxFeGVjdXRpb24SIi5hZ2VudHJ0LnYxLkNhbmNlbEV4ZWN1dGlvblJlcXVlc3QaIy5hZ2VudHJ0LnYxLkNhbmNlbEV4ZWN1dGlvblJlc3BvbnNlElQKDUNyZWF0ZVNhbmRib3gSIC5hZ2VudHJ0LnYxLkNyZWF0ZVNhbmRib3hSZXF1ZXN0GiEuYWdlbnRydC52MS5DcmVhdGVTYW5kYm94UmVzcG9uc2USSwoKR2V0U2FuZGJveBIdLmFnZW50cnQudjEuR2V0U2FuZGJveFJlcXVlc3QaHi5hZ2VudHJ0LnYxLkdldFNhbmRib3hSZXNwb25zZRJOCgtTdG9wU2FuZGJveBIeLmFnZW50cnQudjEuU3RvcFNhbmRib3hSZXF1ZXN0Gh8uYWdlbnRydC52MS5TdG9wU2FuZGJveFJlc3BvbnNlElcKDkRlc3Ryb3lTYW5kYm94EiEuYWdlbnRydC52MS5EZXN0cm95U2FuZGJveFJlcXVlc3QaIi5hZ2VudHJ0LnYxLkRlc3Ryb3lTYW5kYm94UmVzcG9uc2USXAoPVXBsb2FkV29ya3NwYWNlEiIuYWdlbnRydC52MS5VcGxvYWRXb3Jrc3BhY2VSZXF1ZXN0GiMuYWdlbnRydC52MS5VcGxvYWRXb3Jrc3BhY2VSZXNwb25zZSgBEmIKEURvd25sb2FkV29ya3NwYWNlEiQuYWdlbnRydC52MS5Eb3dubG9hZFdvcmtzcGFjZVJlcXVlc3QaJS5hZ2VudHJ0LnYxLkRvd25sb2FkV29ya3NwYWNlUmVzcG9uc2UwAWIGcHJvdG8z", [file_agentrt_v1_common, file_google_protobuf_duration]);
 
 /**
  * Sandbox describes one sandbox.
@@ -209,6 +209,93 @@ export const ExecuteToolResponseSchema: GenMessage<ExecuteToolResponse> = /*@__P
   messageDesc(file_agentrt_v1_tool_service, 4);
 
 /**
+ * ExecuteToolCallsRequest is one call of ExecuteToolCalls.
+ *
+ * @generated from message agentrt.v1.ExecuteToolCallsRequest
+ */
+export type ExecuteToolCallsRequest = Message<"agentrt.v1.ExecuteToolCallsRequest"> & {
+  /**
+   * The call's id, deadline and trace context, or its cancellation.
+   *
+   * @generated from field: agentrt.v1.CallHeader header = 1;
+   */
+  header?: CallHeader | undefined;
+
+  /**
+   * The call, as ExecuteTool takes it.
+   *
+   * @generated from field: agentrt.v1.ExecuteToolRequest request = 2;
+   */
+  request?: ExecuteToolRequest | undefined;
+
+  /**
+   * When true, the output chunks are sent as they arrive (as StreamExecuteTool does).
+   *
+   * @generated from field: bool progress = 3;
+   */
+  progress: boolean;
+};
+
+/**
+ * Describes the message agentrt.v1.ExecuteToolCallsRequest.
+ * Use `create(ExecuteToolCallsRequestSchema)` to create a new message.
+ */
+export const ExecuteToolCallsRequestSchema: GenMessage<ExecuteToolCallsRequest> = /*@__PURE__*/
+  messageDesc(file_agentrt_v1_tool_service, 5);
+
+/**
+ * ExecuteToolCallsResponse is one message of one call of ExecuteToolCalls.
+ *
+ * @generated from message agentrt.v1.ExecuteToolCallsResponse
+ */
+export type ExecuteToolCallsResponse = Message<"agentrt.v1.ExecuteToolCallsResponse"> & {
+  /**
+   * The call this message belongs to (its header's call_id).
+   *
+   * @generated from field: uint64 call_id = 1;
+   */
+  callId: bigint;
+
+  /**
+   * Progress (only when asked), then the result or the error (last, exactly one).
+   *
+   * @generated from oneof agentrt.v1.ExecuteToolCallsResponse.event
+   */
+  event: {
+    /**
+     * A chunk of output as it arrived.
+     *
+     * @generated from field: agentrt.v1.ToolProgress progress = 2;
+     */
+    value: ToolProgress;
+    case: "progress";
+  } | {
+    /**
+     * The answer, as ExecuteTool returns it; the call's last message.
+     *
+     * @generated from field: agentrt.v1.ExecuteToolResponse result = 3;
+     */
+    value: ExecuteToolResponse;
+    case: "result";
+  } | {
+    /**
+     * The call's failure, as ExecuteTool would have failed; the call's last message.
+     *
+     * @generated from field: agentrt.v1.CallError error = 4;
+     */
+    value: CallError;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message agentrt.v1.ExecuteToolCallsResponse.
+ * Use `create(ExecuteToolCallsResponseSchema)` to create a new message.
+ */
+export const ExecuteToolCallsResponseSchema: GenMessage<ExecuteToolCallsResponse> = /*@__PURE__*/
+  messageDesc(file_agentrt_v1_tool_service, 6);
+
+/**
  * StreamExecuteToolRequest is the request of StreamExecuteTool.
  *
  * @generated from message agentrt.v1.StreamExecuteToolRequest
@@ -227,7 +314,7 @@ export type StreamExecuteToolRequest = Message<"agentrt.v1.StreamExecuteToolRequ
  * Use `create(StreamExecuteToolRequestSchema)` to create a new message.
  */
 export const StreamExecuteToolRequestSchema: GenMessage<StreamExecuteToolRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 5);
+  messageDesc(file_agentrt_v1_tool_service, 7);
 
 /**
  * StreamExecuteToolResponse is one message of StreamExecuteTool's stream.
@@ -264,7 +351,7 @@ export type StreamExecuteToolResponse = Message<"agentrt.v1.StreamExecuteToolRes
  * Use `create(StreamExecuteToolResponseSchema)` to create a new message.
  */
 export const StreamExecuteToolResponseSchema: GenMessage<StreamExecuteToolResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 6);
+  messageDesc(file_agentrt_v1_tool_service, 8);
 
 /**
  * ToolProgress is a partial output of a running tool (004 §2.7g).
@@ -292,7 +379,7 @@ export type ToolProgress = Message<"agentrt.v1.ToolProgress"> & {
  * Use `create(ToolProgressSchema)` to create a new message.
  */
 export const ToolProgressSchema: GenMessage<ToolProgress> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 7);
+  messageDesc(file_agentrt_v1_tool_service, 9);
 
 /**
  * GetExecutionRequest is the request of GetExecution.
@@ -327,7 +414,7 @@ export type GetExecutionRequest = Message<"agentrt.v1.GetExecutionRequest"> & {
  * Use `create(GetExecutionRequestSchema)` to create a new message.
  */
 export const GetExecutionRequestSchema: GenMessage<GetExecutionRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 8);
+  messageDesc(file_agentrt_v1_tool_service, 10);
 
 /**
  * GetExecutionResponse is the response of GetExecution.
@@ -355,7 +442,7 @@ export type GetExecutionResponse = Message<"agentrt.v1.GetExecutionResponse"> & 
  * Use `create(GetExecutionResponseSchema)` to create a new message.
  */
 export const GetExecutionResponseSchema: GenMessage<GetExecutionResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 9);
+  messageDesc(file_agentrt_v1_tool_service, 11);
 
 /**
  * CancelExecutionRequest is the request of CancelExecution.
@@ -397,7 +484,7 @@ export type CancelExecutionRequest = Message<"agentrt.v1.CancelExecutionRequest"
  * Use `create(CancelExecutionRequestSchema)` to create a new message.
  */
 export const CancelExecutionRequestSchema: GenMessage<CancelExecutionRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 10);
+  messageDesc(file_agentrt_v1_tool_service, 12);
 
 /**
  * CancelExecutionResponse is the response of CancelExecution.
@@ -428,7 +515,7 @@ export type CancelExecutionResponse = Message<"agentrt.v1.CancelExecutionRespons
  * Use `create(CancelExecutionResponseSchema)` to create a new message.
  */
 export const CancelExecutionResponseSchema: GenMessage<CancelExecutionResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 11);
+  messageDesc(file_agentrt_v1_tool_service, 13);
 
 /**
  * SandboxLimits bounds what commands in a sandbox may use.
@@ -470,7 +557,7 @@ export type SandboxLimits = Message<"agentrt.v1.SandboxLimits"> & {
  * Use `create(SandboxLimitsSchema)` to create a new message.
  */
 export const SandboxLimitsSchema: GenMessage<SandboxLimits> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 12);
+  messageDesc(file_agentrt_v1_tool_service, 14);
 
 /**
  * CreateSandboxRequest is the request of CreateSandbox.
@@ -542,7 +629,7 @@ export type CreateSandboxRequest = Message<"agentrt.v1.CreateSandboxRequest"> & 
  * Use `create(CreateSandboxRequestSchema)` to create a new message.
  */
 export const CreateSandboxRequestSchema: GenMessage<CreateSandboxRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 13);
+  messageDesc(file_agentrt_v1_tool_service, 15);
 
 /**
  * CreateSandboxResponse is the response of CreateSandbox.
@@ -563,7 +650,7 @@ export type CreateSandboxResponse = Message<"agentrt.v1.CreateSandboxResponse"> 
  * Use `create(CreateSandboxResponseSchema)` to create a new message.
  */
 export const CreateSandboxResponseSchema: GenMessage<CreateSandboxResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 14);
+  messageDesc(file_agentrt_v1_tool_service, 16);
 
 /**
  * GetSandboxRequest is the request of GetSandbox.
@@ -584,7 +671,7 @@ export type GetSandboxRequest = Message<"agentrt.v1.GetSandboxRequest"> & {
  * Use `create(GetSandboxRequestSchema)` to create a new message.
  */
 export const GetSandboxRequestSchema: GenMessage<GetSandboxRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 15);
+  messageDesc(file_agentrt_v1_tool_service, 17);
 
 /**
  * GetSandboxResponse is the response of GetSandbox.
@@ -605,7 +692,7 @@ export type GetSandboxResponse = Message<"agentrt.v1.GetSandboxResponse"> & {
  * Use `create(GetSandboxResponseSchema)` to create a new message.
  */
 export const GetSandboxResponseSchema: GenMessage<GetSandboxResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 16);
+  messageDesc(file_agentrt_v1_tool_service, 18);
 
 /**
  * StopSandboxRequest is the request of StopSandbox.
@@ -626,7 +713,7 @@ export type StopSandboxRequest = Message<"agentrt.v1.StopSandboxRequest"> & {
  * Use `create(StopSandboxRequestSchema)` to create a new message.
  */
 export const StopSandboxRequestSchema: GenMessage<StopSandboxRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 17);
+  messageDesc(file_agentrt_v1_tool_service, 19);
 
 /**
  * StopSandboxResponse is the response of StopSandbox.
@@ -647,7 +734,7 @@ export type StopSandboxResponse = Message<"agentrt.v1.StopSandboxResponse"> & {
  * Use `create(StopSandboxResponseSchema)` to create a new message.
  */
 export const StopSandboxResponseSchema: GenMessage<StopSandboxResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 18);
+  messageDesc(file_agentrt_v1_tool_service, 20);
 
 /**
  * DestroySandboxRequest is the request of DestroySandbox.
@@ -668,7 +755,7 @@ export type DestroySandboxRequest = Message<"agentrt.v1.DestroySandboxRequest"> 
  * Use `create(DestroySandboxRequestSchema)` to create a new message.
  */
 export const DestroySandboxRequestSchema: GenMessage<DestroySandboxRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 19);
+  messageDesc(file_agentrt_v1_tool_service, 21);
 
 /**
  * DestroySandboxResponse is the response of DestroySandbox.
@@ -683,7 +770,7 @@ export type DestroySandboxResponse = Message<"agentrt.v1.DestroySandboxResponse"
  * Use `create(DestroySandboxResponseSchema)` to create a new message.
  */
 export const DestroySandboxResponseSchema: GenMessage<DestroySandboxResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 20);
+  messageDesc(file_agentrt_v1_tool_service, 22);
 
 /**
  * WorkspaceTarget names a workspace (and a directory in it) for archive transfers: a
@@ -729,7 +816,7 @@ export type WorkspaceTarget = Message<"agentrt.v1.WorkspaceTarget"> & {
  * Use `create(WorkspaceTargetSchema)` to create a new message.
  */
 export const WorkspaceTargetSchema: GenMessage<WorkspaceTarget> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 21);
+  messageDesc(file_agentrt_v1_tool_service, 23);
 
 /**
  * UploadWorkspaceRequest is one message of UploadWorkspace's stream.
@@ -757,7 +844,7 @@ export type UploadWorkspaceRequest = Message<"agentrt.v1.UploadWorkspaceRequest"
  * Use `create(UploadWorkspaceRequestSchema)` to create a new message.
  */
 export const UploadWorkspaceRequestSchema: GenMessage<UploadWorkspaceRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 22);
+  messageDesc(file_agentrt_v1_tool_service, 24);
 
 /**
  * UploadWorkspaceResponse is the response of UploadWorkspace.
@@ -785,7 +872,7 @@ export type UploadWorkspaceResponse = Message<"agentrt.v1.UploadWorkspaceRespons
  * Use `create(UploadWorkspaceResponseSchema)` to create a new message.
  */
 export const UploadWorkspaceResponseSchema: GenMessage<UploadWorkspaceResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 23);
+  messageDesc(file_agentrt_v1_tool_service, 25);
 
 /**
  * DownloadWorkspaceRequest is the request of DownloadWorkspace.
@@ -813,7 +900,7 @@ export type DownloadWorkspaceRequest = Message<"agentrt.v1.DownloadWorkspaceRequ
  * Use `create(DownloadWorkspaceRequestSchema)` to create a new message.
  */
 export const DownloadWorkspaceRequestSchema: GenMessage<DownloadWorkspaceRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 24);
+  messageDesc(file_agentrt_v1_tool_service, 26);
 
 /**
  * DownloadWorkspaceResponse is one chunk of the archive (at most 1 MiB).
@@ -834,7 +921,7 @@ export type DownloadWorkspaceResponse = Message<"agentrt.v1.DownloadWorkspaceRes
  * Use `create(DownloadWorkspaceResponseSchema)` to create a new message.
  */
 export const DownloadWorkspaceResponseSchema: GenMessage<DownloadWorkspaceResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_v1_tool_service, 25);
+  messageDesc(file_agentrt_v1_tool_service, 27);
 
 /**
  * SandboxBackend selects how commands are isolated.
@@ -987,6 +1074,22 @@ export const ToolService: GenService<{
     methodKind: "server_streaming";
     input: typeof StreamExecuteToolRequestSchema;
     output: typeof StreamExecuteToolResponseSchema;
+  },
+  /**
+   * ExecuteToolCalls carries many ExecuteTool / StreamExecuteTool calls over one long-lived
+   * stream (the run loop keeps one per run), several in flight at once: each request is one
+   * call, answered by its progress messages when it asked for them, then exactly one result
+   * or error, each naming the call, with exactly what ExecuteTool answers. A call is
+   * cancelled by a request with `header.cancel` (as a cancelled ExecuteTool: the command
+   * runs on, journaled). The stream fails as a whole only for what fails before any call
+   * or a request that cannot be parsed.
+   *
+   * @generated from rpc agentrt.v1.ToolService.ExecuteToolCalls
+   */
+  executeToolCalls: {
+    methodKind: "bidi_streaming";
+    input: typeof ExecuteToolCallsRequestSchema;
+    output: typeof ExecuteToolCallsResponseSchema;
   },
   /**
    * GetExecution reads the journal record of a call (crash recovery).

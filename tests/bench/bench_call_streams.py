@@ -1,0 +1,158 @@
+"""What a call costs as its own RPC and as a message on a stream of calls (decision 0023).
+
+Figures are written to a file, never asserted (`make bench`). Two processes, as the mesh
+runs: a grpc.aio server composed as `MeshServer` composes it (the telemetry interceptor,
+then the MeshInterceptor) serving one unary method and one bidirectional method that
+answers each message at once, and a client on `open_channel` (the run loop's channel
+options: wait_for_ready, the fenced retry policy). The payload is a 300-byte message. Per
+mode, calls are made one after another (the next only after the answer), in rounds
+interleaved across the modes:
+- unary: a new RPC per call (what a turn's ExecuteTool or AppendEntries was);
+- stream: a request and its answer on a bidi stream already open (a stream of calls).
+Reported per call: the client's and the server's CPU time (user + system, from /proc and
+os.times, so other processes' load does not count) and the wall time, medians over rounds.
+
+Usage: python tests/bench/bench_call_streams.py [OUT.json] [--calls N] [--rounds R]
+(default bench-results/call_streams.json, 2000 calls, 5 rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+import grpc
+from google.protobuf import wrappers_pb2 as w
+from prometheus_client import CollectorRegistry
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "services"))
+
+UNARY = "/agentrt.v1.SessionService/AppendEntries"  # a fenced method: the retry policy applies
+STREAM = "/agentrt.v1.SessionService/AppendEntriesCalls"
+
+
+def _ser(message: w.BytesValue) -> bytes:
+    return message.SerializeToString()
+
+
+async def _serve(port_file: str) -> None:
+    from agentrt.mesh.interceptors import MeshInterceptor
+    from agentrt.mesh.telemetry.metrics import RpcMetrics
+    from agentrt.mesh.telemetry.rpc import TelemetryServerInterceptor
+
+    async def unary(request: w.BytesValue, context: object) -> w.BytesValue:
+        return request
+
+    async def stream(requests, context):  # type: ignore[no-untyped-def]
+        async for request in requests:
+            yield request
+
+    class Handlers(grpc.GenericRpcHandler):
+        def service(self, details):  # type: ignore[no-untyped-def]
+            if details.method == UNARY:
+                return grpc.unary_unary_rpc_method_handler(unary, w.BytesValue.FromString, _ser)
+            if details.method == STREAM:
+                return grpc.stream_stream_rpc_method_handler(stream, w.BytesValue.FromString, _ser)
+            return None
+
+    interceptors = [TelemetryServerInterceptor(RpcMetrics(CollectorRegistry())), MeshInterceptor()]
+    server = grpc.aio.server(interceptors=interceptors)
+    server.add_generic_rpc_handlers((Handlers(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    pathlib.Path(port_file).write_text(str(port))
+    await server.wait_for_termination()
+
+
+def _cpu_of(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _round(address: str, mode: str, calls: int, server_pid: int) -> dict[str, float]:
+    from agentrt.client.channels import open_channel
+
+    channel = open_channel(address, tenant="default", wait_for_ready=True, fenced=True)
+    message = w.BytesValue(value=b"x" * 300)
+    try:
+        if mode == "unary":
+            call = channel.unary_unary(UNARY, _ser, w.BytesValue.FromString)
+
+            async def one() -> None:
+                await call(message, timeout=30)
+
+        else:
+            stream = channel.stream_stream(STREAM, _ser, w.BytesValue.FromString)()
+
+            async def one() -> None:
+                await stream.write(message)
+                await stream.read()
+
+        for _ in range(100):  # warm the channel and the caches
+            await one()
+        server0, mine0, wall0 = _cpu_of(server_pid), os.times(), time.perf_counter()
+        for _ in range(calls):
+            await one()
+        wall, mine1, server1 = time.perf_counter() - wall0, os.times(), _cpu_of(server_pid)
+    finally:
+        await channel.close()
+    client_s = (mine1.user + mine1.system) - (mine0.user + mine0.system)
+    return {
+        "client_cpu_us": round(client_s / calls * 1e6, 1),
+        "server_cpu_us": round((server1 - server0) / calls * 1e6, 1),
+        "wall_us": round(wall / calls * 1e6, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure both modes and write the figures (see the module docstring)."""
+    default = pathlib.Path(os.environ.get("AGENTRT_BENCH_DIR", "bench-results")) / "call_streams.json"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", type=pathlib.Path, default=default)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--serve", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        import uvloop
+
+        uvloop.run(_serve(args.serve))  # as `agentrt serve` runs a service
+        return 0
+    port_file = args.out.with_suffix(".port")
+    port_file.parent.mkdir(parents=True, exist_ok=True)
+    port_file.unlink(missing_ok=True)
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file)])
+    try:
+        while not port_file.exists() or not port_file.read_text():
+            time.sleep(0.05)
+        address = f"127.0.0.1:{port_file.read_text()}"
+        samples: dict[str, list[dict[str, float]]] = {"unary": [], "stream": []}
+        import uvloop
+
+        for _ in range(args.rounds):
+            for mode in samples:
+                samples[mode].append(uvloop.run(_round(address, mode, args.calls, server.pid)))
+    finally:
+        server.terminate()
+        server.wait(10)
+        port_file.unlink(missing_ok=True)
+    result: dict[str, object] = {"calls_per_round": args.calls, "rounds": args.rounds}
+    for mode, rounds in samples.items():
+        result[mode] = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    result["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
