@@ -12,8 +12,10 @@ One write is one transaction ("what must be one step", 004 §2.5e2): take the se
 row's lock while proving it exists at the generation named and moving its change record
 (`queries.claim`), compare the expected seq, read the append point (the last entry, which
 also gives the active leaf), mint seqs from the never-deleted high-water mark, link
-parents, insert. The row lock serializes every writer of a session on PostgreSQL; on
-SQLite, `Database.write()` runs one BEGIN IMMEDIATE transaction at a time. A delete locks
+parents, insert. An append runs these steps as one database step (`appends`, then
+`sql_postgres` — one call of the function `sessions_append` — or `sql_sqlite`; decision
+0025); the other writes as SQLAlchemy transactions. The row lock serializes every writer of
+a session on PostgreSQL; on SQLite, every write is one BEGIN IMMEDIATE transaction at a time. A delete locks
 and removes the row before the entries, so a concurrent write either waits and then
 fails NOT_FOUND, or committed first and is deleted with the rest. The unique positions
 in `models` are the backstop; the serialization is what keeps the branch from forking.
@@ -269,14 +271,12 @@ class SessionStore(SessionReads):
         kept = [e.entry_id for e in entries if e.entry_id]
         if len(kept) != len(set(kept)):
             raise invalid(Reason.INVALID_ENTRY, "a carried-over entry_id appears twice", field="entries")
-        stored, _ = await self._guarded(tenant, ref, expected_last_seq, entries, replace=True)
-        return stored
+        return await self._replace_guarded(tenant, ref, expected_last_seq, entries)
 
-    async def _guarded(
-        self, tenant: str, ref: Ref, expected: int, entries: list[Entry], replace: bool
-    ) -> tuple[list[Entry], int]:
+    async def _replace_guarded(
+        self, tenant: str, ref: Ref, expected: int, entries: list[Entry]
+    ) -> list[Entry]:
         """ReplaceEntries' transaction (an append is `appends` + `sql_sqlite`/`sql_postgres`)."""
-        assert replace
 
         async def body(conn: AsyncConnection) -> tuple[list[Entry], q.Row]:
             # The transaction body: it awaits only the connection (see SessionReads._run).
@@ -291,12 +291,12 @@ class SessionStore(SessionReads):
             return stored, session
 
         try:
-            stored, session = await self._run(body, write=True)
+            stored, _ = await self._run(body, write=True)
         except IntegrityError:
             # The unique positions are the backstop; the row lock makes this unreachable.
             raise appends.lost_race() from None
         self._notifier.notify(tenant, ref.session_id)
-        return stored, session["generation"]
+        return stored
 
     async def _check_kept(
         self, conn: AsyncConnection, tenant: str, session: q.Row, entries: Sequence[Entry]
