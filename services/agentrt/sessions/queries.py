@@ -54,15 +54,6 @@ _TAIL = (
 )
 _AFTER = sa.select(E).where(_ONE_INCARNATION, E.c.seq > _P_AFTER).limit(_P_COUNT)
 _OLDEST_AFTER, _NEWEST_AFTER = _AFTER.order_by(E.c.seq), _AFTER.order_by(E.c.seq.desc())
-_WITH_USAGE = (
-    sa.select(E.c.run_id, E.c.turn, E.c.response_id)
-    .where(
-        _ONE_INCARNATION,
-        E.c.response_id.in_(sa.bindparam("p_ids", expanding=True)),
-        E.c.usage_json.is_not(None),
-    )
-    .distinct()
-)
 _INSERT_ENTRIES = E.insert()
 _MINT_SEQS = (
     M.update()
@@ -179,14 +170,6 @@ async def kinds_of(conn: AsyncConnection, tenant: str, session: Row, ids: Iterab
         )
     )
     return {r[0]: r[1] for r in result.all()}
-
-
-async def responses_with_usage(
-    conn: AsyncConnection, tenant: str, session: Row, response_ids: set[str]
-) -> list[tuple[str, int, str]]:
-    """Return the (run_id, turn, response_id) of stored entries carrying usage for `response_ids`, sorted."""
-    result = await conn.execute(_WITH_USAGE, {**_incarnation(tenant, session), "p_ids": sorted(response_ids)})
-    return sorted((r[0], int(r[1]), r[2]) for r in result.all())
 
 
 async def folds(conn: AsyncConnection, tenant: str, rows: Sequence[Row]) -> dict[str, tuple[int, int]]:

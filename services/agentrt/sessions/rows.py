@@ -8,7 +8,7 @@ how a value is laid out in a row.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrt.sessions.domain import Display, Entry, SessionInfo, Usage
@@ -76,6 +76,87 @@ def entry_from_row(row: Mapping[Any, Any]) -> Entry:
         summary=row["summary"] or "",
         leaf_entry_id=row["leaf_entry_id"],
         create_time_us=row["create_time_us"],
+    )
+
+
+#: The columns of `session_entries` a driver-SQL read selects, in the order
+#: `entry_from_tuple` reads them.
+ENTRY_COLUMNS = (
+    "kind",
+    "entry_id",
+    "seq",
+    "parent_id",
+    "item",
+    "item_type",
+    "call_id",
+    "tool_name",
+    "payload_json",
+    "display_json",
+    "run_id",
+    "turn",
+    "response_id",
+    "usage_json",
+    "nested_usage_json",
+    "target_entry_id",
+    "target_call_id",
+    "folded_ids_json",
+    "summary",
+    "leaf_entry_id",
+    "create_time_us",
+)
+
+
+def entry_from_tuple(row: Sequence[Any]) -> Entry:
+    """Return the domain entry of a row holding `ENTRY_COLUMNS` in order (see `entry_from_row`)."""
+    (
+        kind,
+        entry_id,
+        seq,
+        parent_id,
+        item,
+        item_type,
+        call_id,
+        tool_name,
+        payload_json,
+        display_json,
+        run_id,
+        turn,
+        response_id,
+        usage_json,
+        nested_usage_json,
+        target_entry_id,
+        target_call_id,
+        folded_ids_json,
+        summary,
+        leaf_entry_id,
+        create_time_us,
+    ) = row
+    display = None
+    if display_json:
+        title, summary_text, extra = json.loads(display_json)
+        display = Display(title=title, summary=summary_text, extra_json=extra)
+    return Entry(
+        kind=kind,
+        entry_id=entry_id,
+        seq=seq,
+        parent_id=parent_id,
+        item=bytes(item) if item is not None else None,
+        item_type=item_type,
+        call_id=call_id,
+        tool_name=tool_name,
+        payload_json=payload_json or "",
+        display=display,
+        run_id=run_id,
+        turn=turn,
+        response_id=response_id,
+        usage=Usage.from_json(usage_json),
+        nested_usage=Usage.from_json(nested_usage_json),
+        target_entry_id=target_entry_id,
+        target_call_id=target_call_id,
+        folded_entry_ids=tuple(json.loads(folded_ids_json)) if folded_ids_json else (),
+        summary=summary or "",
+        leaf_entry_id=leaf_entry_id,
+        create_time_us=create_time_us,
     )
 
 

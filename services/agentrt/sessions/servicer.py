@@ -160,7 +160,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         all) leaves tail_last_seq at 0, and the caller reads the tail itself.
         """
         try:
-            entries, last_seq = await self._store.list_entries(tenant, ref, after_seq, 0)
+            entries, last_seq = await self._store.read_after(tenant, ref, after_seq)
         except Exception:  # noqa: BLE001 - the append committed; the caller reads the tail itself
             log.debug("the tail after an append was not read", exc_info=True)
             return

@@ -12,8 +12,10 @@ One write is one transaction ("what must be one step", 004 §2.5e2): take the se
 row's lock while proving it exists at the generation named and moving its change record
 (`queries.claim`), compare the expected seq, read the append point (the last entry, which
 also gives the active leaf), mint seqs from the never-deleted high-water mark, link
-parents, insert. The row lock serializes every writer of a session on PostgreSQL; on
-SQLite, `Database.write()` runs one BEGIN IMMEDIATE transaction at a time. A delete locks
+parents, insert. An append runs these steps as one database step (`appends`, then
+`sql_postgres` — one call of the function `sessions_append` — or `sql_sqlite`; decision
+0025); the other writes as SQLAlchemy transactions. The row lock serializes every writer of
+a session on PostgreSQL; on SQLite, every write is one BEGIN IMMEDIATE transaction at a time. A delete locks
 and removes the row before the entries, so a concurrent write either waits and then
 fails NOT_FOUND, or committed first and is deleted with the rest. The unique positions
 in `models` are the backstop; the serialization is what keeps the branch from forking.
@@ -25,13 +27,14 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid, not_found, quote
 from agentrt.core.ids import new_id, valid_id
+from agentrt.sessions import appends, sql_postgres, sql_sqlite, tree
 from agentrt.sessions import queries as q
-from agentrt.sessions import tree
+from agentrt.sessions.appends import usage_key
 from agentrt.sessions.domain import (
     LEAF,
     Entry,
@@ -41,7 +44,7 @@ from agentrt.sessions.domain import (
     check_session_fields,
     validate_entries,
 )
-from agentrt.sessions.reads import SessionReads
+from agentrt.sessions.reads import SessionReads, _unavailable
 from agentrt.sessions.rows import session_from_row
 
 #: Builds the synthesized output of a dangling tool call entry (004 §2.5h); the servicer
@@ -224,7 +227,19 @@ class SessionStore(SessionReads):
         validate_entries(entries)
         _check_expected(expected_last_seq)
         _check_usage_in_batch(entries)
-        return await self._guarded(tenant, ref, expected_last_seq, entries, replace=False)
+        prepared = appends.prepare(entries, self._now_us())
+        try:
+            if self._db.is_sqlite:
+                body = sql_sqlite.append(tenant, ref, expected_last_seq, prepared)
+                stored, generation = await self._db.write_sync(body)
+            else:
+                stored, generation = await sql_postgres.append(
+                    self._db, tenant, ref, expected_last_seq, prepared
+                )
+        except (OperationalError, InterfaceError, OSError) as exc:
+            raise _unavailable(exc) from exc
+        self._notifier.notify(tenant, ref.session_id)
+        return stored, generation
 
     async def replace(
         self, tenant: str, ref: Ref, expected_last_seq: int, entries: list[Entry]
@@ -256,68 +271,32 @@ class SessionStore(SessionReads):
         kept = [e.entry_id for e in entries if e.entry_id]
         if len(kept) != len(set(kept)):
             raise invalid(Reason.INVALID_ENTRY, "a carried-over entry_id appears twice", field="entries")
-        stored, _ = await self._guarded(tenant, ref, expected_last_seq, entries, replace=True)
-        return stored
+        return await self._replace_guarded(tenant, ref, expected_last_seq, entries)
 
-    async def _guarded(
-        self, tenant: str, ref: Ref, expected: int | None, entries: list[Entry], replace: bool
-    ) -> tuple[list[Entry], int]:
+    async def _replace_guarded(
+        self, tenant: str, ref: Ref, expected: int, entries: list[Entry]
+    ) -> list[Entry]:
+        """ReplaceEntries' transaction (an append is `appends` + `sql_sqlite`/`sql_postgres`)."""
+
         async def body(conn: AsyncConnection) -> tuple[list[Entry], q.Row]:
             # The transaction body: it awaits only the connection (see SessionReads._run).
             session = await q.claim(conn, tenant, ref, self._now_us())
             last = await q.tail(conn, tenant, session)
             last_seq = last.seq if last is not None else 0
-            if expected is not None and expected != last_seq:
-                raise MeshError(
-                    Status.ABORTED,
-                    Reason.SEQ_MISMATCH,
-                    f"the session's last seq is {last_seq}, not {expected}",
-                    {"last_seq": str(last_seq)},
-                )
-            if replace:
-                await self._check_kept(conn, tenant, session, entries)
-                await q.delete_entries(conn, tenant, session["session_id"], session["generation"])
-                stored = await self._write(conn, tenant, session, entries, "", keep=True)
-            else:
-                await self._check_against_log(conn, tenant, session, entries)
-                stored = await self._write(conn, tenant, session, entries, tree.leaf_after(last), keep=False)
+            if expected != last_seq:
+                raise appends.refusal(appends.SEQ_MISMATCH, ref, expected, 0, last_seq, "", 0, "")
+            await self._check_kept(conn, tenant, session, entries)
+            await q.delete_entries(conn, tenant, session["session_id"], session["generation"])
+            stored = await self._write(conn, tenant, session, entries, "", keep=True)
             return stored, session
 
         try:
-            stored, session = await self._run(body, write=True)
+            stored, _ = await self._run(body, write=True)
         except IntegrityError:
             # The unique positions are the backstop; the row lock makes this unreachable.
-            raise MeshError(
-                Status.ABORTED, Reason.SEQ_MISMATCH, "a concurrent write took this position; retry"
-            ) from None
+            raise appends.lost_race() from None
         self._notifier.notify(tenant, ref.session_id)
-        return stored, session["generation"]
-
-    async def _check_against_log(
-        self, conn: AsyncConnection, tenant: str, session: q.Row, entries: Sequence[Entry]
-    ) -> None:
-        targets = {e.leaf_entry_id for e in entries if e.kind == LEAF}
-        kinds = await q.kinds_of(conn, tenant, session, targets)
-        for target in sorted(targets):
-            if target not in kinds:
-                raise not_found(Reason.ENTRY_NOT_FOUND, f"entry {quote(target)} not found", entry_id=target)
-            if kinds[target] == LEAF:
-                raise invalid(
-                    Reason.INVALID_ENTRY, f"entry {quote(target)} is a leaf move and cannot be a leaf"
-                )
-        wanted = {usage_key(e) for e in entries if e.usage is not None and e.response_id}
-        responses = {key[2] for key in wanted}
-        stored = await q.responses_with_usage(conn, tenant, session, responses) if responses else []
-        taken = sorted(wanted & set(stored))
-        if taken:
-            run_id, turn, response_id = taken[0]
-            raise MeshError(
-                Status.FAILED_PRECONDITION,
-                Reason.USAGE_ALREADY_RECORDED,
-                f"usage of response {quote(response_id)} (run {quote(run_id)}, turn {turn}) is already "
-                "recorded in this session (004 §2.7f)",
-                {"response_id": response_id, "run_id": run_id, "turn": str(turn)},
-            )
+        return stored
 
     async def _check_kept(
         self, conn: AsyncConnection, tenant: str, session: q.Row, entries: Sequence[Entry]
@@ -422,18 +401,6 @@ class SessionStore(SessionReads):
             )
         self._notifier.notify(tenant, ref.session_id)
         return stored
-
-
-def usage_key(entry: Entry) -> tuple[str, int, str]:
-    """The model response an entry's usage belongs to: (run_id, turn, response_id).
-
-    004 §2.7f: one entry per response carries its usage. A provider's response id alone
-    does not name a response: compatible servers repeat ids (a constant one, or one per
-    connection), and a run's second turn would be refused as a double bill. A run writes
-    one response per turn, so the run and turn it names complete the key; a writer that
-    names neither (run_id "", turn 0) is keyed by the response id alone, as before.
-    """
-    return entry.run_id, entry.turn, entry.response_id
 
 
 def _check_usage_in_batch(entries: Sequence[Entry]) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import json
 import socket
 import uuid
+from datetime import UTC, datetime
 
 import grpc
 import pytest
@@ -123,6 +124,32 @@ async def test_a_read_only_repeat_is_answered_from_its_record_when_its_sandbox_i
     assert reason_of(info.value) == "SANDBOX_NOT_FOUND"
     got = await tools.stub.GetExecution(pb.GetExecutionRequest(run_id="run_1", call_id="r2"))
     assert got.state == pb.EXECUTION_STATE_ABSENT
+
+
+async def test_a_read_only_calls_one_statement_record_reads_back_as_the_stores_own(jt):
+    # The FINISHED insert runs as driver SQL (decision 0025): the row must be the one the
+    # store's SQLAlchemy path reads: times as written, the outcome, cancel_requested unset.
+    tools = jt
+    tools.workspace.mkdir(parents=True, exist_ok=True)
+    (tools.workspace / "f.txt").write_text("v1")
+    before = datetime.now(UTC)
+    first = await tools.run("read_file", {"path": "f.txt"}, call_id="r1")
+    after = datetime.now(UTC)
+    db = Database(tools.config.db_url)
+    try:
+        store = ToolStore(db)
+        key = CallKey(tools.tenant, "run_1", "r1")
+        record = await store.get(key)
+        assert record is not None and record.state == "finished" and record.tool == "read_file"
+        assert record.fingerprint == fingerprint(CallInput("r1", "read_file", json.dumps({"path": "f.txt"})))
+        assert before <= record.heartbeat_at <= after and record.heartbeat_at.tzinfo is not None
+        assert record.outcome is not None and record.outcome.content == first.result.content == "v1"
+        # Not a started call: a heartbeat of it changes nothing and no cancel is pending.
+        assert await store.heartbeat(key, record.owner) is False
+        # A second insert under the key loses, and says so.
+        assert await store.record(key, "read_file", record.fingerprint, "someone", record.outcome) is False
+    finally:
+        await db.close()
 
 
 async def test_a_read_only_call_under_a_used_key_is_refused_and_changes_nothing(jt):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -50,8 +50,17 @@ class Outcome:
 
     def to_json(self) -> str:
         """Serialize for the journal."""
-        data = asdict(self)
-        data["status"] = str(self.status)
+        # The fields in declaration order, as dataclasses.asdict gave them (without its deep copy).
+        data = {
+            "content": self.content,
+            "is_error": self.is_error,
+            "status": str(self.status),
+            "summary": self.summary,
+            "details": self.details,
+            "exit_code": self.exit_code,
+            "output_truncated": self.output_truncated,
+            "duration_seconds": self.duration_seconds,
+        }
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod

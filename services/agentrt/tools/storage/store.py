@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.mesh.db import Database
 from agentrt.tools.calls.results import Outcome
+from agentrt.tools.storage.finished import insert_finished
 from agentrt.tools.storage.models import Execution, SandboxRow
 
 STARTED = "started"
@@ -86,8 +87,6 @@ _GET = select(Execution).where(
     Execution.run_id == bindparam("p_run"),
     Execution.call_id == bindparam("p_call"),
 )
-#: The read-only calls' one journal write (the row's values are bound per call).
-_RECORD = insert(Execution)
 
 
 def _key_where(key: CallKey) -> tuple:
@@ -148,30 +147,14 @@ class ToolStore:
         return True
 
     async def record(self, key: CallKey, tool: str, fingerprint: str, owner: str, outcome: Outcome) -> bool:
-        """Insert a FINISHED record at once (read-only calls); False when one already exists."""
+        """Insert a FINISHED record at once (read-only calls); False when one already exists.
+
+        One statement (`finished.insert_finished`, decision 0025): inline driver SQL on
+        SQLite, outside a transaction on PostgreSQL.
+        """
         now = utcnow()
-        values = {
-            "tenant": key.tenant,
-            "run_id": key.run_id,
-            "call_id": key.column,
-            "tool": tool,
-            "fingerprint": fingerprint,
-            "state": FINISHED,
-            "owner": owner,
-            "started_at": now,
-            "heartbeat_at": now,
-            "finished_at": now,
-            "result_json": outcome.to_json(),
-        }
-
-        async def body(conn: AsyncConnection) -> None:
-            await conn.execute(_RECORD, values)
-
-        try:
-            await self.db.write_tx(body)  # the read-only calls' one journal write, in one hop
-        except IntegrityError:
-            return False
-        return True
+        values = (key.tenant, key.run_id, key.column, tool, fingerprint, FINISHED, owner, now, now, now)
+        return await insert_finished(self.db, (*values, outcome.to_json()))
 
     async def heartbeat(self, key: CallKey, owner: str) -> bool:
         """Refresh a started call's heartbeat.
