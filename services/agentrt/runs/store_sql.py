@@ -1,9 +1,12 @@
 """The run store's SQL: prebuilt statements and the row helpers of its transactions.
 
 Split from runs/store.py (which owns the transactions and their invariants; see its
-docstring). The statements a save point runs every turn are built once with bound
-parameters, so a call only binds values (decision 0017). No transaction is opened here:
-every function runs on a connection its caller holds.
+docstring). The statements are built once with bound parameters, so a call only binds values
+(decision 0017). Since decision 0026 the turn's hot path runs elsewhere (runs/store_lite.py on
+SQLite, runs/store_pg.py on PostgreSQL); `save` here is PostgreSQL's path for the saves the
+server-side function does not take, the rest serves the paths off a turn (takeover heads,
+session replays, NOTIFY). No transaction is opened here: every function runs on a
+connection its caller holds.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, insert, select, text, update
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.runs.models import RunEventRow, RunLogRow, RunRow
 from agentrt.runs.records import StoredEvent
@@ -38,8 +40,6 @@ LAST_LOG_SEQ = select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == bindpar
 
 #: The save point's inserts (executemany), built once.
 INSERT_LOG, INSERT_EVENTS = insert(RunLogRow), insert(RunEventRow)
-#: The run's input queue, built once.
-PENDING_INPUT = select(RunRow.pending_input_json).where(RunRow.run_id == bindparam("p_run"))
 
 
 @functools.lru_cache(maxsize=256)
@@ -90,17 +90,6 @@ def log_rows(
         }
         for i, (kind, payload) in enumerate(entries, start=1)
     ]
-
-
-async def insert_events(
-    conn: AsyncConnection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
-) -> list[StoredEvent]:
-    """Number events after the topic heads and insert them; return them stored."""
-    if not events:
-        return []
-    stored = await conn.run_sync(number_events, run_id, tenant, session_id, events)
-    await conn.execute(insert(RunEventRow), [event_values(ev) for ev in stored])
-    return stored
 
 
 def session_head(conn: Connection, tenant: str, session_id: str) -> int:
