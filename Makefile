@@ -133,6 +133,7 @@ bench: install ## Run tests/bench; figures go to bench-results/
 	$(PY) tests/bench/bench_long_run.py bench-results/long_run.json
 	$(PY) tests/bench/bench_agent_tools.py bench-results/agent_tools.json
 	$(PY) tests/bench/bench_journal.py bench-results/journal.json
+	$(PY) tests/bench/bench_run_store.py bench-results/run_store.json
 	$(PY) tests/bench/bench_guardrails.py bench-results/guardrails.json
 	AGENTRT_BENCH_DIR=$(CURDIR)/bench-results $(PY) tests/bench/bench_sessions.py
 	$(PY) tests/bench/bench_tools.py bench-results/tools.json

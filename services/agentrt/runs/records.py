@@ -142,8 +142,16 @@ def encode(name: str, value: Any) -> tuple[str, Any]:
 
 
 def decode(row: Any) -> RunRecord:
-    """Return the RunRecord of a runs-table row."""
-    m = row._mapping
+    """Return the RunRecord of a runs-table row (a SQLAlchemy Row)."""
+    return decode_mapping(row._mapping)
+
+
+def decode_mapping(m: Any) -> RunRecord:
+    """Return the RunRecord of a runs-table row given as a mapping of column -> value.
+
+    Takes anything indexed by column name: a SQLAlchemy row mapping, an asyncpg Record,
+    a dict (the SQLite driver's tuple zipped with its columns, runs/store_lite.py).
+    """
     failure = cpb.FailureInfo.FromString(m["failure"]) if m["failure"] else None
     pending = list(pb.RunSuspended.FromString(m["pending"]).pending_calls) if m["pending"] else []
     answers = Answers.from_bytes(m["answers"])

@@ -29,26 +29,30 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
+import asyncpg
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.mesh.db import Database
 from agentrt.runs import migrate
+from agentrt.runs import store_lite as lite
+from agentrt.runs import store_pg as pg
 from agentrt.runs import store_sql as sql
 from agentrt.runs.lease_store import LeaseRows, lease_overlaps
-from agentrt.runs.models import AgentRow, RunEventRow, RunLogRow, RunRow
-from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, decode, encode
+from agentrt.runs.models import AgentRow, RunEventRow, RunRow
+from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, decode, decode_mapping, encode
 from agentrt.runs.save_retry import save_with_retries
-from agentrt.runs.store_sql import EVENTS_CHANNEL
+from agentrt.runs.store_sql import EVENTS_CHANNEL, GuardFailed
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
-
-class _GuardFailed(Exception):
-    """Raised inside a transaction to roll it back when a guard no longer holds."""
+T = TypeVar("T")
+#: Rows a SQLite read returns inline on the loop's thread; a longer answer is read again on
+#: the read thread (mesh/db.py `offload`), so a long run's replay never stalls the loop.
+INLINE_ROWS = 256
 
 
 class RunStore(LeaseRows):
@@ -101,18 +105,21 @@ class RunStore(LeaseRows):
 
     async def get_run(self, run_id: str, tenant: str | None = None) -> RunRecord | None:
         """Return the run (only the tenant's when tenant is given), or None."""
-        query = select(RunRow).where(RunRow.run_id == run_id)
-        if tenant is not None:
-            query = query.where(RunRow.tenant == tenant)
-        row = await self.db.read_sync(lambda conn: conn.execute(query).first())
-        return decode(row) if row is not None else None
+        if self.db.is_sqlite:
+            row = await self.db.read_sync(lambda conn: lite.get_run(conn, run_id, tenant))
+        else:
+            row = await pg.get_run(self.db, run_id, tenant)
+        return decode_mapping(row) if row is not None else None
 
     async def pending_input(self, run_id: str) -> list[dict[str, Any]]:
         """Return the run's queued injected input, oldest first ([] for an unknown run).
 
         Reads the one column: a save point asks this every turn.
         """
-        raw = await self.db.read_sync(lambda conn: conn.scalar(sql.PENDING_INPUT, {"p_run": run_id}))
+        if self.db.is_sqlite:
+            raw = await self.db.read_sync(lambda conn: lite.pending_input(conn, run_id))
+        else:
+            raw = await pg.pending_input(self.db, run_id)
         return json.loads(raw or "[]")
 
     async def find_idempotent(self, tenant: str, key: str) -> RunRecord | None:
@@ -144,38 +151,15 @@ class RunStore(LeaseRows):
                 refuses the insert, so two racing StartRuns cannot both win).
         """
         values = dict(encode(k, getattr(record, k)) for k in COLUMNS)
+        started = {"input": record.input}
+        # The unique indexes are the checks (a taken idempotency key, the session's
+        # unfinished run): the insert fails and the except below tells which.
         try:
-            async with self.db.write() as conn:
-                if record.idempotency_key:
-                    row = (
-                        await conn.execute(
-                            select(RunRow).where(
-                                RunRow.tenant == record.tenant,
-                                RunRow.idempotency_key == record.idempotency_key,
-                            )
-                        )
-                    ).first()
-                    if row is not None:
-                        return decode(row), []
-                other = await conn.scalar(sql.busy_query(record.tenant, record.session_id))
-                if other is not None:
-                    raise SessionBusy(other)
-                await conn.execute(insert(RunRow).values(**values))
-                await conn.execute(
-                    insert(RunLogRow),
-                    sql.log_rows(
-                        record.run_id,
-                        0,
-                        [("started", {"input": record.input})],
-                        record.fencing_token,
-                        record.lease_owner,
-                    ),  # fmt: skip
-                )
-                stored = await sql.insert_events(
-                    conn, record.run_id, record.tenant, record.session_id, events
-                )
-                await conn.run_sync(sql.notify, self.replica, stored)
-        except IntegrityError:
+            if self.db.is_sqlite:
+                stored = await self.db.write_sync(lambda conn: lite.insert_run(conn, values, started, events))
+            else:
+                stored = await pg.insert_run(self.db, values, started, time.time(), events, self.replica)
+        except (IntegrityError, asyncpg.IntegrityConstraintViolationError):
             if record.idempotency_key:
                 existing = await self.find_idempotent(record.tenant, record.idempotency_key)
                 if existing is not None:
@@ -232,56 +216,46 @@ class RunStore(LeaseRows):
         values = dict(encode(k, v) for k, v in (changes or {}).items())
         # Also this save's mark: after a COMMIT whose answer was lost, the row says whether it landed.
         values["update_time_s"] = marker = time.time()
-        fenced = sql.fenced_update(tuple(sorted(values)), token is not None, expect_status is not None)
-        params: dict[str, Any] = {f"v_{k}": v for k, v in values.items()}
-        params.update(p_run=run_id, p_token=token, p_status=list(expect_status or ()))
+        statuses = None if expect_status is None else list(expect_status)
         log = list(log)
-
         reached_commit = False
+
+        def sending() -> None:
+            nonlocal reached_commit
+            reached_commit = True
+
+        what = (run_id, values, token, statuses, log, events)
 
         def transaction(conn: Connection) -> list[StoredEvent]:
             nonlocal reached_commit
             reached_commit = False
-            # The fenced update returns what the rest of the save point needs (the lease
-            # the entries are written under, the input queue), so no statement re-reads
-            # the row; the update holds the row until the commit.
-            held = conn.execute(fenced, params).first()
-            if held is None:
-                raise _GuardFailed()
-            if drop_inputs:
-                kept = [i for i in json.loads(held[2] or "[]") if i.get("id") not in set(drop_inputs)]
-                conn.execute(
-                    update(RunRow).where(RunRow.run_id == run_id).values(pending_input_json=json.dumps(kept))
-                )
-            if log:
-                last = conn.scalar(sql.LAST_LOG_SEQ, {"p_run": run_id}) or 0
-                conn.execute(sql.INSERT_LOG, sql.log_rows(run_id, last, log, held[0], held[1]))
-            if events:
-                # One executemany statement: a save point carries a turn's events.
-                conn.execute(sql.INSERT_EVENTS, [sql.event_values(ev) for ev in events])
-            stored: list[StoredEvent] = []
-            if new_events:
-                assert session is not None
-                stored = sql.number_events(conn, run_id, session[0], session[1], new_events)
-                conn.execute(sql.INSERT_EVENTS, [sql.event_values(ev) for ev in stored])
-            sql.notify(conn, self.replica, [*events, *stored])
+            if self.db.is_sqlite:
+                stored = lite.save(conn, *what, new_events, session, drop_inputs)
+            else:
+                stored = sql.save(conn, self.replica, *what, new_events, session, drop_inputs)
             reached_commit = True
             return stored
 
-        # The whole save point runs as one transaction on the database's own thread
-        # (mesh.db write_sync): the hot path of every turn. A transient failure (a lost
+        async def one_call() -> list[StoredEvent]:
+            nonlocal reached_commit
+            reached_commit = False
+            if not await pg.save(self.db, *what, self.replica, marker, sending):
+                raise GuardFailed()
+            return []
+
+        # One transaction: on SQLite the driver's statements, inline on the loop's thread
+        # (mesh.db write_sync); on PostgreSQL one call of runs_save when it can carry the
+        # save (store_pg.carries), else SQLAlchemy's transaction. A transient failure (a lost
         # connection, a serialization failure, a deadlock) is retried (runs/save_retry.py);
         # a guard that fails is an answer, never retried.
+        attempt: Callable[[], Awaitable[list[StoredEvent]]] = one_call
+        if self.db.is_sqlite or new_events or drop_inputs or not pg.carries(values, run_id, events):
+            attempt = lambda: self.db.write_sync(transaction)  # noqa: E731
         try:
             return await save_with_retries(
-                self,
-                run_id,
-                lambda: self.db.write_sync(transaction),
-                lambda: reached_commit,
-                marker,
-                len(new_events),
+                self, run_id, attempt, lambda: reached_commit, marker, len(new_events)
             )
-        except _GuardFailed:
+        except GuardFailed:
             return None
 
     async def push_input(self, run_id: str, item: dict[str, Any]) -> int | None:
@@ -319,9 +293,21 @@ class RunStore(LeaseRows):
 
     async def read_log(self, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
         """Return the run log in order as (seq, kind, payload)."""
-        query = select(RunLogRow.seq, RunLogRow.kind, RunLogRow.payload).where(RunLogRow.run_id == run_id)
-        rows = await self.db.read_sync(lambda conn: conn.execute(query.order_by(RunLogRow.seq)).all())
-        return [(r[0], r[1], json.loads(r[2])) for r in rows]
+        if self.db.is_sqlite:
+            rows = await self._lite_rows(lambda conn, limit: lite.read_log(conn, run_id, limit))
+        else:
+            rows = await pg.read_log(self.db, run_id)
+        return [(seq, kind, json.loads(payload)) for seq, kind, payload in rows]
+
+    async def _lite_rows(self, read: Callable[[Connection, int], list[T]]) -> list[T]:
+        """Run read(conn, limit) on SQLite, inline when it answers INLINE_ROWS rows or fewer.
+
+        A longer answer is read again, whole, on the read thread: one snapshot either way.
+        """
+        rows = await self.db.read_sync(lambda conn: read(conn, INLINE_ROWS + 1))
+        if len(rows) <= INLINE_ROWS:
+            return rows
+        return await self.db.read_sync(lambda conn: read(conn, -1), offload=True)
 
     async def suspended_on_children(self) -> list[str]:
         """Return ids of SUSPENDED runs waiting on child runs (state `child_pending`, 004 §2.8)."""
@@ -370,12 +356,11 @@ class RunStore(LeaseRows):
 
     async def read_events(self, run_id: str, after: int, upto: int | None = None) -> list[StoredEvent]:
         """Return the run's stored events with after < seq <= upto, in seq order."""
-        query = select(RunEventRow).where(RunEventRow.run_id == run_id, RunEventRow.seq > after)
-        if upto is not None:
-            query = query.where(RunEventRow.seq <= upto)
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query.order_by(RunEventRow.seq))).all()
-        return [sql.stored_event(r) for r in rows]
+        if self.db.is_sqlite:
+            return await self._lite_rows(
+                lambda conn, limit: lite.read_events(conn, run_id, after, upto, limit)
+            )
+        return await pg.read_events(self.db, run_id, after, upto)
 
     async def read_session_events(
         self, tenant: str, session_id: str, after: int, upto: int | None = None

@@ -1,9 +1,12 @@
 """The run store's SQL: prebuilt statements and the row helpers of its transactions.
 
 Split from runs/store.py (which owns the transactions and their invariants; see its
-docstring). The statements a save point runs every turn are built once with bound
-parameters, so a call only binds values (decision 0017). No transaction is opened here:
-every function runs on a connection its caller holds.
+docstring). The statements are built once with bound parameters, so a call only binds values
+(decision 0017). Since decision 0026 the turn's hot path runs elsewhere (runs/store_lite.py on
+SQLite, runs/store_pg.py on PostgreSQL); `save` here is PostgreSQL's path for the saves the
+server-side function does not take, the rest serves the paths off a turn (takeover heads,
+session replays, NOTIFY). No transaction is opened here: every function runs on a
+connection its caller holds.
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, insert, select, text, update
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.runs.models import RunEventRow, RunLogRow, RunRow
 from agentrt.runs.records import StoredEvent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
+
+
+class GuardFailed(Exception):
+    """Raised inside a save point's transaction to roll it back when a guard no longer holds."""
+
 
 #: The PostgreSQL notification channel carrying "events were written" (runs/notify.py).
 EVENTS_CHANNEL = "agentrt_run_events"
@@ -33,8 +40,6 @@ LAST_LOG_SEQ = select(func.max(RunLogRow.seq)).where(RunLogRow.run_id == bindpar
 
 #: The save point's inserts (executemany), built once.
 INSERT_LOG, INSERT_EVENTS = insert(RunLogRow), insert(RunEventRow)
-#: The run's input queue, built once.
-PENDING_INPUT = select(RunRow.pending_input_json).where(RunRow.run_id == bindparam("p_run"))
 
 
 @functools.lru_cache(maxsize=256)
@@ -87,17 +92,6 @@ def log_rows(
     ]
 
 
-async def insert_events(
-    conn: AsyncConnection, run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent]
-) -> list[StoredEvent]:
-    """Number events after the topic heads and insert them; return them stored."""
-    if not events:
-        return []
-    stored = await conn.run_sync(number_events, run_id, tenant, session_id, events)
-    await conn.execute(insert(RunEventRow), [event_values(ev) for ev in stored])
-    return stored
-
-
 def session_head(conn: Connection, tenant: str, session_id: str) -> int:
     """The highest session seq issued: stored events and every run's reservation."""
     stored = conn.scalar(
@@ -125,6 +119,13 @@ def number_events(
 ) -> list[StoredEvent]:
     """Number events after the highest seqs the run and its session issued (stored or reserved)."""
     seq, sseq = heads(conn, run_id, tenant, session_id)
+    return numbered(run_id, tenant, session_id, events, seq, sseq)
+
+
+def numbered(
+    run_id: str, tenant: str, session_id: str, events: Sequence[pb.RunEvent], seq: int, sseq: int
+) -> list[StoredEvent]:
+    """Events numbered after run seq `seq` and session seq `sseq` (each event's seq is set)."""
     stored = []
     for i, event in enumerate(events, start=1):
         event.seq = seq + i
@@ -176,3 +177,56 @@ def stored_event(row: Any) -> StoredEvent:
         m["session_seq"],
         pb.RunEvent.FromString(m["event"]),
     )
+
+
+def save(
+    conn: Connection,
+    replica: str,
+    run_id: str,
+    values: dict[str, Any],
+    token: int | None,
+    statuses: Sequence[int] | None,
+    log: list[tuple[str, dict[str, Any]]],
+    events: Sequence[StoredEvent],
+    new_events: Sequence[pb.RunEvent],
+    session: tuple[str, str] | None,
+    drop_inputs: Sequence[str],
+) -> list[StoredEvent]:
+    """The save point's body through SQLAlchemy (runs/store.py `RunStore.save` has the meaning).
+
+    What PostgreSQL runs when `runs_save` cannot carry a save (runs/store_pg.py); SQLite runs
+    the same steps at the driver level (runs/store_lite.py).
+
+    Returns:
+        The events numbered here.
+
+    Raises:
+        GuardFailed: the token or the status guard no longer holds (nothing was written).
+    """
+    fenced = fenced_update(tuple(sorted(values)), token is not None, statuses is not None)
+    params: dict[str, Any] = {f"v_{k}": v for k, v in values.items()}
+    params.update(p_run=run_id, p_token=token, p_status=list(statuses or ()))
+    # The fenced update returns what the rest of the save point needs (the lease the
+    # entries are written under, the input queue), so no statement re-reads the row; the
+    # update holds the row until the commit.
+    held = conn.execute(fenced, params).first()
+    if held is None:
+        raise GuardFailed()
+    if drop_inputs:
+        dropped = set(drop_inputs)
+        kept = [i for i in json.loads(held[2] or "[]") if i.get("id") not in dropped]
+        queue = json.dumps(kept)
+        conn.execute(update(RunRow).where(RunRow.run_id == run_id).values(pending_input_json=queue))
+    if log:
+        last = conn.scalar(LAST_LOG_SEQ, {"p_run": run_id}) or 0
+        conn.execute(INSERT_LOG, log_rows(run_id, last, log, held[0], held[1]))
+    if events:
+        # One executemany statement: a save point carries a turn's events.
+        conn.execute(INSERT_EVENTS, [event_values(ev) for ev in events])
+    stored: list[StoredEvent] = []
+    if new_events:
+        assert session is not None
+        stored = number_events(conn, run_id, session[0], session[1], new_events)
+        conn.execute(INSERT_EVENTS, [event_values(ev) for ev in stored])
+    notify(conn, replica, [*events, *stored])
+    return stored

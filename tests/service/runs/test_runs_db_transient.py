@@ -1,10 +1,10 @@
 """Transient database failures at the save point are retried, once in effect (issue 13).
 
-On PostgreSQL, while a run of several tool turns executes, the connections the runs
-service is using are terminated again and again (`pg_terminate_backend`, what a failover
-or an operator's kill does). The run still completes, its log holds each
-transition once, and the session holds each entry once; the runs service logged the
-retries (so the connections really broke under it).
+On PostgreSQL, while a run of several tool turns executes, the connection of a save point
+in flight is terminated again and again (`pg_terminate_backend`, what a failover or an
+operator's kill does). The run still completes, its log holds each transition once, and the
+session holds each entry once; the runs service logged the retries (so the connections
+really broke under it).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 
 from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.transient import is_transient
+from agentrt.runs import store_pg
 from agentrt.runs.records import RunRecord
 from agentrt.runs.store import RunStore
 from agentrt.v1 import common_pb2 as cpb
@@ -32,33 +33,40 @@ from tests.service.runs.harness import WAIT_S, agent, start_mesh
 TURNS = 5
 
 
-async def _terminate_in_flight(database: str, hits: list[int], outages: int = 8) -> None:
-    """Terminate the runs service's connections that are inside a save point's transaction.
+async def _terminate_in_flight(database: str, run_id: str, hits: list[int], outages: int = 3) -> None:
+    """Terminate the runs service's connection while it is inside a save point, `outages` times.
 
     A connection terminated while idle in the pool is replaced at its next checkout (the
-    pool pings it) and nobody sees an error; one terminated mid-transaction fails that
-    transaction, which is what the save point must survive. Each outage is followed by a
-    pause, so the retries have a database to retry against.
+    pool pings it) and nobody sees an error; one terminated mid-save fails that save point,
+    which is what it must survive. A save point is one short statement on PostgreSQL (the
+    `runs_save` call, runs migration 0004), so the test holds the run's row locked from a
+    transaction of its own until the next save point waits on it inside its statement (the
+    call, or the fenced UPDATE of the SQLAlchemy path), terminates that connection, and lets
+    the row go. Each outage is followed by a pause, so the retries have a database to retry
+    against.
     """
-    admin = await asyncpg.connect(
-        harness.pg_server().replace("postgresql+asyncpg", "postgresql") + "/postgres"
-    )
+    server = harness.pg_server().replace("postgresql+asyncpg", "postgresql")
+    admin = await asyncpg.connect(server + "/postgres")
+    holder = await asyncpg.connect(f"{server}/{database}")
     try:
         while len(hits) < outages:
-            killed = await admin.fetchval(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 "
-                "AND pid <> pg_backend_pid() AND state IN ('active', 'idle in transaction') "
-                # a save point's statements: its fenced run-row update, its log and event rows
-                "AND (query LIKE 'UPDATE runs SET%update_time_s%' OR query LIKE 'INSERT INTO run_log%' "
-                "OR query LIKE 'INSERT INTO run_events%')",
-                database,
-            )
-            if killed:
-                hits.append(int(killed))
-                await asyncio.sleep(0.3)
-            else:
-                await asyncio.sleep(0.002)
+            async with holder.transaction():
+                await holder.execute("SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE", run_id)
+                for _ in range(400):  # about 2 s; then the row is let go and taken again
+                    killed = await admin.fetchval(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 "
+                        "AND wait_event_type = 'Lock' AND pid <> $2 AND (query LIKE 'SELECT runs_save(%' "
+                        "OR query LIKE 'UPDATE runs SET%update_time_s%')",
+                        database,
+                        holder.get_server_pid(),
+                    )
+                    if killed:
+                        hits.append(int(killed))
+                        break
+                    await asyncio.sleep(0.005)
+            await asyncio.sleep(0.3)
     finally:
+        await holder.close()
         await admin.close()
 
 
@@ -94,7 +102,7 @@ async def test_a_run_completes_through_terminated_connections(start_server, tmp_
     started = await mesh.runs.StartRun(
         pb.StartRunRequest(agent=agent(), input="write the lines", workspace=workspace)
     )
-    breaker = asyncio.create_task(_terminate_in_flight(database, hits))  # from the run's first save point on
+    breaker = asyncio.create_task(_terminate_in_flight(database, started.run_id, hits))
     try:
         run = await asyncio.wait_for(_finished(mesh, started.run_id), WAIT_S * 2)
     finally:
@@ -182,27 +190,36 @@ def _record(run_id: str) -> RunRecord:
     )  # fmt: skip
 
 
-def _break_once(store: RunStore, after_commit: bool) -> list[int]:
-    """Make the next save transaction fail like a connection reset: before or after its COMMIT."""
-    real = store.db.write_sync
+def _break_once(store: RunStore, after_commit: bool, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make the next save attempt fail like a connection reset: before or after its commit.
+
+    The attempt is the SQLite transaction (`write_sync`) or, on PostgreSQL, the one call of
+    `runs_save` (runs/store_pg.py `save`).
+    """
     calls: list[int] = []
 
-    async def flaky(fn):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        if len(calls) == 1:
-            if after_commit:
-                await real(fn)  # it landed; the answer is lost on the way back
-            raise ConnectionResetError("connection reset by peer")
-        return await real(fn)
+    def flaky(real):  # type: ignore[no-untyped-def]
+        async def attempt(*args, **kw):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            if len(calls) == 1:
+                if after_commit:
+                    await real(*args, **kw)  # it landed; the answer is lost on the way back
+                raise ConnectionResetError("connection reset by peer")
+            return await real(*args, **kw)
 
-    store.db.write_sync = flaky  # type: ignore[method-assign]
+        return attempt
+
+    if store.db.is_sqlite:
+        monkeypatch.setattr(store.db, "write_sync", flaky(store.db.write_sync))
+    else:
+        monkeypatch.setattr(store_pg, "save", flaky(store_pg.save))
     return calls
 
 
 @pytest.mark.parametrize("after_commit", [False, True], ids=["before-commit", "lost-commit-answer"])
-async def test_a_save_point_is_retried_and_lands_once(store: RunStore, after_commit: bool):
+async def test_a_save_point_is_retried_and_lands_once(store: RunStore, after_commit: bool, monkeypatch):
     await store.insert_run(_record("r1"), [])
-    calls = _break_once(store, after_commit)
+    calls = _break_once(store, after_commit, monkeypatch)
     saved = await store.save("r1", changes={"turns": 1}, log=[("model_responded", {"turn": 1})], token=1)
     assert saved is not None
     assert len(calls) == (1 if after_commit else 2)  # a commit on record is not run again
@@ -212,10 +229,10 @@ async def test_a_save_point_is_retried_and_lands_once(store: RunStore, after_com
     assert run is not None and run.turns == 1
 
 
-async def test_a_fencing_refusal_is_not_retried(store: RunStore):
+async def test_a_fencing_refusal_is_not_retried(store: RunStore, monkeypatch):
     await store.insert_run(_record("r2"), [])
     assert await store.acquire_lease("r2", "b", 30) is None  # a holds a live lease
-    calls = _break_once(store, after_commit=False)
+    calls = _break_once(store, after_commit=False, monkeypatch=monkeypatch)
     # a transient failure first, then the guard: the retry meets the refusal and stops there
     assert await store.save("r2", log=[("turn", {})], token=7) is None
     assert len(calls) == 2

@@ -35,7 +35,7 @@ async def _adopts(url: str) -> None:
         async with db.read() as conn:
             version = await conn.scalar(sa.text("SELECT version_num FROM alembic_version_runs"))
             statuses = dict((await conn.execute(sa.text("SELECT run_id, status FROM runs"))).all())
-        assert version == "0003_log_fencing"
+        assert version == "0004_save_functions"
         assert statuses == {"run_a": 4, "run_b": 1}  # the newest unfinished run is kept
         await RunStore(db).create_tables()  # a second start is a no-op
     finally:
