@@ -16,16 +16,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentrt.cli import demo, health, run, runs, serve, supervise, tasks
+from agentrt.cli import health
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argparse parser of the whole command."""
+def build_parser(*, health_only: bool = False) -> argparse.ArgumentParser:
+    """Return the argparse parser of the whole command (only `health`'s when health_only).
+
+    `agentrt health` is a container's health check, run every few seconds under a timeout:
+    it skips importing the other subcommands (about a second of CPU on a loaded machine).
+    """
     parser = argparse.ArgumentParser(
         prog="agentrt",
         description="agentrt: a runtime for LLM agents served as a mesh of five gRPC services.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if health_only:
+        health.add_parser(sub)
+        return parser
+    from agentrt.cli import demo, run, runs, serve, supervise, tasks
+
     serve.add_parser(sub)
     supervise.add_parser(sub)
     run.add_parser(sub)
@@ -38,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command with argv (default sys.argv[1:]); return the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    parser = build_parser(health_only=bool(given) and given[0] == "health")
+    args = parser.parse_args(given)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

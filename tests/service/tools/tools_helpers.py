@@ -185,8 +185,9 @@ async def until(predicate, what: str, bound_s: float = 15.0):
 class ToolsProcess:
     """`agentrt serve tools` as a child process (its own port, state directory and log)."""
 
-    def __init__(self, tmp: Path, name: str, state_dir: Path) -> None:
-        self.tmp, self.name, self.state_dir = tmp, name, state_dir
+    def __init__(self, tmp: Path, name: str, state_dir: Path, prefix: tuple[str, ...] = ()) -> None:
+        """Name the process; prefix: an argv run before the service's (it execs the rest)."""
+        self.tmp, self.name, self.state_dir, self.prefix = tmp, name, state_dir, prefix
         self.port = free_ports(1, "127.0.0.1")[0]
         self.address = f"127.0.0.1:{self.port}"
         self.log_path = tmp / f"{name}.log"
@@ -198,7 +199,8 @@ class ToolsProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         env = {**os.environ, "AGENTRT_STATE_DIR": str(self.state_dir), "AGENTRT_SANDBOX": "bwrap"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agentrt.cli.main", "serve", "tools", "--port", str(self.port)],
+            [*self.prefix, sys.executable, "-m", "agentrt.cli.main", "serve", "tools",
+             "--port", str(self.port)],
             env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         log.close()

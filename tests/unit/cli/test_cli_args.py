@@ -125,3 +125,23 @@ def test_outcome_names_the_default_workspace(monkeypatch, tmp_path):
     run.workspace = "/somewhere/ws"
     shown = _outcome(run, path)
     assert "workspace /somewhere/ws" in shown and path not in shown
+
+
+def test_health_parses_without_importing_the_other_subcommands():
+    """`agentrt health` (a container's health check under a short timeout) imports only itself."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from agentrt.cli.main import main\n"
+        "rc = main(['health', '127.0.0.1:1', '--timeout', '0.2'])\n"
+        "others = ('agentrt.cli.serve', 'agentrt.cli.demo', 'agentrt.cli.run')\n"
+        "loaded = sorted(m for m in others if m in sys.modules)\n"
+        "print(rc, loaded)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "4 []", (out.stdout, out.stderr)  # EXIT_UNREACHABLE, nothing else loaded
+    assert "127.0.0.1:1" in out.stderr
+    full = build_parser()
+    assert {"serve", "run", "health", "demo"} <= set(full._subparsers._group_actions[0].choices)  # type: ignore[union-attr]

@@ -11,7 +11,7 @@ to its end with nobody listening.
 So the service no longer relies on parent-death signals. Every confined command runs as
 
     unshare --pid --fork --kill-child [--mount --propagation private | --user --map-current-user]
-        -- bash -c GUARD agentrt-sandbox <state dir> <owner> <fd> <staging> <workspace> CMD...
+        --mount-proc -- bash -c GUARD agentrt-sandbox <state dir> <owner> <fd> <staging> <workspace> CMD...
 
 The guard (bash) is pid 1 of a pid namespace of its own; when it exits the kernel kills
 every process in that namespace, bwrap's nested one included, and the guard becomes a
@@ -25,6 +25,11 @@ died before the guard even started is noticed just the same, so there is no wind
 CMD keeps its stdin (a PTY for named shells) and default SIGINT/SIGQUIT handling, which
 bash would otherwise ignore in a background job. The sandboxed processes live in bwrap's
 own namespaces and can neither see nor signal the guard or its watcher.
+
+The guard's namespace has its own /proc (`--mount-proc`): bwrap reads its child's namespace
+ids through /proc by the pid it got from clone(), a pid of the guard's namespace. Through the
+service's /proc that pid names another process, or none inside a container, where bwrap then
+dies with `open /proc/N/ns failed` (the compose test's tools container).
 
 The argv names the owner: the service's state directory and process identity
 (`tools.identity`). `reap_orphans` runs at start and kills the guards a dead owner of the
@@ -129,6 +134,9 @@ class SandboxGuard:
             scope = ["--mount", "--propagation", "private"]
         else:
             scope = ["--user", "--map-current-user"]
+        # --mount-proc: /proc of the guard's own pid namespace, the view bwrap's pids live in
+        # (module docstring); it implies a mount namespace, private.
+        scope.append("--mount-proc")
         return [
             unshare, "--pid", "--fork", "--kill-child", *scope, "--",
             bash, "-c", _GUARD_SCRIPT, GUARD_NAME, owner.state_dir, owner.identity, str(self.read_fd),
