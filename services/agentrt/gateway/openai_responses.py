@@ -43,8 +43,6 @@ from agentrt.v1 import gateway_service_pb2 as g
 
 PROVIDER = "openai"
 _TERMINAL = ("response.completed", "response.incomplete")
-#: Arguments sent as extra_body (see provider.sdk_kwargs): the transcript, schemas and formats.
-_HEAVY = ("input", "tools", "text", "tool_choice")
 #: The SDK's stream yielding each event's decoded JSON untouched (cast to `object` is the
 #: identity; see OpenAIResponsesProvider.stream).
 _JsonEvents = openai.AsyncStream[object]
@@ -265,7 +263,7 @@ class OpenAIResponsesProvider:
         params = build_params(call)
         try:
             raw = await self._client.responses.with_raw_response.create(
-                **sdk_kwargs(params, _HEAVY), timeout=call.timeout_seconds
+                **sdk_kwargs(params), timeout=call.timeout_seconds
             )
             data = cn.clean(json.loads(raw.text))
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
@@ -287,7 +285,7 @@ class OpenAIResponsesProvider:
         final: c.ModelResponse | None = None
         try:
             raw = await self._client.responses.with_raw_response.create(
-                **sdk_kwargs(params, _HEAVY), stream=True, timeout=call.timeout_seconds
+                **sdk_kwargs(params), stream=True, timeout=call.timeout_seconds
             )
             events = raw.parse(to=_JsonEvents)
             async with events:
@@ -326,7 +324,7 @@ class OpenAIResponsesProvider:
         keep = ("model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text")
         try:
             counted = await self._client.responses.input_tokens.count(
-                **sdk_kwargs({k: v for k, v in params.items() if k in keep}, _HEAVY),
+                **sdk_kwargs({k: v for k, v in params.items() if k in keep}),
                 timeout=call.timeout_seconds,
             )
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
