@@ -287,14 +287,17 @@ class CallJournal:
         left = None if deadline is None else max(0.001, deadline - time.monotonic())
         final: g.GenerateResponse | None = None
         try:
+            # _join checked this request (a copy of it): it is not validated again.
             if flight.streamed:
-                async for item in self._gateway.stream(request, left):
+                # Read to its end (the final is last): a stream left open at its final would
+                # be closed later by the event loop's finalizer, for nothing.
+                async for item in self._gateway.stream(request, left, checked=True):
                     if item.WhichOneof("event") == "final":
                         final = item.final
-                        break
-                    flight.push(item)
+                    else:
+                        flight.push(item)
             else:
-                final = await self._gateway.generate(request, left)
+                final = await self._gateway.generate(request, left, checked=True)
         except BaseException as exc:
             renewer.cancel()
             # Nothing answered: the next call with the key asks again (now, not after the lease).
