@@ -53,6 +53,11 @@ def _field(event: dict[str, Any], name: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _text(value: Any) -> Any:
+    """A delta's string with lone surrogates replaced (canonical.clean of one value); "" for none."""
+    return cn.clean(value) if value else ""
+
+
 def render_input(request: g.ModelRequest) -> list[dict[str, Any]]:
     """Render the conversation as Responses API input items, in order."""
     items: list[dict[str, Any]] = []
@@ -289,27 +294,34 @@ class OpenAIResponsesProvider:
             )
             events = raw.parse(to=_JsonEvents)
             async with events:
-                async for data in events:
-                    if final is not None:
+                async for event in events:
+                    if final is not None or not isinstance(event, dict):
                         continue  # read to the end: a fully read response keeps its connection
-                    event: dict[str, Any] = cn.clean(data) if isinstance(data, dict) else {}
+                    # Only what is used is scrubbed (canonical.clean): the lifecycle events
+                    # (created, in_progress, the *.done ones) carry the whole response, unused.
                     kind = event.get("type")
-                    index, item = event.get("output_index", 0), _field(event, "item")
                     if kind == "response.output_text.delta":
-                        yield text_delta(event.get("delta") or "")
+                        yield text_delta(_text(event.get("delta")))
                     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                        yield thinking_delta(event.get("delta") or "")
-                    elif kind == "response.output_item.added" and item.get("type") == "function_call":
-                        calls[index] = len(calls)
-                        yield tool_delta(calls[index], item.get("name") or "", item.get("arguments") or "")
+                        yield thinking_delta(_text(event.get("delta")))
+                    elif kind == "response.output_item.added":
+                        item = _field(event, "item")
+                        if item.get("type") == "function_call":
+                            index = event.get("output_index", 0)
+                            calls[index] = len(calls)
+                            yield tool_delta(
+                                calls[index], _text(item.get("name")), _text(item.get("arguments"))
+                            )
                     elif kind == "response.function_call_arguments.delta":
-                        yield tool_delta(calls.get(index, 0), "", event.get("delta") or "")
+                        yield tool_delta(
+                            calls.get(event.get("output_index", 0), 0), "", _text(event.get("delta"))
+                        )
                     elif kind in _TERMINAL:
-                        final = map_response(_field(event, "response"))
+                        final = map_response(cn.clean(_field(event, "response")))
                     elif kind == "response.failed":
-                        raise from_error_body(PROVIDER, _field(event, "response").get("error"))
+                        raise from_error_body(PROVIDER, cn.clean(_field(event, "response").get("error")))
                     elif kind == "error":
-                        raise from_error_body(PROVIDER, event)
+                        raise from_error_body(PROVIDER, cn.clean(event))
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
             raise classify(exc, PROVIDER) from exc
         if final is None:
