@@ -74,7 +74,9 @@ READ_FILE = c.ToolSpec(
     parameters_json_schema=json.dumps(
         {
             "type": "object",
-            "properties": {"path": {"type": "string", "description": "File path, relative to the workspace."}},
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the workspace."}
+            },
             "required": ["path"],
             "additionalProperties": False,
         }
@@ -112,7 +114,9 @@ def turn_request(provider: str, run_id: str, turn: int) -> pb.ModelRequest:
     messages = [c.Message(role=c.ROLE_USER, content=[c.ContentBlock(text=c.TextBlock(text=TASK))])]
     for t in range(1, turn):
         call_id = f"call_{run_id[-8:]}_{t}"
-        tool_use = c.ToolCall(call_id=call_id, name="read_file", arguments=ARGUMENTS, provider_call_id=call_id)
+        tool_use = c.ToolCall(
+            call_id=call_id, name="read_file", arguments=ARGUMENTS, provider_call_id=call_id
+        )
         messages.append(c.Message(role=c.ROLE_ASSISTANT, content=[c.ContentBlock(tool_use=tool_use)]))
         result = c.ToolResult(call_id=call_id, name="read_file", content=RESULT)
         messages.append(c.Message(role=c.ROLE_USER, content=[c.ContentBlock(tool_result=result)]))
@@ -252,7 +256,9 @@ class Caller:
                 seen = [1]
                 start = time.perf_counter()
                 if self.transport == "calls":
-                    final = await stream.call(request, timeout=60, on_event=lambda _m: seen.append(1))
+                    final = await stream.call(
+                        request, timeout=60, on_event=lambda _m, seen=seen: seen.append(1)
+                    )
                 else:
                     final = None
                     async for item in self.stub.StreamGenerate(

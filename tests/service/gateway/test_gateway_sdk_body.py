@@ -45,7 +45,11 @@ def _request(provider: str) -> pb.ModelRequest:
             ),
             c.Message(role=c.ROLE_USER, content=[c.ContentBlock(tool_result=result)]),
         ],
-        tools=[c.ToolSpec(name="read_file", description="Read a file.", parameters_json_schema=json.dumps(SCHEMA))],
+        tools=[
+            c.ToolSpec(
+                name="read_file", description="Read a file.", parameters_json_schema=json.dumps(SCHEMA)
+            )
+        ],
         settings=c.ModelSettings(
             max_output_tokens=300,
             temperature=0.5,
