@@ -141,6 +141,7 @@ bench: install ## Run tests/bench; figures go to bench-results/
 	$(PY) tests/bench/bench_run_sandbox.py bench-results/run_sandbox.json
 	$(PY) tests/bench/bench_shells.py bench-results/shells.json
 	$(PY) tests/bench/bench_gateway.py bench-results/gateway.json
+	$(PY) tests/bench/bench_gateway_turns.py bench-results/gateway_turns.json
 	$(PY) tests/bench/bench_limiter.py bench-results/limiter.json
 	$(PY) tests/bench/bench_rpc_telemetry.py bench-results/rpc_telemetry.json
 	$(PY) tests/bench/bench_call_streams.py bench-results/call_streams.json

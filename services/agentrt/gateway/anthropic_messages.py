@@ -51,8 +51,9 @@ from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 
 PROVIDER = "anthropic"
-#: Arguments sent as extra_body (see provider.sdk_kwargs); `messages` is required by the SDK.
-_HEAVY = ("messages", "system", "tools", "tool_choice", "output_config")
+#: Typed arguments (the SDK reads `model` and `max_tokens` itself); the rest rides in extra_body
+#: (provider.sdk_kwargs), `messages` with a placeholder since the SDK requires it.
+_KEEP = ("model", "max_tokens")
 _REQUIRED: dict[str, Any] = {"messages": []}
 #: The success-shaped overflow (004 §2.5g): raised as CONTEXT_OVERFLOW, never answered.
 _WINDOW_EXCEEDED = "model_context_window_exceeded"
@@ -353,7 +354,7 @@ class AnthropicMessagesProvider:
         params = build_params(call, self._max_tokens)
         try:
             raw = await self._client.messages.with_raw_response.create(
-                **sdk_kwargs(params, _HEAVY, _REQUIRED), timeout=call.timeout_seconds
+                **sdk_kwargs(params, _KEEP, _REQUIRED), timeout=call.timeout_seconds
             )
             body = await raw.text()
             return map_body(body)
@@ -366,7 +367,7 @@ class AnthropicMessagesProvider:
         acc = _EventAccumulator()
         try:
             raw = await self._client.messages.with_raw_response.create(
-                **sdk_kwargs(params, _HEAVY, _REQUIRED), stream=True, timeout=call.timeout_seconds
+                **sdk_kwargs(params, _KEEP, _REQUIRED), stream=True, timeout=call.timeout_seconds
             )
             # Events as the JSON the SDK decoded, not typed models: the SDK's per-event
             # construction validates against its whole event union (see openai_responses).
@@ -386,7 +387,7 @@ class AnthropicMessagesProvider:
         keep = ("model", "messages", "system", "tools", "tool_choice")
         try:
             counted = await self._client.messages.count_tokens(
-                **sdk_kwargs({k: v for k, v in params.items() if k in keep}, _HEAVY, _REQUIRED),
+                **sdk_kwargs({k: v for k, v in params.items() if k in keep}, _KEEP, _REQUIRED),
                 timeout=call.timeout_seconds,
             )
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified

@@ -135,10 +135,11 @@ class ModelGateway:
         self._prepare(request, None)
 
     def _prepare(
-        self, request: g.ModelRequest, time_remaining: float | None
+        self, request: g.ModelRequest, time_remaining: float | None, checked: bool = False
     ) -> tuple[Provider, Call, float | None]:
         provider, model = self.resolve(request.model)
-        validate_request(request)
+        if not checked:
+            validate_request(request)
         deadline = None if time_remaining is None else time.monotonic() + time_remaining
         timeout = self._timeout if time_remaining is None else max(0.001, min(self._timeout, time_remaining))
         return provider, Call(request, model, timeout), deadline
@@ -194,13 +195,15 @@ class ModelGateway:
             await self._limiter.record_outcome(key, rate_limited=True)
 
     async def generate(
-        self, request: g.ModelRequest, time_remaining: float | None = None
+        self, request: g.ModelRequest, time_remaining: float | None = None, *, checked: bool = False
     ) -> g.GenerateResponse:
         """Make one model call and return the canonical response (004 §2.1).
 
         Args:
             request: the provider-neutral request.
             time_remaining: seconds until the caller's deadline; None for none.
+            checked: the request already passed `check` unchanged (the model-call journal
+                checks before it claims), so it is not validated again.
 
         Raises:
             MeshError: from resolve and validation (see there); RESOURCE_EXHAUSTED/RATE_LIMITED
@@ -208,7 +211,7 @@ class ModelGateway:
                 PROVIDER_UNAVAILABLE; INVALID_ARGUMENT/CONTEXT_OVERFLOW or INVALID_REQUEST;
                 UNAUTHENTICATED/PROVIDER_AUTHENTICATION.
         """
-        provider, call, deadline = self._prepare(request, time_remaining)
+        provider, call, deadline = self._prepare(request, time_remaining, checked)
         reservation = await self._reserve(request, provider, call, deadline)
         where = RetryContext(provider.name, call.model, request.run_id)
         with telemetry.provider_call_span(
@@ -236,20 +239,23 @@ class ModelGateway:
         return out
 
     async def stream(
-        self, request: g.ModelRequest, time_remaining: float | None = None
+        self, request: g.ModelRequest, time_remaining: float | None = None, *, checked: bool = False
     ) -> AsyncIterator[g.StreamGenerateResponse]:
         """Stream deltas, then exactly one `final` (the accepted response), then end.
 
-        Closing the iterator (the caller went away) closes the provider stream.
+        Closing the iterator (the caller went away) closes the provider stream; closing it
+        after the final changes nothing (the reservation is settled by then). `checked`: as
+        in `generate`.
 
         Raises:
             MeshError: as generate; a provider stream that ends without its terminal event
                 raises UNAVAILABLE/PROVIDER_UNAVAILABLE and yields no final.
         """
-        provider, call, deadline = self._prepare(request, time_remaining)
+        provider, call, deadline = self._prepare(request, time_remaining, checked)
         reservation = await self._reserve(request, provider, call, deadline)
         where = RetryContext(provider.name, call.model, request.run_id)
         retries = 0
+        settled = False
         with telemetry.provider_call_span(
             provider=provider.name, model=call.model, rpc="StreamGenerate"
         ) as span:
@@ -262,6 +268,7 @@ class ModelGateway:
                             if isinstance(item, c.ModelResponse):
                                 _record_response(span, item, retries)
                                 await self._settle(reservation, item)
+                                settled = True
                                 final = g.GenerateResponse(response=item, retries=retries)
                                 final.queue_wait.FromNanoseconds(int(reservation.waited_seconds * 1e9))
                                 yield g.StreamGenerateResponse(final=final)
@@ -289,8 +296,10 @@ class ModelGateway:
             except ProviderError:
                 raise  # settled by _settle_failed
             except BaseException:
-                # Cancelled or closed early: the reservation stays counted.
-                _abandon(self._limiter, reservation)
+                # Cancelled or closed early: the reservation stays counted (closed after the
+                # final, there is nothing left to settle).
+                if not settled:
+                    _abandon(self._limiter, reservation)
                 raise
 
     async def count_tokens(

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -72,6 +73,8 @@ STOP_ERRORS: Mapping[int, str] = {
     c.STOP_REASON_REFUSAL: "refusal",
     c.STOP_REASON_CONTEXT_WINDOW_EXCEEDED: "context_overflow",
 }
+#: Label sets whose answered-call series are kept at hand (beyond it, looked up per call).
+_ANSWER_SERIES_ENTRIES = 4096
 #: Queue-wait buckets, in seconds: from "not queued" to the default 30 s admission wait.
 QUEUE_WAIT_BUCKETS = (0.0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -237,6 +240,25 @@ class GatewayMetrics:
         )
         self._gauges = _GaugeCollector()
         r.register(self._gauges)
+        #: (labels, rpc) -> the series an answered call adds to (record_answer).
+        self._answer_series: dict[tuple[CallLabels, str], tuple[Any, ...]] = {}
+
+    def _answered(self, labels: CallLabels, rpc: str) -> tuple[Any, ...]:
+        """The series of an answered call of labels and rpc, looked up once per label set."""
+        series = self._answer_series.get((labels, rpc))
+        if series is None:
+            values = labels.values()
+            series = (
+                self.requests.labels(*values, rpc, "ok"),
+                self.input_tokens.labels(*values),
+                self.output_tokens.labels(*values),
+                self.cached_input_tokens.labels(*values),
+                self.reasoning_tokens.labels(*values),
+                self.queue_wait.labels(labels.provider, labels.model),
+            )
+            if len(self._answer_series) < _ANSWER_SERIES_ENTRIES:
+                self._answer_series[(labels, rpc)] = series
+        return series
 
     # ---------------------------------------------------------------- recording
 
@@ -252,13 +274,15 @@ class GatewayMetrics:
         if answer.replayed:  # the journal's answer: its provider call was counted when made
             self.requests.labels(*values, rpc, "replayed").inc()
             return
-        self.requests.labels(*values, rpc, "ok").inc()
+        requests, input_tokens, output_tokens, cached, reasoning, queue_wait = self._answered(labels, rpc)
+        requests.inc()
         usage = answer.response.usage
-        self.input_tokens.labels(*values).inc(usage.input_tokens)
-        self.output_tokens.labels(*values).inc(usage.output_tokens)
-        self.cached_input_tokens.labels(*values).inc(usage.cached_input_tokens)
-        self.reasoning_tokens.labels(*values).inc(usage.reasoning_tokens)
-        self.queue_wait.labels(labels.provider, labels.model).observe(answer.queue_wait.ToNanoseconds() / 1e9)
+        input_tokens.inc(usage.input_tokens)
+        output_tokens.inc(usage.output_tokens)
+        cached.inc(usage.cached_input_tokens)
+        reasoning.inc(usage.reasoning_tokens)
+        wait = answer.queue_wait
+        queue_wait.observe(wait.seconds + wait.nanos / 1e9)
         stop = STOP_ERRORS.get(answer.response.stop_reason)
         if stop is not None:
             self.errors.labels(*values, stop, "provider").inc()

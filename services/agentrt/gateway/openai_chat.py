@@ -44,9 +44,8 @@ from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 
 PROVIDER = "openai-chat"
-#: Arguments sent as extra_body (see provider.sdk_kwargs); `messages` is required by the SDK.
-_HEAVY = ("messages", "tools", "tool_choice", "response_format")
-_REQUIRED: dict[str, Any] = {"messages": []}
+#: The SDK requires `messages` and `model`; their values ride in extra_body (provider.sdk_kwargs).
+_REQUIRED: dict[str, Any] = {"messages": openai.omit, "model": openai.omit}
 
 
 def render_messages(request: g.ModelRequest) -> list[dict[str, Any]]:
@@ -320,7 +319,7 @@ class OpenAIChatProvider:
         params = build_params(call)
         try:
             raw = await self._client.chat.completions.with_raw_response.create(
-                **sdk_kwargs(params, _HEAVY, _REQUIRED), timeout=call.timeout_seconds
+                **sdk_kwargs(params, required=_REQUIRED), timeout=call.timeout_seconds
             )
             data = cn.clean(json.loads(raw.text))
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
@@ -334,7 +333,7 @@ class OpenAIChatProvider:
         acc = _ChunkAccumulator()
         try:
             raw = await self._client.chat.completions.with_raw_response.create(
-                **sdk_kwargs(params, _HEAVY, _REQUIRED), stream=True, timeout=call.timeout_seconds
+                **sdk_kwargs(params, required=_REQUIRED), stream=True, timeout=call.timeout_seconds
             )
             # Chunks as the JSON the SDK decoded, not typed models (see openai_responses).
             chunks = raw.parse(to=openai.AsyncStream[object])

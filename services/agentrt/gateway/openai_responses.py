@@ -43,8 +43,6 @@ from agentrt.v1 import gateway_service_pb2 as g
 
 PROVIDER = "openai"
 _TERMINAL = ("response.completed", "response.incomplete")
-#: Arguments sent as extra_body (see provider.sdk_kwargs): the transcript, schemas and formats.
-_HEAVY = ("input", "tools", "text", "tool_choice")
 #: The SDK's stream yielding each event's decoded JSON untouched (cast to `object` is the
 #: identity; see OpenAIResponsesProvider.stream).
 _JsonEvents = openai.AsyncStream[object]
@@ -53,6 +51,11 @@ _JsonEvents = openai.AsyncStream[object]
 def _field(event: dict[str, Any], name: str) -> dict[str, Any]:
     value = event.get(name)
     return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> Any:
+    """A delta's string with lone surrogates replaced (canonical.clean of one value); "" for none."""
+    return cn.clean(value) if value else ""
 
 
 def render_input(request: g.ModelRequest) -> list[dict[str, Any]]:
@@ -265,7 +268,7 @@ class OpenAIResponsesProvider:
         params = build_params(call)
         try:
             raw = await self._client.responses.with_raw_response.create(
-                **sdk_kwargs(params, _HEAVY), timeout=call.timeout_seconds
+                **sdk_kwargs(params), timeout=call.timeout_seconds
             )
             data = cn.clean(json.loads(raw.text))
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
@@ -287,31 +290,38 @@ class OpenAIResponsesProvider:
         final: c.ModelResponse | None = None
         try:
             raw = await self._client.responses.with_raw_response.create(
-                **sdk_kwargs(params, _HEAVY), stream=True, timeout=call.timeout_seconds
+                **sdk_kwargs(params), stream=True, timeout=call.timeout_seconds
             )
             events = raw.parse(to=_JsonEvents)
             async with events:
-                async for data in events:
-                    if final is not None:
+                async for event in events:
+                    if final is not None or not isinstance(event, dict):
                         continue  # read to the end: a fully read response keeps its connection
-                    event: dict[str, Any] = cn.clean(data) if isinstance(data, dict) else {}
+                    # Only what is used is scrubbed (canonical.clean): the lifecycle events
+                    # (created, in_progress, the *.done ones) carry the whole response, unused.
                     kind = event.get("type")
-                    index, item = event.get("output_index", 0), _field(event, "item")
                     if kind == "response.output_text.delta":
-                        yield text_delta(event.get("delta") or "")
+                        yield text_delta(_text(event.get("delta")))
                     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                        yield thinking_delta(event.get("delta") or "")
-                    elif kind == "response.output_item.added" and item.get("type") == "function_call":
-                        calls[index] = len(calls)
-                        yield tool_delta(calls[index], item.get("name") or "", item.get("arguments") or "")
+                        yield thinking_delta(_text(event.get("delta")))
+                    elif kind == "response.output_item.added":
+                        item = _field(event, "item")
+                        if item.get("type") == "function_call":
+                            index = event.get("output_index", 0)
+                            calls[index] = len(calls)
+                            yield tool_delta(
+                                calls[index], _text(item.get("name")), _text(item.get("arguments"))
+                            )
                     elif kind == "response.function_call_arguments.delta":
-                        yield tool_delta(calls.get(index, 0), "", event.get("delta") or "")
+                        yield tool_delta(
+                            calls.get(event.get("output_index", 0), 0), "", _text(event.get("delta"))
+                        )
                     elif kind in _TERMINAL:
-                        final = map_response(_field(event, "response"))
+                        final = map_response(cn.clean(_field(event, "response")))
                     elif kind == "response.failed":
-                        raise from_error_body(PROVIDER, _field(event, "response").get("error"))
+                        raise from_error_body(PROVIDER, cn.clean(_field(event, "response").get("error")))
                     elif kind == "error":
-                        raise from_error_body(PROVIDER, event)
+                        raise from_error_body(PROVIDER, cn.clean(event))
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
             raise classify(exc, PROVIDER) from exc
         if final is None:
@@ -326,7 +336,7 @@ class OpenAIResponsesProvider:
         keep = ("model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text")
         try:
             counted = await self._client.responses.input_tokens.count(
-                **sdk_kwargs({k: v for k, v in params.items() if k in keep}, _HEAVY),
+                **sdk_kwargs({k: v for k, v in params.items() if k in keep}),
                 timeout=call.timeout_seconds,
             )
         except Exception as exc:  # noqa: BLE001 - every SDK failure is classified

@@ -108,28 +108,33 @@ def tool_delta(index: int, name: str, fragment: str) -> g.StreamGenerateResponse
 
 
 def sdk_kwargs(
-    params: Mapping[str, Any], heavy: Sequence[str], required: Mapping[str, Any] | None = None
+    params: Mapping[str, Any], keep: Sequence[str] = (), required: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Return SDK keyword arguments with the `heavy` values sent through `extra_body`.
+    """Return SDK keyword arguments that send `params` as the request body through `extra_body`.
 
     Why: the official SDKs walk every typed argument against its TypedDict before sending
-    (openai/anthropic `_transform`), which costs milliseconds per call and grows with the
-    transcript and the tool schemas. The adapters build these values as plain JSON already,
-    and the transform is an identity on them (their param types declare no aliases or
-    formats), so passing them as `extra_body` sends the same body while the SDK still
-    makes the HTTP call, owns the connection pool and raises its error classes.
+    (openai `_transform`), which costs milliseconds per call and grows with the transcript and
+    the tool schemas; even a small argument costs tens of microseconds when its annotation is a
+    large union of literals (`model`), whose hash the transform's caches compute per call. The
+    adapters build every value as plain JSON already, and the transform is an identity on them
+    (their param types declare no aliases or formats), so passing them as `extra_body` sends
+    the same body while the SDK still makes the HTTP call, owns the connection pool and
+    raises its error classes. Only what decides how the SDK handles the call stays a typed
+    argument: `stream` and `timeout`, which the adapters pass themselves, and `keep`.
 
     Args:
-        params: the adapter's keyword arguments (may hold an `extra_body` of its own).
-        heavy: names moved into extra_body when present.
-        required: placeholders for arguments the SDK signature requires (e.g. messages=[]);
-            the real value rides in extra_body, which wins when the body is merged.
+        params: the adapter's keyword arguments (may hold an `extra_body` of its own, whose
+            values win).
+        keep: names passed as typed arguments rather than in the body's extra part.
+        required: placeholders for arguments the SDK signature requires (the SDK's `omit`,
+            which its transform skips, or e.g. `messages=[]`); the real value rides in
+            extra_body, which wins when the body is merged.
 
     Returns:
         New keyword arguments; `params` is not modified.
     """
-    out = {k: v for k, v in params.items() if k not in heavy and k != "extra_body"}
-    extra = {k: params[k] for k in heavy if k in params}
+    out = {k: params[k] for k in keep if k in params}
+    extra = {k: v for k, v in params.items() if k not in out and k != "extra_body"}
     extra.update(params.get("extra_body") or {})
     for name, placeholder in (required or {}).items():
         if name in extra:

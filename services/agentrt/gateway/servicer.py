@@ -80,11 +80,11 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
         self.metrics = metrics if metrics is not None else GatewayMetrics()
         self._journal = journal if journal is not None else CallJournal(gateway, MemoryJournalStore())
 
-    def _labels(self, message: pb.GenerateRequest | pb.StreamGenerateRequest) -> CallLabels:
-        request = message.request
+    def _labels(self, request: pb.ModelRequest | None) -> CallLabels:
+        """Labels of a call's request (None: the message carried none)."""
+        if request is None:
+            return CallLabels(_tenant_label(pb.ModelRequest()), "unknown", "")
         tenant = _tenant_label(request)
-        if not message.HasField("request"):
-            return CallLabels(tenant, "unknown", "")
         try:
             provider, model = self._gateway.resolve(request.model)
         except MeshError:
@@ -128,7 +128,7 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
                 DEPENDENCY_UNAVAILABLE (a keyed call whose journal store failed; nothing asked).
             UNAUTHENTICATED: PROVIDER_AUTHENTICATION.
         """
-        labels = self._labels(request)
+        labels = self._labels(request.request if request.HasField("request") else None)
         try:
             with self._observe_retries(labels):
                 answer = await self._journal.generate(_request(request), context.time_remaining())
@@ -153,11 +153,21 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
             The statuses of Generate; UNAVAILABLE/PROVIDER_UNAVAILABLE when the provider's
             stream ends early or is malformed (no final is sent then).
         """
+        async for item in self._stream(request.request if request.HasField("request") else None, context):
+            yield item
+
+    async def _stream(
+        self, request: pb.ModelRequest | None, context: grpc.aio.ServicerContext | CallContext
+    ) -> AsyncIterator[pb.StreamGenerateResponse]:
+        """StreamGenerate of a request (None: the message carried none), as StreamGenerate says."""
         labels = self._labels(request)
         recorded = False
         try:
             with self._observe_retries(labels):
-                stream = self._journal.stream(_request(request), context.time_remaining())
+                if request is None:
+                    raise missing("request")
+                request.tenant = resolve_tenant(request.tenant, current_tenant())
+                stream = self._journal.stream(request, context.time_remaining())
                 try:
                     async for item in stream:
                         if item.WhichOneof("event") == "final":
@@ -189,8 +199,8 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
         """
 
         async def handle(call: pb.StreamGenerateCallsRequest, ctx: CallContext) -> AsyncIterator[object]:
-            streamed = pb.StreamGenerateRequest(request=call.request)
-            async for message in self.StreamGenerate(streamed, ctx):  # type: ignore[arg-type]
+            # The call's own request, not a StreamGenerateRequest built around a copy of it.
+            async for message in self._stream(call.request if call.HasField("request") else None, ctx):
                 yield message
 
         how = CallsMethod(

@@ -11,6 +11,12 @@ recorded result's duration) is a well-formed one (`mesh.durations`). An idempote
 holds at most 256 characters and no control character.
 Every failure is INVALID_ARGUMENT with a stable reason and the offending field.
 
+JSON texts that passed (tool schemas, the output schema, recorded arguments and raw blocks:
+the same texts come back on every turn of a run) are remembered in a bounded cache
+(`JSON_CACHE_ENTRIES` texts of at most `JSON_CACHE_MAX_CHARS` characters, least recently
+used first out) with what the checks need of them, whether an object and how many values,
+so they are not parsed again; a text that fails is never cached, and is refused each time.
+
 `resolve_tenant` decides whom a call is charged to (metrics label and, with per-tenant
 budgets, the limiter's bucket): the `x-agentrt-tenant` header is the caller's identity
 (checked by the mesh interceptor); the body's `tenant` must obey the header's rules and may
@@ -19,6 +25,7 @@ only repeat a non-default header, never contradict it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -36,7 +43,12 @@ MAX_DEPTH = 64
 MAX_QUEUE_WAIT_SECONDS = 86_400.0
 #: Longest model-call idempotency key, in characters.
 MAX_KEY_CHARS = 256
+#: Passed JSON texts remembered (see the module docstring): how many, and the longest.
+JSON_CACHE_ENTRIES = 1024
+JSON_CACHE_MAX_CHARS = 16 * 1024
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_ROLES = frozenset(v for v in c.Role.values() if v != c.ROLE_UNSPECIFIED)
 #: Inline image types every remote provider accepts (OpenAI and Anthropic alike).
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
@@ -120,7 +132,7 @@ def check_idempotency_key(key: str) -> None:
             f"idempotency_key is longer than {MAX_KEY_CHARS} characters",
             field="idempotency_key",
         )
-    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in key):
+    if _CONTROL.search(key):
         raise invalid(
             Reason.INVALID_VALUE,
             f"idempotency_key {quote(key)} holds a control character",
@@ -157,6 +169,51 @@ def parse_json_object(text: str, field: str, budget: _Budget | None = None) -> d
         raise invalid(Reason.INVALID_JSON, f"{field} must be a JSON object", field=field)
     _measure(value, field, budget)
     return value
+
+
+class _Refused(Exception):
+    """A JSON text the cached check refuses (never cached: lru_cache keeps no exception)."""
+
+
+@functools.lru_cache(maxsize=JSON_CACHE_ENTRIES)
+def _json_shape(text: str) -> tuple[bool, int]:
+    """Return (is an object, values it holds) of a JSON text within the depth limit.
+
+    Raises:
+        _Refused: not JSON, or nested deeper than MAX_DEPTH.
+    """
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise _Refused from exc
+    counted = _Budget()
+    try:
+        _measure(value, "", counted)
+    except MeshError as exc:  # deeper than MAX_DEPTH, or more values than any request may hold
+        raise _Refused from exc
+    return isinstance(value, dict), counted.values
+
+
+def _check_json(text: str, field: str, budget: _Budget, want_object: bool) -> None:
+    """Check a JSON text as parse_json_object (want_object) or _parse + _measure would.
+
+    Same outcome, same errors; a text that passed before (and is not too long to remember)
+    is not parsed again.
+    """
+    if len(text) <= JSON_CACHE_MAX_CHARS:
+        try:
+            is_object, values = _json_shape(text)
+        except _Refused:
+            pass  # the full check below raises its own, precise error
+        else:
+            if want_object and not is_object:
+                raise invalid(Reason.INVALID_JSON, f"{field} must be a JSON object", field=field)
+            budget.spend(values)
+            return
+    if want_object:
+        parse_json_object(text, field, budget)
+    else:
+        _measure(_parse(text, field), field, budget)
 
 
 def _parse(text: str, field: str) -> Any:
@@ -207,14 +264,14 @@ def _validate_tools(tools: Any, budget: _Budget) -> set[str]:
         if spec.HasField("timeout"):
             check_duration(spec.timeout, f"{field}.timeout")
         if spec.parameters_json_schema:
-            parse_json_object(spec.parameters_json_schema, f"{field}.parameters_json_schema", budget)
+            _check_json(spec.parameters_json_schema, f"{field}.parameters_json_schema", budget, True)
     return names
 
 
 def _validate_messages(messages: Any, budget: _Budget) -> None:
     for i, message in enumerate(messages):
         field = f"messages[{i}]"
-        if message.role == c.ROLE_UNSPECIFIED or message.role not in c.Role.values():
+        if message.role not in _ROLES:
             raise invalid(
                 Reason.INVALID_VALUE, f"{field}.role must be system, user or assistant", field=field
             )
@@ -234,8 +291,7 @@ def _validate_block(block: c.ContentBlock, field: str, budget: _Budget) -> None:
         if not call.name:
             raise missing(f"{field}.tool_use.name")
         if call.arguments:
-            value = _parse(call.arguments, f"{field}.tool_use.arguments")
-            _measure(value, f"{field}.tool_use.arguments", budget)
+            _check_json(call.arguments, f"{field}.tool_use.arguments", budget, False)
     elif kind == "tool_result":
         if not block.tool_result.call_id:
             raise missing(f"{field}.tool_result.call_id")
@@ -244,8 +300,7 @@ def _validate_block(block: c.ContentBlock, field: str, budget: _Budget) -> None:
     elif kind == "image":
         _validate_image(block.image, f"{field}.image")
     elif kind == "raw" and block.raw.json:
-        value = _parse(block.raw.json, f"{field}.raw.json")
-        _measure(value, f"{field}.raw.json", budget)
+        _check_json(block.raw.json, f"{field}.raw.json", budget, False)
 
 
 def _validate_image(image: c.ImageBlock, field: str) -> None:
@@ -282,7 +337,7 @@ def _validate_settings(settings: c.ModelSettings, names: set[str], budget: _Budg
             field="settings.max_output_tokens",
         )
     if settings.output_json_schema:
-        parse_json_object(settings.output_json_schema, "settings.output_json_schema", budget)
+        _check_json(settings.output_json_schema, "settings.output_json_schema", budget, True)
     choice = settings.tool_choice
     if choice.mode == c.TOOL_CHOICE_MODE_NAMED and choice.name not in names:
         raise invalid(

@@ -11,10 +11,10 @@ call, per (tenant, key):
    caller, that owns the key's work. A caller joins the flight and follows it; a caller
    that goes away (cancel, deadline, its runs replica killed) leaves the flight running.
 3. The flight claims the key in the store. Claimed: it asks the provider, renewing its
-   lease every third of the lease while the call runs, records the answer (DONE) and only
-   then hands it to its callers, so a caller that saw an answer can always have it
-   replayed. A provider error releases the claim (nothing was answered; the next call
-   asks again) and reaches every caller of the flight.
+   lease every third of the lease while the call runs (a timer; a task only when one is
+   due), records the answer (DONE) and only then hands it to its callers, so a caller
+   that saw an answer can always have it replayed. A provider error releases the claim
+   (nothing was answered; the next call asks again) and reaches every caller of the flight.
 4. Not claimed: the key's row says DONE (the answer is replayed: for a stream, deltas
    synthesized from the recorded response, then the final) or PENDING on a live holder
    (another replica, or an earlier process): the flight polls the row (50 ms doubling to
@@ -42,7 +42,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -177,7 +177,10 @@ class CallJournal:
         self, request: g.ModelRequest, time_remaining: float | None, streamed: bool
     ) -> tuple[Key, Flight, bool]:
         self._gateway.check(request)
-        fp = fingerprint(request)
+        # The flight's own copy (it outlives the caller), hashed in place (no second copy).
+        copy = g.ModelRequest()
+        copy.CopyFrom(request)
+        fp = fingerprint(copy)
         key = (request.tenant, request.idempotency_key)
         flight = self._flights.get(key)
         if flight is not None:
@@ -188,8 +191,6 @@ class CallJournal:
         flight = Flight(fp, streamed)
         flight.subscribers = 1
         self._flights[key] = flight
-        copy = g.ModelRequest()
-        copy.CopyFrom(request)
         deadline = None if time_remaining is None else time.monotonic() + time_remaining
         flight.task = asyncio.create_task(self._run(key, flight, copy, deadline))
         self._tasks.add(flight.task)
@@ -283,20 +284,23 @@ class CallJournal:
         """Ask the provider as the key's holder; record the answer, then hand it over."""
         tenant, name = key
         flight.asking = True
-        renewer = asyncio.create_task(self._renew(key))
+        renewer = _Renewal(self._lease / 3, functools.partial(self._renew, key))
         left = None if deadline is None else max(0.001, deadline - time.monotonic())
         final: g.GenerateResponse | None = None
         try:
+            # _join checked this request (a copy of it): it is not validated again.
             if flight.streamed:
-                async for item in self._gateway.stream(request, left):
+                # Read to its end (the final is last): a stream left open at its final would
+                # be closed later by the event loop's finalizer, for nothing.
+                async for item in self._gateway.stream(request, left, checked=True):
                     if item.WhichOneof("event") == "final":
                         final = item.final
-                        break
-                    flight.push(item)
+                    else:
+                        flight.push(item)
             else:
-                final = await self._gateway.generate(request, left)
+                final = await self._gateway.generate(request, left, checked=True)
         except BaseException as exc:
-            renewer.cancel()
+            renewer.stop()
             # Nothing answered: the next call with the key asks again (now, not after the lease).
             with suppress(Exception):
                 await asyncio.shield(self._store.release(tenant, name, self.holder))
@@ -305,7 +309,7 @@ class CallJournal:
                 raise  # cancelled: CancelGenerate, or the gateway is closing
             flight.fail(exc)
             return
-        renewer.cancel()
+        renewer.stop()
         if final is None:
             flight.fail(
                 MeshError(
@@ -327,22 +331,22 @@ class CallJournal:
             log.warning("model call %r answered but not journaled: %s", name, exc)
         flight.finish(final, replayed=replayed)
 
-    async def _renew(self, key: Key) -> None:
+    async def _renew(self, key: Key) -> bool:
+        """Renew key's lease once; return whether to renew again (False: taken over or cancelled)."""
         tenant, name = key
-        while True:
-            await asyncio.sleep(self._lease / 3)
-            try:
-                if not await self._store.renew(tenant, name, self.holder, self._clock() + self._lease):
-                    log.warning("model call %r: this gateway's lease was taken over; answering anyway", name)
-                    return
-                if await self._store.cancel_requested(tenant, name, self.holder):
-                    flight = self._flights.get(key)
-                    if flight is not None and flight.task is not None:
-                        log.info("model call %r: cancelled through another gateway replica", name)
-                        flight.task.cancel()
-                    return
-            except Exception as exc:  # noqa: BLE001 - the next renewal tries again
-                log.warning("model call %r: lease renewal failed: %s", name, exc)
+        try:
+            if not await self._store.renew(tenant, name, self.holder, self._clock() + self._lease):
+                log.warning("model call %r: this gateway's lease was taken over; answering anyway", name)
+                return False
+            if await self._store.cancel_requested(tenant, name, self.holder):
+                flight = self._flights.get(key)
+                if flight is not None and flight.task is not None:
+                    log.info("model call %r: cancelled through another gateway replica", name)
+                    flight.task.cancel()
+                return False
+        except Exception as exc:  # noqa: BLE001 - the next renewal tries again
+            log.warning("model call %r: lease renewal failed: %s", name, exc)
+        return True
 
     def _maybe_sweep(self) -> None:
         now = self._clock()
@@ -361,3 +365,34 @@ class CallJournal:
         task = asyncio.create_task(sweep())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+class _Renewal:
+    """A held key's lease renewed every `period` seconds while its call runs.
+
+    One timer per call, and a task only when a renewal is due: an instant model's call ends
+    long before its first renewal, so it costs a timer set and cancelled, not a task started
+    and cancelled. `stop` ends it, a renewal in flight included.
+    """
+
+    def __init__(self, period: float, renew: Callable[[], Awaitable[bool]]) -> None:
+        self._period = period
+        self._renew = renew
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._timer = asyncio.get_running_loop().call_later(period, self._due)
+
+    def _due(self) -> None:
+        if not self._stopped:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        if await self._renew() and not self._stopped:
+            self._timer = asyncio.get_running_loop().call_later(self._period, self._due)
+
+    def stop(self) -> None:
+        """Renew no more (a renewal in flight is cancelled)."""
+        self._stopped = True
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()

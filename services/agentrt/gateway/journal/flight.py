@@ -4,15 +4,20 @@
   is refused, never answered with the first one's response).
 - `replay_items`: the deltas a stream of a recorded response carries (one per text,
   thinking and tool-call block, in block order), before its final.
+- `joined`: deltas that are ready together as fewer messages (what a follower sends).
 - `Flight`: one key's work in one gateway process. Its callers follow it: the deltas so
   far, then the final (or the error). A caller that leaves does not end it.
+
+A follower sends, each time it wakes, every delta the flight has gathered since, joined:
+a provider's events that arrived in one read are one message instead of one each, and a
+delta is never held back to wait for another (only what is already there is joined).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from agentrt.core.errors import MeshError, Reason, invalid, quote
 from agentrt.v1 import common_pb2 as c
@@ -20,13 +25,25 @@ from agentrt.v1 import gateway_service_pb2 as g
 
 
 def fingerprint(request: g.ModelRequest) -> str:
-    """Return the hex SHA-256 of request without its key, tenant and max_queue_wait."""
-    copy = g.ModelRequest()
-    copy.CopyFrom(request)
-    copy.idempotency_key = ""
-    copy.tenant = ""
-    copy.ClearField("max_queue_wait")
-    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
+    """Return the hex SHA-256 of request without its key, tenant and max_queue_wait.
+
+    request is left as it was (the three fields are cleared for the hash and put back, with
+    nothing awaited in between).
+    """
+    key, tenant = request.idempotency_key, request.tenant
+    wait = None
+    if request.HasField("max_queue_wait"):
+        wait = type(request.max_queue_wait)()
+        wait.CopyFrom(request.max_queue_wait)
+    request.idempotency_key = ""
+    request.tenant = ""
+    request.ClearField("max_queue_wait")
+    try:
+        return hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest()
+    finally:
+        request.idempotency_key, request.tenant = key, tenant
+        if wait is not None:
+            request.max_queue_wait.CopyFrom(wait)
 
 
 def replay_items(response: c.ModelResponse) -> list[g.StreamGenerateResponse]:
@@ -46,6 +63,58 @@ def replay_items(response: c.ModelResponse) -> list[g.StreamGenerateResponse]:
             items.append(g.StreamGenerateResponse(tool_call_delta=delta))
             calls += 1
     return items
+
+
+def _continues(last: g.StreamGenerateResponse, item: g.StreamGenerateResponse) -> bool:
+    """Whether item continues last: text after text, thinking after thinking, or more of one call."""
+    kind = item.WhichOneof("event")
+    if kind != last.WhichOneof("event"):
+        return False
+    if kind == "tool_call_delta":
+        # A fragment with a name opens a call; only nameless ones continue the same index.
+        return item.tool_call_delta.index == last.tool_call_delta.index and not item.tool_call_delta.name
+    return kind in ("text_delta", "thinking_delta")
+
+
+def _join(run: Sequence[g.StreamGenerateResponse]) -> g.StreamGenerateResponse:
+    if len(run) == 1:
+        return run[0]
+    first = run[0]
+    kind = first.WhichOneof("event")
+    if kind == "text_delta":
+        return g.StreamGenerateResponse(text_delta="".join(m.text_delta for m in run))
+    if kind == "thinking_delta":
+        return g.StreamGenerateResponse(thinking_delta="".join(m.thinking_delta for m in run))
+    delta = first.tool_call_delta
+    return g.StreamGenerateResponse(
+        tool_call_delta=g.ToolCallDelta(
+            index=delta.index,
+            name=delta.name,
+            arguments_delta="".join(m.tool_call_delta.arguments_delta for m in run),
+        )
+    )
+
+
+def joined(items: Sequence[g.StreamGenerateResponse]) -> list[g.StreamGenerateResponse]:
+    """Return items with each run of deltas that continue one another as one message, in order.
+
+    Text deltas join the text deltas right before them, thinking deltas likewise, and a
+    tool-call fragment without a name the fragments of the same call (index) right before it
+    (the name kept, the arguments concatenated). So the text, the thinking and each call's
+    name and arguments read from the result are those read from items; nothing is
+    reordered. A run of one is the item itself; joined runs are new messages (items are
+    not modified).
+    """
+    out: list[g.StreamGenerateResponse] = []
+    run: list[g.StreamGenerateResponse] = []
+    for item in items:
+        if run and not _continues(run[-1], item):
+            out.append(_join(run))
+            run = []
+        run.append(item)
+    if run:
+        out.append(_join(run))
+    return out
 
 
 def reused(key: str) -> MeshError:
@@ -116,17 +185,23 @@ class Flight:
             raise self.error
 
     async def follow(self, origin: bool) -> AsyncIterator[g.StreamGenerateResponse]:
-        """Yield every delta from the first, as they come, then the final; or raise the error."""
+        """Yield every delta from the first, as they come, then the final; or raise the error.
+
+        Each time it wakes, the deltas gathered since are yielded `joined` (see the module
+        docstring): the same text, thinking and calls, in fewer messages.
+        """
         sent = 0
         while True:
             wake = self._wake
-            while sent < len(self.deltas):
-                yield self.deltas[sent]
-                sent += 1
+            if sent < len(self.deltas):
+                ready = self.deltas[sent:]
+                sent += len(ready)
+                for item in joined(ready):
+                    yield item
+                continue  # more may have come while the caller took these
             if self.error is not None:
                 raise self.error
-            if self.final is not None and sent == len(self.deltas):
+            if self.final is not None:
                 yield g.StreamGenerateResponse(final=self.answer(origin))
                 return
-            if sent == len(self.deltas):
-                await wake.wait()
+            await wake.wait()

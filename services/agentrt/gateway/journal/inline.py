@@ -44,6 +44,7 @@ def write_lock_taken(exc: sqlite3.OperationalError) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(code, int) and (code & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
 
+
 _CLAIM = (
     "INSERT INTO gateway_model_calls (tenant, call_key, fingerprint, state, holder, lease_until_s,"
     " takeovers, response, created_at_s) VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?)"

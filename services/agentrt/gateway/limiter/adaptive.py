@@ -20,6 +20,10 @@ An attempt abandoned this way may still have been admitted by the store (the ans
 lost): its entry counts until it leaves the window, which errs on the side of the budget.
 A store that fails (not reachable, an error) fails the request at once, as before.
 
+A store whose methods never suspend (its own class declares `inline = True`: the in-process
+one; a subclass, which may override them, does not inherit it) is called without those
+bounds: it cannot be late, and a timer per call is a cost of every model call.
+
 `snapshot()` is this replica's view for metrics: each bucket as of its latest reservation
 attempt here, with the view's age. Once a whole span (window + guard) has passed since that
 attempt, every entry it counted has left the window, so used and pending read 0.
@@ -28,7 +32,9 @@ attempt, every entry it counted has left the window, so used and pending read 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import itertools
 import logging
 import random
 import time
@@ -53,6 +59,8 @@ log = logging.getLogger("agentrt.gateway")
 
 #: The least time a reservation attempt is given, even when less of its wait is left, in seconds.
 MIN_ATTEMPT_SECONDS = 0.5
+#: Buckets of (tenant, provider, model) remembered per limiter (beyond it, computed each time).
+_BUCKET_CACHE_ENTRIES = 4096
 
 
 class OverBudget(MeshError):
@@ -106,6 +114,26 @@ class AdaptiveTokenLimiter:
     rand: Callable[[], float] = random.random
     _seen: dict[str, BucketState] = field(default_factory=dict, init=False, repr=False)
     _seen_at: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    _buckets: dict[LimiterKey, str] = field(default_factory=dict, init=False, repr=False)
+    #: Entry ids: unique per limiter (a random prefix) and per reservation (a counter).
+    _ids: Callable[[], int] = field(
+        default_factory=lambda: itertools.count().__next__, init=False, repr=False
+    )
+    _prefix: str = field(default_factory=lambda: uuid.uuid4().hex, init=False, repr=False)
+
+    def _bounded(self, seconds: float) -> contextlib.AbstractAsyncContextManager[object]:
+        """A timeout of `seconds` around a store call; none for a store that never suspends."""
+        if type(self.store).__dict__.get("inline", False):
+            return contextlib.nullcontext()
+        return asyncio.timeout(seconds)
+
+    def _bucket(self, key: LimiterKey) -> str:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self.settings.bucket(key)
+            if len(self._buckets) < _BUCKET_CACHE_ENTRIES:
+                self._buckets[key] = bucket
+        return bucket
 
     @property
     def exact_count(self) -> bool:
@@ -136,7 +164,7 @@ class AdaptiveTokenLimiter:
         """
         s = self.settings
         tokens = max(0, int(tokens))
-        bucket = s.bucket(key)
+        bucket = self._bucket(key)
         if tokens > s.max_tokens:
             raise self._refusal(
                 key,
@@ -149,7 +177,7 @@ class AdaptiveTokenLimiter:
             )
         start = self.clock()
         deadline = start + max(0.0, max_wait_seconds)
-        entry_id = uuid.uuid4().hex
+        entry_id = f"{self._prefix}{self._ids():x}"
         last: Attempt | None = None
         late = 0
         while True:
@@ -202,7 +230,7 @@ class AdaptiveTokenLimiter:
         """
         tokens = None if input_tokens is None else max(0, int(input_tokens))
         try:
-            async with asyncio.timeout(self.settings.store_timeout_seconds):
+            async with self._bounded(self.settings.store_timeout_seconds):
                 await self.store.settle(reservation.bucket, reservation.entry_id, tokens)
         except Exception:  # noqa: BLE001 - the call is over; the entry keeps its reserved size
             log.warning("limiter settle failed for %s", reservation.bucket, exc_info=True)
@@ -210,10 +238,8 @@ class AdaptiveTokenLimiter:
         seen = self._seen.get(reservation.bucket)
         if seen is not None:  # keep the metrics' view in step: the entry now holds `tokens`
             used = seen.used_tokens - reservation.tokens + (reservation.tokens if tokens is None else tokens)
-            self._seen[reservation.bucket] = dataclasses.replace(
-                seen,
-                used_tokens=max(0, used),
-                pending_tokens=max(0, seen.pending_tokens - reservation.tokens),
+            self._seen[reservation.bucket] = _changed(
+                seen, used=max(0, used), pending=max(0, seen.pending_tokens - reservation.tokens)
             )
 
     async def record_outcome(self, key: LimiterKey, *, rate_limited: bool) -> None:
@@ -221,16 +247,16 @@ class AdaptiveTokenLimiter:
 
         Never raises: a store failure is logged.
         """
-        bucket = self.settings.bucket(key)
+        bucket = self._bucket(key)
         try:
-            async with asyncio.timeout(self.settings.store_timeout_seconds):
+            async with self._bounded(self.settings.store_timeout_seconds):
                 budget = await self.store.outcome(bucket, rate_limited)
         except Exception:  # noqa: BLE001 - adaptation is best effort
             log.warning("limiter outcome failed for %s", bucket, exc_info=True)
             return
         seen = self._seen.get(bucket)
-        if seen is not None:
-            self._seen[bucket] = dataclasses.replace(seen, budget_tokens=budget)
+        if seen is not None and seen.budget_tokens != budget:
+            self._seen[bucket] = _changed(seen, budget=budget)
 
     async def state(self, key: LimiterKey) -> BucketState:
         """Read key's bucket from the store now.
@@ -274,7 +300,7 @@ class AdaptiveTokenLimiter:
         # TimeoutError (bound passed) goes to the caller, which knows whether the wait or
         # the store is to blame; any other store failure fails closed.
         try:
-            async with asyncio.timeout(bound):
+            async with self._bounded(bound):
                 attempt = await self.store.try_reserve(bucket, entry_id, tokens)
         except MeshError:
             raise
@@ -326,6 +352,23 @@ class AdaptiveTokenLimiter:
             },
             retry_after_seconds=retry_after,
         )
+
+
+def _changed(
+    seen: BucketState, *, budget: int | None = None, used: int | None = None, pending: int | None = None
+) -> BucketState:
+    """Return seen with the given figures replaced (dataclasses.replace without its introspection)."""
+    return BucketState(
+        seen.bucket,
+        seen.provider,
+        seen.family,
+        seen.tenant,
+        seen.budget_tokens if budget is None else budget,
+        seen.used_tokens if used is None else used,
+        seen.pending_tokens if pending is None else pending,
+        seen.window_seconds,
+        seen.age_seconds,
+    )
 
 
 def _unavailable(what: str) -> MeshError:

@@ -35,6 +35,10 @@ class _Bucket:
 class MemoryStore:
     """Budgets and logs in this process (see the module docstring)."""
 
+    #: Its methods never suspend: the limiter calls them without a timeout (adaptive.py; a
+    #: subclass does not inherit this, it is read from the store's own class).
+    inline = True
+
     def __init__(self, settings: LimiterSettings, clock: Callable[[], float] = time.monotonic) -> None:
         """Create an empty store.
 
