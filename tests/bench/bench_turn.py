@@ -206,7 +206,7 @@ class _Phases:
         from agentrt.runs.loop import executor as loop
         from agentrt.runs.loop import turn
         from agentrt.runs.peers import Peers
-        from agentrt.runs.store import RunStore
+        from agentrt.runs.storage.store import RunStore
 
         self.wrap_async(Peers, "context", "GetContext")
         self.wrap_async(Peers, "tail", "GetContext")

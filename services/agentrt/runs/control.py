@@ -24,7 +24,7 @@ from agentrt.runs.domain import Resume
 from agentrt.runs.loop.child_phase import PARENT_RUN_ID
 from agentrt.runs.loop.tools_phase import merge_answers
 from agentrt.runs.spec.requests import check_answers, check_text_bytes
-from agentrt.runs.store import RunRecord, RunStore, StoredEvent
+from agentrt.runs.storage.store import RunRecord, RunStore, StoredEvent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

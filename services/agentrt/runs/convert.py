@@ -40,7 +40,7 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb
 
 if TYPE_CHECKING:
-    from agentrt.runs.records import RunRecord
+    from agentrt.runs.storage.records import RunRecord
 
 _STOPS = {
     cpb.STOP_REASON_TOOL_USE: STOP_TOOL_USE,

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from agentrt.core.guardrails import Result
 from agentrt.mesh.waits import wait_event
-from agentrt.runs.records import RunRecord, StoredEvent
+from agentrt.runs.storage.records import RunRecord, StoredEvent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

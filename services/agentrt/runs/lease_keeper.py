@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from agentrt.mesh.transient import RetryPolicy, retry_transient
-from agentrt.runs.store import RunStore
+from agentrt.runs.storage.store import RunStore
 
 log = logging.getLogger("agentrt.runs")
 

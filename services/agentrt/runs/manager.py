@@ -39,12 +39,13 @@ from agentrt.runs.spec.start import (
     request_digest,
 )
 from agentrt.runs.spec.validation import validate_sandbox
-from agentrt.runs.store import RunRecord, SessionBusy, StoredEvent
+from agentrt.runs.storage.store import RunRecord, SessionBusy, StoredEvent
 from agentrt.runs.stream import follow
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
 log = logging.getLogger("agentrt.runs")
+
 
 class RunManager(RunControl):
     """Starts and steers runs; see the module docstring."""

@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from agentrt.runs.events import EventHub
-from agentrt.runs.store import EVENTS_CHANNEL
+from agentrt.runs.storage.store import EVENTS_CHANNEL
 
 log = logging.getLogger("agentrt.runs")
 

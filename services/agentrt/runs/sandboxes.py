@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.runs.peers import Peers
-from agentrt.runs.records import RunRecord
+from agentrt.runs.storage.records import RunRecord
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 

@@ -22,7 +22,7 @@ from agentrt.runs.manager import RunManager
 from agentrt.runs.notify import EventListener
 from agentrt.runs.peers import Peers
 from agentrt.runs.servicer import RunServicer
-from agentrt.runs.store import RunStore
+from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.RunService"

@@ -21,9 +21,9 @@ import pytest
 
 from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.transient import is_transient
-from agentrt.runs import store_pg
-from agentrt.runs.records import RunRecord
-from agentrt.runs.store import RunStore
+from agentrt.runs.storage import pg as store_pg
+from agentrt.runs.storage.records import RunRecord
+from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from tests.emulators.providers import Reply, ToolCallReply

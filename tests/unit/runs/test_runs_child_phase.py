@@ -8,8 +8,8 @@ from agentrt.core.errors import MeshError
 from agentrt.runs.child_runs import split
 from agentrt.runs.domain import Resume
 from agentrt.runs.loop import child_phase
-from agentrt.runs.records import RunRecord
 from agentrt.runs.spec.start import check_idempotency_key
+from agentrt.runs.storage.records import RunRecord
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

@@ -48,8 +48,8 @@ from agentrt.runs import events as run_events
 from agentrt.runs import sandboxes
 from agentrt.runs.loop.batch import Abandoned, BatchStop, ProgressRelay
 from agentrt.runs.loop.tools_phase import Planned, runtime_result
-from agentrt.runs.records import RunRecord, StoredEvent
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
+from agentrt.runs.storage.records import RunRecord, StoredEvent
 from agentrt.runs.stream import follow
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -28,8 +28,8 @@ from agentrt.runs.events import EventHub
 from agentrt.runs.loop.compaction import Compactor
 from agentrt.runs.loop.context_cache import ContextCache, TailReadAhead
 from agentrt.runs.peers import Peers
-from agentrt.runs.records import MAX_DIAGNOSTICS, diagnostic_out
-from agentrt.runs.store import RunRecord, RunStore
+from agentrt.runs.storage.records import MAX_DIAGNOSTICS, diagnostic_out
+from agentrt.runs.storage.store import RunRecord, RunStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb

@@ -239,7 +239,13 @@ class GuardrailSteps(Housekeeping):
         judges = {
             asyncio.ensure_future(
                 consult(
-                    self.deps.peers, r.tenant, r.run_id, model, g, Stage.INPUT, text,
+                    self.deps.peers,
+                    r.tenant,
+                    r.run_id,
+                    model,
+                    g,
+                    Stage.INPUT,
+                    text,
                     call_key=turnmod.judge_call_key(r.run_id, key, SCOPE_AGENT, i, g.name),
                     stops_call=self._stops_judge,
                 )  # fmt: skip

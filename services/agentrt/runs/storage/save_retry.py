@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from agentrt.mesh.transient import RetryPolicy, retry_transient
-from agentrt.runs.models import RunRow
-from agentrt.runs.records import StoredEvent
+from agentrt.runs.storage.models import RunRow
+from agentrt.runs.storage.records import StoredEvent
 
 if TYPE_CHECKING:
-    from agentrt.runs.store import RunStore
+    from agentrt.runs.storage.store import RunStore
 
 #: Tries of one save point: about 6 s of backoff in all before the run fails.
 SAVE_POLICY = RetryPolicy(attempts=8, first_delay_s=0.05, max_delay_s=2.0)

@@ -4,6 +4,6 @@ The version table is the service's own (`alembic_version_runs`).
 """
 
 from agentrt.mesh.migrate import run_env
-from agentrt.runs.models import Base
+from agentrt.runs.storage.models import Base
 
 run_env(Base.metadata, "alembic_version_runs")

@@ -33,9 +33,9 @@ from typing import Any, cast
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from agentrt.runs.models import RunRow
-from agentrt.runs.records import StoredEvent
-from agentrt.runs.store_sql import GuardFailed, numbered
+from agentrt.runs.storage.models import RunRow
+from agentrt.runs.storage.records import StoredEvent
+from agentrt.runs.storage.sql import GuardFailed, numbered
 from agentrt.v1 import run_service_pb2 as pb
 
 #: The runs table's columns, in table order (what `get_run` selects and `insert_run` writes).

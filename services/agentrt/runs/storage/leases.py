@@ -18,7 +18,7 @@ from sqlalchemy import Integer, String, Update, bindparam, func, or_, select, tu
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from agentrt.mesh.db import Database
-from agentrt.runs.models import RunLogRow, RunRow
+from agentrt.runs.storage.models import RunLogRow, RunRow
 from agentrt.v1 import common_pb2 as cpb
 
 #: Runs renewed by one statement on SQLite (`LeaseRows.renew_leases`): 3 bind parameters

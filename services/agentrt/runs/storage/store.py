@@ -37,15 +37,20 @@ from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.mesh.db import Database
-from agentrt.runs import migrate
-from agentrt.runs import store_lite as lite
-from agentrt.runs import store_pg as pg
-from agentrt.runs import store_sql as sql
-from agentrt.runs.lease_store import LeaseRows, lease_overlaps
-from agentrt.runs.models import AgentRow, RunEventRow, RunRow
-from agentrt.runs.records import COLUMNS, TERMINAL, RunRecord, StoredEvent, decode, decode_mapping, encode
-from agentrt.runs.save_retry import save_with_retries
-from agentrt.runs.store_sql import EVENTS_CHANNEL, GuardFailed
+from agentrt.runs.storage import lite, migrate, pg, sql
+from agentrt.runs.storage.leases import LeaseRows, lease_overlaps
+from agentrt.runs.storage.models import AgentRow, RunEventRow, RunRow
+from agentrt.runs.storage.records import (
+    COLUMNS,
+    TERMINAL,
+    RunRecord,
+    StoredEvent,
+    decode,
+    decode_mapping,
+    encode,
+)
+from agentrt.runs.storage.save_retry import save_with_retries
+from agentrt.runs.storage.sql import EVENTS_CHANNEL, GuardFailed
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
