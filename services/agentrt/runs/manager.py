@@ -24,7 +24,8 @@ from agentrt.core.ids import new_id, valid_id
 from agentrt.runs import sandboxes
 from agentrt.runs.child_runs import ChildRuns
 from agentrt.runs.control import RunControl
-from agentrt.runs.events import run_started_events, run_topic, session_topic
+from agentrt.runs.events.hub import run_started_events, run_topic, session_topic
+from agentrt.runs.events.stream import follow
 from agentrt.runs.lease_keeper import LeaseKeeper
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.executor import Deps, RunExecutor
@@ -40,7 +41,6 @@ from agentrt.runs.spec.start import (
 )
 from agentrt.runs.spec.validation import validate_sandbox
 from agentrt.runs.storage.store import RunRecord, SessionBusy, StoredEvent
-from agentrt.runs.stream import follow
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

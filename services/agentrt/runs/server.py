@@ -16,10 +16,10 @@ from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
 from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs.config import RunsConfig
-from agentrt.runs.events import EventHub
+from agentrt.runs.events.hub import EventHub
+from agentrt.runs.events.notify import EventListener
 from agentrt.runs.loop.executor import Deps, crash_at
 from agentrt.runs.manager import RunManager
-from agentrt.runs.notify import EventListener
 from agentrt.runs.peers import Peers
 from agentrt.runs.servicer import RunServicer
 from agentrt.runs.storage.store import RunStore

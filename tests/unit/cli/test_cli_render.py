@@ -29,7 +29,7 @@ def test_a_gap_after_a_takeover_is_an_upper_bound_not_a_count_of_lost_events():
 
 def _events(*payloads: dict) -> list[pb.RunEvent]:
     """Number the payloads through a real RunChannel (each dict: {"turn": n, <kind>: message})."""
-    from agentrt.runs.events import EventHub
+    from agentrt.runs.events.hub import EventHub
 
     channel = EventHub().open("run_parent", "default", "ses_1", 0, 0)
     out = []

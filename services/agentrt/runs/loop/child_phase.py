@@ -44,13 +44,13 @@ from typing import Any, Protocol
 from agentrt.core import agent_tools
 from agentrt.core.errors import MeshError, Status
 from agentrt.core.ids import new_id
-from agentrt.runs import events as run_events
 from agentrt.runs import sandboxes
+from agentrt.runs.events import hub as run_events
+from agentrt.runs.events.stream import follow
 from agentrt.runs.loop.batch import Abandoned, BatchStop, ProgressRelay
 from agentrt.runs.loop.tools_phase import Planned, runtime_result
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.runs.storage.records import RunRecord, StoredEvent
-from agentrt.runs.stream import follow
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb

@@ -24,7 +24,7 @@ from typing import Any
 from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs import sandboxes
 from agentrt.runs.convert import injected_only, injected_out
-from agentrt.runs.events import EventHub
+from agentrt.runs.events.hub import EventHub
 from agentrt.runs.loop.compaction import Compactor
 from agentrt.runs.loop.context_cache import ContextCache, TailReadAhead
 from agentrt.runs.peers import Peers

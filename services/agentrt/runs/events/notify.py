@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from agentrt.runs.events import EventHub
+from agentrt.runs.events.hub import EventHub
 from agentrt.runs.storage.store import EVENTS_CHANNEL
 
 log = logging.getLogger("agentrt.runs")
