@@ -202,7 +202,8 @@ class _Phases:
         setattr(owner, attr, timed)
 
     def install(self) -> None:
-        from agentrt.runs.events.hub import EventHub, RunChannel
+        from agentrt.runs.events.channel import RunChannel
+        from agentrt.runs.events.hub import EventHub
         from agentrt.runs.loop import executor as loop
         from agentrt.runs.loop import turn
         from agentrt.runs.peers import Peers

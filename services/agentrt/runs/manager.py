@@ -24,7 +24,8 @@ from agentrt.core.ids import new_id, valid_id
 from agentrt.runs import sandboxes
 from agentrt.runs.child_runs import ChildRuns
 from agentrt.runs.control import RunControl
-from agentrt.runs.events.hub import run_started_events, run_topic, session_topic
+from agentrt.runs.events.build import run_started_events
+from agentrt.runs.events.hub import run_topic, session_topic
 from agentrt.runs.events.stream import follow
 from agentrt.runs.lease_keeper import LeaseKeeper
 from agentrt.runs.loop import turn as turnmod

@@ -10,7 +10,7 @@ import asyncio
 import json
 
 from agentrt.core.guardrails import CANCELLED_TEXT, SCOPE_AGENT, SCOPE_TOOL, Decision, Result, Stage
-from agentrt.runs.events import hub as events
+from agentrt.runs.events import build as events
 from agentrt.runs.loop import guardrail_checks as gc
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -3,59 +3,30 @@
 - A `Subscription` is one consumer's bounded buffer. `offer()` never blocks: when the
   buffer is full the event is dropped and the drop is remembered; the next event that
   fits is preceded by a `GapMarker` naming the dropped range, so a loss is never silent.
-- `RunChannel` is the producer side of one executing run: it numbers events (the run's
-  seq and the session's seq) and decides when each may reach a subscriber:
-  * a durable event (everything but the provisional kinds) is *held* until the save point
-    that writes it has committed, so a subscriber that received it finds it in the run
-    log (nothing is shown before it is durable);
-  * a provisional event (turn_started, planning, model_delta, tool_progressed,
-    tool_returned; `RunEvent.provisional`) is delivered at once, but only while its seq is
-    at most the run's *reservation*: the highest seq the run row says may have been
-    delivered. Every save point moves the reservation RESERVE_BLOCK ahead of the last
-    seq; a channel that runs out of it mid-turn asks for more (`extend`, one fenced write)
-    and holds its provisional events until the write commits. A replica that takes a run
-    over numbers after the reservation, so a seq a subscriber has seen is never given to
-    a different event; what the dead replica delivered and never wrote is a gap.
-  Held events go out in seq order after the write, and nothing numbered later overtakes
-  them. Numbered events stay *unflushed* until a save writes them; replay reads the
-  database and the unflushed events that were already delivered.
-- `EventHub` holds the subscriptions by topic and the open channels. `wake()` tells the
-  subscribers of a topic that storage holds events they have not been offered (another
-  replica wrote them; runs/notify.py hears of it): their next wait returns at once and the
-  stream re-reads storage.
+- `EventHub` holds the subscriptions by topic and the channels of the runs executing in
+  this process (runs/events/channel.py: a run's producer side, which numbers its events and
+  decides when each may reach a subscriber). `wake()` tells the subscribers of a topic
+  that storage holds events they have not been offered (another replica wrote them;
+  runs/events/notify.py hears of it): their next wait returns at once and the stream
+  re-reads storage.
 
-- `guardrail_result` builds the payload of a consulted guardrail's event (004 §2.6) from its
-  `core.guardrails.Result`.
-
-Publishing is synchronous and never awaits, so seqs are assigned atomically with delivery
-and a subscriber never sees a higher seq before a lower one.
+Delivery is synchronous and never awaits, so a subscriber never sees a higher seq before a
+lower one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from agentrt.core.guardrails import Result
 from agentrt.mesh.waits import wait_event
-from agentrt.runs.storage.records import RunRecord, StoredEvent
-from agentrt.v1 import common_pb2 as cpb
+from agentrt.runs.events.channel import Extender, RunChannel
+from agentrt.runs.storage.records import StoredEvent
 from agentrt.v1 import run_service_pb2 as pb
-
-log = logging.getLogger("agentrt.runs")
 
 #: A topic is ("run", run_id) or ("session", "<tenant>/<session_id>").
 Topic = tuple[str, str]
-#: Seqs a save point reserves past its last event for the provisional events that follow.
-RESERVE_BLOCK = 512
-#: Payload kinds delivered before their save point (see the module docstring).
-PROVISIONAL = frozenset({"turn_started", "model_delta", "tool_progressed", "tool_returned"})
-#: Writes (run seq, session seq) as the run's durable reservation; False = lease lost.
-Extender = Callable[[int, int], Awaitable[bool]]
 
 
 def run_topic(run_id: str) -> Topic:
@@ -141,129 +112,6 @@ class Subscription:
             return marker
         self._stale = False
         return None
-
-
-@dataclass
-class RunChannel:
-    """The producer side of one executing run (see the module docstring).
-
-    Attributes:
-        seq / session_seq: the last numbers given (run timeline, session timeline).
-        reserved: the durable reservation: provisional events up to this run seq may be
-            delivered before their save point.
-        extend: writes a larger reservation (None: provisional events wait for the next save).
-    """
-
-    hub: EventHub
-    run_id: str
-    tenant: str
-    session_id: str
-    seq: int
-    session_seq: int
-    reserved: int = 0
-    extend: Extender | None = None
-    unflushed: list[StoredEvent] = field(default_factory=list)
-    _held: deque[StoredEvent] = field(default_factory=deque)
-    _stored_upto: int = 0
-    _extending: asyncio.Task[None] | None = None
-
-    def publish(self, turn: int, **payload: object) -> StoredEvent:
-        """Number one event; deliver it now (provisional, within the reservation) or hold it.
-
-        payload is one RunEvent oneof field, e.g.
-        ``channel.publish(2, turn_started=pb.TurnStarted(turn=2))``. Whether the event is
-        provisional follows from its kind (PROVISIONAL), and a planning phase change is
-        provisional too (it opens a turn like turn_started).
-        """
-        kind = next(iter(payload))
-        phase = payload.get("phase_changed")
-        provisional = kind in PROVISIONAL or (
-            isinstance(phase, pb.PhaseChanged) and phase.phase == cpb.RUN_PHASE_PLANNING
-        )
-        self.seq += 1
-        self.session_seq += 1
-        event = pb.RunEvent(
-            seq=self.seq,
-            run_id=self.run_id,
-            turn=turn,
-            provisional=provisional,
-            **payload,  # type: ignore[arg-type]
-        )
-        event.time.FromNanoseconds(time.time_ns())
-        stored = StoredEvent(self.run_id, self.seq, self.tenant, self.session_id, self.session_seq, event)
-        self.unflushed.append(stored)
-        if provisional and not self._held and stored.seq <= self.reserved:
-            self.hub.deliver([stored])
-        else:
-            self._held.append(stored)
-            if provisional:
-                self._ask_for_more()
-        return stored
-
-    def take(self) -> list[StoredEvent]:
-        """Return the events not yet written (the caller writes them at its save point)."""
-        return list(self.unflushed)
-
-    def reservation(self, block: int = RESERVE_BLOCK) -> tuple[int, int]:
-        """Return the (run seq, session seq) reservation a save point writes: `block` ahead."""
-        return self.seq + block, self.session_seq + block
-
-    def flushed(self, events: list[StoredEvent], reserved: int) -> None:
-        """Record a committed save: its events are stored and `reserved` is durable.
-
-        Held events then go out in order: stored ones, and provisional ones within the
-        reservation; the first that is neither stops the release.
-        """
-        done = {e.seq for e in events}
-        self.unflushed = [e for e in self.unflushed if e.seq not in done]
-        if events:
-            self._stored_upto = max(self._stored_upto, max(done))
-        self.reserved = max(self.reserved, reserved)
-        self._release()
-
-    def delivered_unflushed(self) -> list[StoredEvent]:
-        """Return the unwritten events subscribers already have (held ones excluded)."""
-        held = {e.seq for e in self._held}
-        return [e for e in self.unflushed if e.seq not in held]
-
-    def close(self) -> None:
-        """Stop asking for reservations (the executor ended)."""
-        if self._extending is not None:
-            self._extending.cancel()
-
-    def _release(self) -> None:
-        out: list[StoredEvent] = []
-        while self._held:
-            head = self._held[0]
-            if head.seq <= self._stored_upto or (head.event.provisional and head.seq <= self.reserved):
-                out.append(self._held.popleft())
-            else:
-                break
-        if out:
-            self.hub.deliver(out)
-        if self._held and self._held[0].event.provisional:
-            self._ask_for_more()
-
-    def _ask_for_more(self) -> None:
-        if self.extend is None or self._extending is not None:
-            return
-        try:
-            self._extending = asyncio.get_running_loop().create_task(self._extend())
-        except RuntimeError:  # no loop (a unit test driving the channel synchronously)
-            self._extending = None
-
-    async def _extend(self) -> None:
-        assert self.extend is not None
-        target, session_target = self.reservation()
-        try:
-            ok = await self.extend(target, session_target)
-        except Exception:  # noqa: BLE001 - the events wait for the next save point instead
-            log.warning("run %s: could not extend the event reservation", self.run_id, exc_info=True)
-            ok = False
-        self._extending = None
-        if ok:
-            self.reserved = max(self.reserved, target)
-            self._release()
 
 
 class EventHub:
@@ -371,69 +219,3 @@ def as_session_event(stored: StoredEvent) -> pb.RunEvent:
     event.CopyFrom(stored.event)
     event.seq = stored.session_seq
     return event
-
-
-def run_started_events(record: RunRecord) -> list[pb.RunEvent]:
-    """Return a new run's first events (`run_started`, phase `prompted`), stamped now (002 RunStarted)."""
-    snap = record.agent
-    started = pb.RunEvent(
-        run_id=record.run_id,
-        run_started=pb.RunStarted(
-            agent_name=snap.name, session_id=record.session_id, input=record.input, model=snap.model
-        ),
-    )
-    prompted = pb.RunEvent(run_id=record.run_id, phase_changed=pb.PhaseChanged(phase=cpb.RUN_PHASE_PROMPTED))
-    for ev in (started, prompted):
-        ev.time.FromNanoseconds(time.time_ns())
-    return [started, prompted]
-
-
-def child_run_linked(call_id: str, child: RunRecord) -> pb.ChildRunLinked:
-    """Return the payload of a parent's `child_run_linked` event (002 run tree; 004 §2.8).
-
-    Durable (not in PROVISIONAL): it reaches a subscriber only once the parent's log holds the link.
-    """
-    return pb.ChildRunLinked(
-        call_id=call_id,
-        child_run_id=child.run_id,
-        agent_name=child.agent_name,
-        agent_version=child.agent_version,
-        session_id=child.session_id,
-    )
-
-
-_STAGES = {
-    "input": pb.GUARDRAIL_STAGE_INPUT,
-    "output": pb.GUARDRAIL_STAGE_OUTPUT,
-    "tool_input": pb.GUARDRAIL_STAGE_TOOL_INPUT,
-    "tool_output": pb.GUARDRAIL_STAGE_TOOL_OUTPUT,
-}
-_DECISIONS = {
-    "allow": pb.GUARDRAIL_DECISION_ALLOW,
-    "replace": pb.GUARDRAIL_DECISION_REPLACE,
-    "trip": pb.GUARDRAIL_DECISION_TRIP,
-}
-
-
-def guardrail_result(result: Result, duration_s: float, usage: cpb.Usage | None = None) -> pb.GuardrailResult:
-    """Return the `guardrail_result` event payload of one consulted guardrail (004 §2.6).
-
-    Args:
-        result: the guardrail's outcome (core.guardrails); no decision = it failed or was
-            cancelled (its `error` says which).
-        duration_s: wall time it took, in seconds (>= 0).
-        usage: a model guardrail's tokens (nested usage, 004 §2.7f); None for a pattern.
-    """
-    out = pb.GuardrailResult(
-        guardrail=result.guardrail,
-        stage=_STAGES[str(result.stage)],  # type: ignore[arg-type]
-        decision=_DECISIONS[str(result.decision)] if result.decision else 0,  # type: ignore[arg-type]
-        message=result.message,
-        call_id=result.call_id,
-        error=result.error,
-        scope=result.scope,
-    )
-    out.duration.FromNanoseconds(int(max(0.0, duration_s) * 1e9))
-    if usage is not None and usage.ByteSize():
-        out.usage.CopyFrom(usage)
-    return out

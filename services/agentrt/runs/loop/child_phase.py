@@ -45,7 +45,8 @@ from agentrt.core import agent_tools
 from agentrt.core.errors import MeshError, Status
 from agentrt.core.ids import new_id
 from agentrt.runs import sandboxes
-from agentrt.runs.events import hub as run_events
+from agentrt.runs.events.build import child_run_linked, run_started_events
+from agentrt.runs.events.hub import run_topic
 from agentrt.runs.events.stream import follow
 from agentrt.runs.loop.batch import Abandoned, BatchStop, ProgressRelay
 from agentrt.runs.loop.tools_phase import Planned, runtime_result
@@ -250,7 +251,7 @@ class ChildCalls:
 
         name = child.tool.agent_name
         async for event in follow(
-            deps.hub, run_events.run_topic(child.run_id), read, after,
+            deps.hub, run_topic(child.run_id), read, after,
             poll_seconds=POLL_S, head=head, ended=ended,
         ):  # fmt: skip
             kind = event.WhichOneof("payload")
@@ -329,7 +330,7 @@ async def start(ex: Any, planned: Sequence[Planned]) -> ChildCalls | None:
         child.run_id = found.run_id
         if found.run_id not in linked:
             linked.append(found.run_id)
-            links.append(run_events.child_run_linked(p.call.call_id, found))
+            links.append(child_run_linked(p.call.call_id, found))
     if links:
         for link in links:
             ex._publish(child_run_linked=link)
@@ -382,7 +383,7 @@ async def _create(
         deadline_s=now + budget if budget else 0.0,
         state=state,
     )  # fmt: skip
-    stored_record, stored = await deps.store.insert_run(record, run_events.run_started_events(record))
+    stored_record, stored = await deps.store.insert_run(record, run_started_events(record))
     return stored_record, stored
 
 

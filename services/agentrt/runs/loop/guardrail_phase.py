@@ -55,7 +55,7 @@ from agentrt.core.decide import REASON_BYTES, Decision
 from agentrt.core.guardrails import SCOPE_AGENT, Result, Stage
 from agentrt.core.input_race import Ending, InputRace
 from agentrt.core.truncate import truncate
-from agentrt.runs.events import hub as events
+from agentrt.runs.events import build as events
 from agentrt.runs.loop import handoff_phase
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.guardrail_checks import (
