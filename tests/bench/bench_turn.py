@@ -206,7 +206,7 @@ class _Phases:
         from agentrt.runs.events.hub import EventHub
         from agentrt.runs.loop import executor as loop
         from agentrt.runs.loop import turn
-        from agentrt.runs.peers import Peers
+        from agentrt.runs.peers.client import Peers
         from agentrt.runs.storage.store import RunStore
 
         self.wrap_async(Peers, "context", "GetContext")

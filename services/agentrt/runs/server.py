@@ -20,7 +20,7 @@ from agentrt.runs.events.hub import EventHub
 from agentrt.runs.events.notify import EventListener
 from agentrt.runs.loop.executor import Deps, crash_at
 from agentrt.runs.manager import RunManager
-from agentrt.runs.peers import Peers
+from agentrt.runs.peers.client import Peers
 from agentrt.runs.servicer import RunServicer
 from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc

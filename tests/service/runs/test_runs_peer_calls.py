@@ -13,7 +13,7 @@ import pytest
 from agentrt.cli.ports import free_ports
 from agentrt.client.channels import MeshClient
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.runs.peers import MODEL_CALL_TIMEOUT_S, Peers
+from agentrt.runs.peers.client import MODEL_CALL_TIMEOUT_S, Peers
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import gateway_service_pb2_grpc as gpb_grpc
 from agentrt.v1 import session_service_pb2 as spb

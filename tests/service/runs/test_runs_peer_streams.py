@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from agentrt.runs import peer_calls
+from agentrt.runs.peers import streams as peer_calls
 from agentrt.sessions.servicer import SessionServicer
 from agentrt.tools.servicer import ToolServicer
 from agentrt.v1 import common_pb2 as cpb

@@ -30,7 +30,7 @@ from agentrt.runs.convert import call_out
 from agentrt.runs.loop.tools_phase import Planned, runtime_result
 from agentrt.runs.loop.turn import RunFailed, failure
 from agentrt.runs.observe import record_tool_result
-from agentrt.runs.peers import Peers
+from agentrt.runs.peers.client import Peers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import tool_service_pb2 as tpb
 

@@ -27,7 +27,7 @@ from agentrt.runs.convert import injected_only, injected_out
 from agentrt.runs.events.hub import EventHub
 from agentrt.runs.loop.compaction import Compactor
 from agentrt.runs.loop.context_cache import ContextCache, TailReadAhead
-from agentrt.runs.peers import Peers
+from agentrt.runs.peers.client import Peers
 from agentrt.runs.storage.records import MAX_DIAGNOSTICS, diagnostic_out
 from agentrt.runs.storage.store import RunRecord, RunStore
 from agentrt.v1 import common_pb2 as cpb

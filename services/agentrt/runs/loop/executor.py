@@ -60,7 +60,7 @@ from agentrt.runs.loop.persistence import runtime_user_entry
 from agentrt.runs.loop.structured_phase import Verdict
 from agentrt.runs.loop.turn import RunFailed
 from agentrt.runs.loop.turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
-from agentrt.runs.peer_calls import RUN_CALLS, RunCalls
+from agentrt.runs.peers.streams import RUN_CALLS, RunCalls
 from agentrt.runs.spec.agents import limits_of
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -53,7 +53,7 @@ from agentrt.runs.convert import display_extra, text_of
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.persistence import RUNTIME_DETAILS
 from agentrt.runs.loop.tools_phase import Planned
-from agentrt.runs.peers import Peers
+from agentrt.runs.peers.client import Peers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -25,7 +25,7 @@ from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.runs.convert import history_of, messages_out, response_in
 from agentrt.runs.loop import handoff_phase
 from agentrt.runs.loop.structured_phase import TurnShape
-from agentrt.runs.peers import Peers
+from agentrt.runs.peers.client import Peers
 from agentrt.runs.spec.agents import limits_of, offered_specs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb

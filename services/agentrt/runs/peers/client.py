@@ -42,8 +42,8 @@ from agentrt.client.channels import MeshClient
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import TENANT_HEADER
 from agentrt.mesh.status import from_rpc_error, reason_of
-from agentrt.runs import peer_calls
-from agentrt.runs.peer_calls import GATEWAY, NOT_SENT, SESSIONS, TOOLS
+from agentrt.runs.peers import streams
+from agentrt.runs.peers.streams import GATEWAY, NOT_SENT, SESSIONS, TOOLS
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import session_service_pb2 as spb
@@ -297,7 +297,7 @@ class Peers:
         # Fenced by expected_last_seq, a batch sent twice (gRPC's retry policy on this
         # channel, FENCED_METHODS; the run's stream of calls, runs/peer_calls.py) is refused
         # (SEQ_MISMATCH), never doubled.
-        resp = await peer_calls.send(SESSIONS, req, timeout=SESSION_CALL_TIMEOUT_S, ready=self._ready)
+        resp = await streams.send(SESSIONS, req, timeout=SESSION_CALL_TIMEOUT_S, ready=self._ready)
         if resp is NOT_SENT:
             resp = await self._call(
                 "sessions",
@@ -490,7 +490,7 @@ class Peers:
         Raises:
             MeshError: as `generate`.
         """
-        if request.idempotency_key and peer_calls.run_calls(GATEWAY) is not None:
+        if request.idempotency_key and streams.run_calls(GATEWAY) is not None:
             answer = await self._generate_over_stream(tenant, request, on_message, on_wait, stops_call)
             if answer is not NOT_SENT:
                 return answer  # type: ignore[return-value]
@@ -527,7 +527,7 @@ class Peers:
         waited_since: float | None = None
         while True:
             try:
-                return await peer_calls.send(
+                return await streams.send(
                     GATEWAY,
                     request,
                     timeout=self._model_timeout_s,
@@ -580,7 +580,7 @@ class Peers:
             request.timeout.seconds + request.timeout.nanos / 1e9 if request.HasField("timeout") else 600.0
         )
         deadline = timeout + self._tool_grace_s
-        answer = await peer_calls.send(
+        answer = await streams.send(
             TOOLS, (request, False), timeout=deadline, ready=self._ready, on_resend=self._resent
         )
         if answer is not NOT_SENT:
@@ -638,7 +638,7 @@ class Peers:
                 Status.INTERNAL, Reason.INTERNAL, "the tool service's stream ended without a result"
             )
 
-        answer = await peer_calls.send(
+        answer = await streams.send(
             TOOLS,
             (request, True),
             timeout=timeout + self._tool_grace_s,
