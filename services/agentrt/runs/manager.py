@@ -21,13 +21,13 @@ from collections.abc import AsyncIterator
 
 from agentrt.core.errors import MeshError, Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
-from agentrt.runs import sandboxes
-from agentrt.runs.child_runs import ChildRuns
-from agentrt.runs.control import RunControl
 from agentrt.runs.events.build import run_started_events
 from agentrt.runs.events.hub import run_topic, session_topic
 from agentrt.runs.events.stream import follow
-from agentrt.runs.lease_keeper import LeaseKeeper
+from agentrt.runs.lifecycle import sandboxes
+from agentrt.runs.lifecycle.child_runs import ChildRuns
+from agentrt.runs.lifecycle.control import RunControl
+from agentrt.runs.lifecycle.lease_keeper import LeaseKeeper
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.executor import Deps, RunExecutor
 from agentrt.runs.observe import store_gauges

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentrt.core.errors import MeshError
-from agentrt.runs.child_runs import split
 from agentrt.runs.domain import Resume
+from agentrt.runs.lifecycle.child_runs import split
 from agentrt.runs.loop import child_phase
 from agentrt.runs.spec.start import check_idempotency_key
 from agentrt.runs.storage.records import RunRecord

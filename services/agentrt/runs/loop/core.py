@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.mesh.telemetry.metrics import RunMetrics
-from agentrt.runs import sandboxes
 from agentrt.runs.convert import injected_only, injected_out
 from agentrt.runs.events.hub import EventHub
+from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.loop.compaction import Compactor
 from agentrt.runs.loop.context_cache import ContextCache, TailReadAhead
 from agentrt.runs.peers.client import Peers

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agentrt.runs import sandboxes
+from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.batch import BatchResult, not_run
 from agentrt.runs.loop.core import ExecutorCore, b64

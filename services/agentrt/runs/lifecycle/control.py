@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import valid_id
-from agentrt.runs.child_runs import split
 from agentrt.runs.convert import STOP_KIND, injected_only, injected_out
 from agentrt.runs.domain import Resume
+from agentrt.runs.lifecycle.child_runs import split
 from agentrt.runs.loop.child_phase import PARENT_RUN_ID
 from agentrt.runs.loop.tools_phase import merge_answers
 from agentrt.runs.spec.requests import check_answers, check_text_bytes
@@ -29,7 +29,7 @@ from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
 if TYPE_CHECKING:
-    from agentrt.runs.child_runs import ChildRuns
+    from agentrt.runs.lifecycle.child_runs import ChildRuns
     from agentrt.runs.loop.executor import Deps, RunExecutor
 
 _INJECTION_KINDS = {
