@@ -26,7 +26,7 @@ from agentrt.core.decide import Call
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.core.truncate import byte_len, text_prefix
 from agentrt.mesh import telemetry
-from agentrt.runs.convert import call_out
+from agentrt.runs.convert.model import call_out
 from agentrt.runs.loop.tools_phase import Planned, runtime_result
 from agentrt.runs.loop.turn import RunFailed, failure
 from agentrt.runs.observe import record_tool_result

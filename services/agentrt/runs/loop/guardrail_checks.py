@@ -49,7 +49,7 @@ from agentrt.core.guardrails import (
 )
 from agentrt.core.structured import FINAL_OUTPUT_TOOL
 from agentrt.mesh import telemetry
-from agentrt.runs.convert import display_extra, text_of
+from agentrt.runs.convert.model import display_extra, text_of
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.persistence import RUNTIME_DETAILS
 from agentrt.runs.loop.tools_phase import Planned

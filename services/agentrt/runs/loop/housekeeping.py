@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrt.core.errors import MeshError
-from agentrt.runs.convert import display_extra
+from agentrt.runs.convert.model import display_extra
 from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.compaction import OVERFLOW, CompactionSkipped, Summarized, abandoned
 from agentrt.runs.loop.core import ExecutorCore

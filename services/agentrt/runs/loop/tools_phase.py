@@ -34,7 +34,7 @@ from agentrt.core.decide import Call
 from agentrt.core.errors import Reason, invalid
 from agentrt.core.policy import AGENT, check_exec_call, compile_policy
 from agentrt.core.tool_args import ArgumentCheck, check_arguments, problems_text
-from agentrt.runs.convert import call_out
+from agentrt.runs.convert.model import call_out
 from agentrt.runs.domain import Answers, Resume
 from agentrt.runs.loop import reconcile
 from agentrt.runs.loop.persistence import RUNTIME_DETAILS
