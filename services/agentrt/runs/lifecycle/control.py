@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import valid_id
-from agentrt.runs.convert.model import STOP_KIND, injected_only, injected_out
+from agentrt.runs.convert.run import STOP_KIND, injected_only, injected_out
 from agentrt.runs.domain import Resume
 from agentrt.runs.lifecycle.child_runs import split
 from agentrt.runs.loop.child_phase import PARENT_RUN_ID

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.mesh.telemetry.metrics import RunMetrics
-from agentrt.runs.convert.model import injected_only, injected_out
+from agentrt.runs.convert.run import injected_only, injected_out
 from agentrt.runs.events.hub import EventHub
 from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.loop.compaction import Compactor

@@ -22,7 +22,8 @@ from typing import Any
 from agentrt.core import render
 from agentrt.core.decide import is_overflow
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.runs.convert.model import history_of, messages_out, response_in
+from agentrt.runs.convert.history import history_of
+from agentrt.runs.convert.model import messages_out, response_in
 from agentrt.runs.loop import handoff_phase
 from agentrt.runs.loop.structured_phase import TurnShape
 from agentrt.runs.peers.client import Peers

@@ -23,7 +23,8 @@ from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.core.errors import MeshError
 from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
-from agentrt.runs.convert.model import STOP_KIND, call_out, kind_out, response_in, text_of
+from agentrt.runs.convert.model import call_out, kind_out, response_in, text_of
+from agentrt.runs.convert.run import STOP_KIND
 from agentrt.runs.domain import Answers
 from agentrt.runs.loop import (
     child_phase,
