@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 
 from agentrt.core.errors import MeshError, Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
+from agentrt.runs.domain import RunRecord, StoredEvent
 from agentrt.runs.events.build import run_started_events
 from agentrt.runs.events.hub import run_topic, session_topic
 from agentrt.runs.events.stream import follow
@@ -41,7 +42,7 @@ from agentrt.runs.spec.start import (
     request_digest,
 )
 from agentrt.runs.spec.validation import validate_sandbox
-from agentrt.runs.storage.store import RunRecord, SessionBusy, StoredEvent
+from agentrt.runs.storage.store import SessionBusy
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

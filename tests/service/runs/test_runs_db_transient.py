@@ -21,8 +21,8 @@ import pytest
 
 from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.transient import is_transient
+from agentrt.runs.domain import RunRecord
 from agentrt.runs.storage import pg as store_pg
-from agentrt.runs.storage.records import RunRecord
 from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -19,10 +19,10 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from agentrt.mesh.db import Database, lock_taken, sqlite_url
-from agentrt.runs.domain import Answers
+from agentrt.runs.domain import Answers, RunRecord, StoredEvent
 from agentrt.runs.storage import lite as store_lite
 from agentrt.runs.storage.models import RunRow
-from agentrt.runs.storage.records import COLUMNS, RunRecord, StoredEvent
+from agentrt.runs.storage.records import COLUMNS
 from agentrt.runs.storage.store import INLINE_ROWS, RunStore, SessionBusy
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

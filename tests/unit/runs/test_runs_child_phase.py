@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 
 from agentrt.core.errors import MeshError
-from agentrt.runs.domain import Resume
+from agentrt.runs.domain import Resume, RunRecord
 from agentrt.runs.lifecycle.child_runs import split
 from agentrt.runs.loop import child_phase
 from agentrt.runs.spec.start import check_idempotency_key
-from agentrt.runs.storage.records import RunRecord
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 
-from agentrt.runs.storage.records import RunRecord
+from agentrt.runs.domain import RunRecord
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

@@ -21,8 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from agentrt.mesh.waits import wait_event
+from agentrt.runs.domain import StoredEvent
 from agentrt.runs.events.channel import Extender, RunChannel
-from agentrt.runs.storage.records import StoredEvent
 from agentrt.v1 import run_service_pb2 as pb
 
 #: A topic is ("run", run_id) or ("session", "<tenant>/<session_id>").

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from agentrt.runs.domain import StoredEvent
 from agentrt.runs.events.hub import EventHub, GapMarker, Topic, as_session_event
-from agentrt.runs.storage.records import StoredEvent
 from agentrt.v1 import run_service_pb2 as pb
 
 #: Reads stored events of the topic with after < seq <= upto (upto None = no bound).

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import valid_id
 from agentrt.runs.convert.run import STOP_KIND, injected_only, injected_out
-from agentrt.runs.domain import Resume
+from agentrt.runs.domain import Resume, RunRecord, StoredEvent
 from agentrt.runs.lifecycle.child_runs import split
 from agentrt.runs.loop.child_phase import PARENT_RUN_ID
 from agentrt.runs.loop.tools_phase import merge_answers
 from agentrt.runs.spec.requests import check_answers, check_text_bytes
-from agentrt.runs.storage.store import RunRecord, RunStore, StoredEvent
+from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrt.core.errors import MeshError, Reason, Status
+from agentrt.runs.domain import RunRecord
 from agentrt.runs.peers.client import Peers
-from agentrt.runs.storage.records import RunRecord
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 

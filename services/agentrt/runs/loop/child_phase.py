@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from agentrt.core import agent_tools
 from agentrt.core.errors import MeshError, Status
 from agentrt.core.ids import new_id
+from agentrt.runs.domain import RunRecord, StoredEvent
 from agentrt.runs.events.build import child_run_linked, run_started_events
 from agentrt.runs.events.hub import run_topic
 from agentrt.runs.events.stream import follow
@@ -51,7 +52,6 @@ from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.loop.batch import Abandoned, BatchStop, ProgressRelay
 from agentrt.runs.loop.tools_phase import Planned, runtime_result
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
-from agentrt.runs.storage.records import RunRecord, StoredEvent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb

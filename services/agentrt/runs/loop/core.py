@@ -23,13 +23,13 @@ from typing import Any
 
 from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs.convert.run import injected_only, injected_out
+from agentrt.runs.domain import MAX_DIAGNOSTICS, RunRecord, diagnostic_out
 from agentrt.runs.events.hub import EventHub
 from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.loop.compaction import Compactor
 from agentrt.runs.loop.context_cache import ContextCache, TailReadAhead
 from agentrt.runs.peers.client import Peers
-from agentrt.runs.storage.records import MAX_DIAGNOSTICS, diagnostic_out
-from agentrt.runs.storage.store import RunRecord, RunStore
+from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb

@@ -33,8 +33,8 @@ from typing import Any, cast
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
+from agentrt.runs.domain import StoredEvent
 from agentrt.runs.storage.models import RunRow
-from agentrt.runs.storage.records import StoredEvent
 from agentrt.runs.storage.sql import GuardFailed, numbered
 from agentrt.v1 import run_service_pb2 as pb
 

@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 from agentrt.mesh.db import Database
 from agentrt.mesh.transient import retry_transient
+from agentrt.runs.domain import StoredEvent
 from agentrt.runs.storage.lite import RUN_COLUMNS
-from agentrt.runs.storage.records import StoredEvent
 from agentrt.v1 import run_service_pb2 as pb
 
 T = TypeVar("T")

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from agentrt.mesh.transient import RetryPolicy, retry_transient
+from agentrt.runs.domain import StoredEvent
 from agentrt.runs.storage.models import RunRow
-from agentrt.runs.storage.records import StoredEvent
 
 if TYPE_CHECKING:
     from agentrt.runs.storage.store import RunStore

@@ -19,8 +19,8 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, insert, select, text, update
 
+from agentrt.runs.domain import StoredEvent
 from agentrt.runs.storage.models import RunEventRow, RunLogRow, RunRow
-from agentrt.runs.storage.records import StoredEvent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

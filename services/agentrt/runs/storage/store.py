@@ -37,18 +37,11 @@ from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.mesh.db import Database
+from agentrt.runs.domain import TERMINAL, RunRecord, StoredEvent
 from agentrt.runs.storage import lite, migrate, pg, sql
 from agentrt.runs.storage.leases import LeaseRows, lease_overlaps
 from agentrt.runs.storage.models import AgentRow, RunEventRow, RunRow
-from agentrt.runs.storage.records import (
-    COLUMNS,
-    TERMINAL,
-    RunRecord,
-    StoredEvent,
-    decode,
-    decode_mapping,
-    encode,
-)
+from agentrt.runs.storage.records import COLUMNS, decode, decode_mapping, encode
 from agentrt.runs.storage.save_retry import save_with_retries
 from agentrt.runs.storage.sql import EVENTS_CHANNEL, GuardFailed
 from agentrt.v1 import common_pb2 as cpb
