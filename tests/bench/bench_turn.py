@@ -205,7 +205,7 @@ class _Phases:
         from agentrt.runs.events.channel import RunChannel
         from agentrt.runs.events.hub import EventHub
         from agentrt.runs.loop import executor as loop
-        from agentrt.runs.loop import turn
+        from agentrt.runs.loop.phases import model as turn
         from agentrt.runs.peers.client import Peers
         from agentrt.runs.storage.store import RunStore
 

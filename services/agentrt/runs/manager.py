@@ -29,8 +29,8 @@ from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.lifecycle.child_runs import ChildRuns
 from agentrt.runs.lifecycle.control import RunControl
 from agentrt.runs.lifecycle.lease_keeper import LeaseKeeper
-from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.executor import Deps, RunExecutor
+from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.observe import store_gauges
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.runs.spec.requests import check_text_bytes

@@ -7,7 +7,7 @@ import pytest
 from agentrt.core.errors import MeshError
 from agentrt.runs.domain import Resume, RunRecord
 from agentrt.runs.lifecycle.child_runs import split
-from agentrt.runs.loop import child_phase
+from agentrt.runs.loop.phases import child as child_phase
 from agentrt.runs.spec.start import check_idempotency_key
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

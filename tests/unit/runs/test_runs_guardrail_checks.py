@@ -11,7 +11,7 @@ import json
 
 from agentrt.core.guardrails import CANCELLED_TEXT, SCOPE_AGENT, SCOPE_TOOL, Decision, Result, Stage
 from agentrt.runs.events import build as events
-from agentrt.runs.loop import guardrail_checks as gc
+from agentrt.runs.loop.phases import guardrail_checks as gc
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb
@@ -303,7 +303,7 @@ def test_an_output_replace_of_the_final_output_tool_replaces_its_arguments_only(
 
 def test_tool_stages_inspect_calls_that_would_run_and_results_that_came_from_a_tool_or_client():
     from agentrt.core.decide import Call
-    from agentrt.runs.loop.tools_phase import Planned, runtime_result
+    from agentrt.runs.loop.phases.tools import Planned, runtime_result
 
     spec = pb.AgentSpec(
         guardrails=[g("in", TOOL_IN), g("out", TOOL_OUT)],
@@ -327,7 +327,7 @@ def test_tool_stages_inspect_calls_that_would_run_and_results_that_came_from_a_t
 
 
 def test_a_judge_call_key_names_run_decision_and_guardrail_and_stays_within_the_gateways_rules():
-    from agentrt.runs.loop.turn import judge_call_key
+    from agentrt.runs.loop.phases.model import judge_call_key
 
     log_key = gc.key_of(Stage.TOOL_INPUT, 3, "call_1")
     key = judge_call_key("run-1", log_key, SCOPE_TOOL, 1, "cmd_check")

@@ -6,7 +6,7 @@ import json
 
 from agentrt.core.decide import ProposedCall, Response, decide
 from agentrt.core.structured import Kind, Strategy
-from agentrt.runs.loop.structured_phase import judge_turn, preanswered, shape_of
+from agentrt.runs.loop.phases.structured import judge_turn, preanswered, shape_of
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentrt.core.errors import MeshError
 from agentrt.runs.domain import Resume, RunRecord, StoredEvent
-from agentrt.runs.loop.child_phase import CHILD_PENDING, CHILD_RUN_IDS, PARENT_RUN_ID, annotated
+from agentrt.runs.loop.phases.child import CHILD_PENDING, CHILD_RUN_IDS, PARENT_RUN_ID, annotated
 from agentrt.v1 import common_pb2 as cpb
 
 if TYPE_CHECKING:

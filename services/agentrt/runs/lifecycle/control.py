@@ -21,8 +21,8 @@ from agentrt.core.ids import valid_id
 from agentrt.runs.convert.run import STOP_KIND, injected_only, injected_out
 from agentrt.runs.domain import Resume, RunRecord, StoredEvent
 from agentrt.runs.lifecycle.child_runs import split
-from agentrt.runs.loop.child_phase import PARENT_RUN_ID
-from agentrt.runs.loop.tools_phase import merge_answers
+from agentrt.runs.loop.phases.child import PARENT_RUN_ID
+from agentrt.runs.loop.phases.tools import merge_answers
 from agentrt.runs.spec.requests import check_answers, check_text_bytes
 from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import common_pb2 as cpb

@@ -28,7 +28,7 @@ from agentrt.core.errors import MeshError, Status
 from agentrt.mesh import telemetry
 from agentrt.runs.convert.history import evidence_of, units_of
 from agentrt.runs.convert.model import text_of
-from agentrt.runs.loop.turn import build_request
+from agentrt.runs.loop.phases.model import build_request
 from agentrt.runs.peers.client import Peers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb

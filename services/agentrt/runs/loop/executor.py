@@ -51,14 +51,16 @@ from agentrt.core.errors import MeshError
 from agentrt.core.stopping import BudgetKind, on_refusal
 from agentrt.core.structured import KIND_INVALID_FINAL_OUTPUT, Kind
 from agentrt.mesh import telemetry
-from agentrt.runs.loop import handoff_phase, stopping_phase, structured_phase
-from agentrt.runs.loop import turn as turnmod
-from agentrt.runs.loop.batch import BatchResult
 from agentrt.runs.loop.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
 from agentrt.runs.loop.core import Deps, Interrupted, LeaseLost, crash_at
 from agentrt.runs.loop.persistence import runtime_user_entry
-from agentrt.runs.loop.structured_phase import Verdict
-from agentrt.runs.loop.turn import RunFailed
+from agentrt.runs.loop.phases import handoff as handoff_phase
+from agentrt.runs.loop.phases import model as turnmod
+from agentrt.runs.loop.phases import stopping as stopping_phase
+from agentrt.runs.loop.phases import structured as structured_phase
+from agentrt.runs.loop.phases.batch import BatchResult
+from agentrt.runs.loop.phases.model import RunFailed
+from agentrt.runs.loop.phases.structured import Verdict
 from agentrt.runs.loop.turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
 from agentrt.runs.peers.streams import RUN_CALLS, RunCalls
 from agentrt.runs.spec.agents import limits_of

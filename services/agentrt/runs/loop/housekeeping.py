@@ -16,10 +16,10 @@ from typing import Any
 
 from agentrt.core.errors import MeshError
 from agentrt.runs.convert.model import display_extra
-from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.compaction import OVERFLOW, CompactionSkipped, Summarized, abandoned
 from agentrt.runs.loop.core import ExecutorCore
-from agentrt.runs.loop.turn import ContextOverflow
+from agentrt.runs.loop.phases import model as turnmod
+from agentrt.runs.loop.phases.model import ContextOverflow
 from agentrt.runs.spec.agents import Limits
 from agentrt.v1 import session_service_pb2 as spb
 

@@ -26,18 +26,8 @@ from agentrt.mesh import telemetry
 from agentrt.runs.convert.model import call_out, kind_out, response_in, text_of
 from agentrt.runs.convert.run import STOP_KIND
 from agentrt.runs.domain import Answers
-from agentrt.runs.loop import (
-    child_phase,
-    disclosure_phase,
-    guardrail_checks,
-    handoff_phase,
-    reconcile,
-    structured_phase,
-)
-from agentrt.runs.loop import turn as turnmod
-from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
+from agentrt.runs.loop import reconcile
 from agentrt.runs.loop.core import Interrupted, b64
-from agentrt.runs.loop.guardrail_phase import GuardrailSteps
 from agentrt.runs.loop.persistence import (
     attach_diagnostics,
     injected_entry,
@@ -46,10 +36,18 @@ from agentrt.runs.loop.persistence import (
     turn_entries,
     write_batch,
 )
-from agentrt.runs.loop.sandbox_phase import SandboxSteps
-from agentrt.runs.loop.stopping_phase import STOPPED_OUTPUT
-from agentrt.runs.loop.tools_phase import pending_calls, plan_calls
-from agentrt.runs.loop.turn import ContextOverflow, RunFailed
+from agentrt.runs.loop.phases import child as child_phase
+from agentrt.runs.loop.phases import disclosure as disclosure_phase
+from agentrt.runs.loop.phases import guardrail_checks
+from agentrt.runs.loop.phases import handoff as handoff_phase
+from agentrt.runs.loop.phases import model as turnmod
+from agentrt.runs.loop.phases import structured as structured_phase
+from agentrt.runs.loop.phases.batch import Abandoned, BatchResult, BatchStop, execute_calls
+from agentrt.runs.loop.phases.guardrails import GuardrailSteps
+from agentrt.runs.loop.phases.model import ContextOverflow, RunFailed
+from agentrt.runs.loop.phases.sandbox import SandboxSteps
+from agentrt.runs.loop.phases.stopping import STOPPED_OUTPUT
+from agentrt.runs.loop.phases.tools import pending_calls, plan_calls
 from agentrt.runs.observe import record_generation, record_request
 from agentrt.runs.spec.agents import Limits, command_policies, offered_specs
 from agentrt.v1 import common_pb2 as cpb

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 
 from agentrt.core import structured
 from agentrt.core.decide import Call, Decision, DecisionKind
-from agentrt.runs.loop import disclosure_phase, handoff_phase
-from agentrt.runs.loop.tools_phase import runtime_result
+from agentrt.runs.loop.phases import disclosure as disclosure_phase
+from agentrt.runs.loop.phases import handoff as handoff_phase
+from agentrt.runs.loop.phases.tools import runtime_result
 from agentrt.runs.spec import schemas, validation
 from agentrt.runs.spec.agents import offered_specs
 from agentrt.v1 import common_pb2 as cpb

@@ -49,8 +49,8 @@ from agentrt.runs.events.build import child_run_linked, run_started_events
 from agentrt.runs.events.hub import run_topic
 from agentrt.runs.events.stream import follow
 from agentrt.runs.lifecycle import sandboxes
-from agentrt.runs.loop.batch import Abandoned, BatchStop, ProgressRelay
-from agentrt.runs.loop.tools_phase import Planned, runtime_result
+from agentrt.runs.loop.phases.batch import Abandoned, BatchStop, ProgressRelay
+from agentrt.runs.loop.phases.tools import Planned, runtime_result
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -56,9 +56,10 @@ from agentrt.core.guardrails import SCOPE_AGENT, Result, Stage
 from agentrt.core.input_race import Ending, InputRace
 from agentrt.core.truncate import truncate
 from agentrt.runs.events import build as events
-from agentrt.runs.loop import handoff_phase
-from agentrt.runs.loop import turn as turnmod
-from agentrt.runs.loop.guardrail_checks import (
+from agentrt.runs.loop.housekeeping import Housekeeping
+from agentrt.runs.loop.phases import handoff as handoff_phase
+from agentrt.runs.loop.phases import model as turnmod
+from agentrt.runs.loop.phases.guardrail_checks import (
     INPUT_REPLACED,
     Consulted,
     consult,
@@ -79,9 +80,8 @@ from agentrt.runs.loop.guardrail_checks import (
     usage_in,
     usage_out,
 )
-from agentrt.runs.loop.housekeeping import Housekeeping
-from agentrt.runs.loop.tools_phase import Planned, runtime_result
-from agentrt.runs.loop.turn import RunFailed
+from agentrt.runs.loop.phases.model import RunFailed
+from agentrt.runs.loop.phases.tools import Planned, runtime_result
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agentrt.runs.lifecycle import sandboxes
-from agentrt.runs.loop import turn as turnmod
-from agentrt.runs.loop.batch import BatchResult, not_run
 from agentrt.runs.loop.core import ExecutorCore, b64
-from agentrt.runs.loop.tools_phase import Planned
-from agentrt.runs.loop.turn import RunFailed
+from agentrt.runs.loop.phases import model as turnmod
+from agentrt.runs.loop.phases.batch import BatchResult, not_run
+from agentrt.runs.loop.phases.model import RunFailed
+from agentrt.runs.loop.phases.tools import Planned
 from agentrt.v1 import common_pb2 as cpb
 
 

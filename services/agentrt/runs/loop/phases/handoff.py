@@ -32,7 +32,7 @@ from typing import Any
 from agentrt.core import handoffs, render
 from agentrt.core.decide import Call, Decision
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.runs.loop.tools_phase import runtime_result
+from agentrt.runs.loop.phases.tools import runtime_result
 from agentrt.runs.spec import schemas, validation
 from agentrt.runs.spec.agents import snapshot
 from agentrt.v1 import common_pb2 as cpb

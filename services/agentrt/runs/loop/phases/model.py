@@ -24,8 +24,8 @@ from agentrt.core.decide import is_overflow
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.runs.convert.history import history_of
 from agentrt.runs.convert.model import messages_out, response_in
-from agentrt.runs.loop import handoff_phase
-from agentrt.runs.loop.structured_phase import TurnShape
+from agentrt.runs.loop.phases import handoff as handoff_phase
+from agentrt.runs.loop.phases.structured import TurnShape
 from agentrt.runs.peers.client import Peers
 from agentrt.runs.spec.agents import limits_of, offered_specs
 from agentrt.v1 import common_pb2 as cpb

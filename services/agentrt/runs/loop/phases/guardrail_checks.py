@@ -50,9 +50,9 @@ from agentrt.core.guardrails import (
 from agentrt.core.structured import FINAL_OUTPUT_TOOL
 from agentrt.mesh import telemetry
 from agentrt.runs.convert.model import display_extra, text_of
-from agentrt.runs.loop import turn as turnmod
 from agentrt.runs.loop.persistence import RUNTIME_DETAILS
-from agentrt.runs.loop.tools_phase import Planned
+from agentrt.runs.loop.phases import model as turnmod
+from agentrt.runs.loop.phases.tools import Planned
 from agentrt.runs.peers.client import Peers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
