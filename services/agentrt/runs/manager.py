@@ -29,8 +29,8 @@ from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.lifecycle.child_runs import ChildRuns
 from agentrt.runs.lifecycle.control import RunControl
 from agentrt.runs.lifecycle.lease_keeper import LeaseKeeper
+from agentrt.runs.loop import failures
 from agentrt.runs.loop.executor import Deps, RunExecutor
-from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.observe import store_gauges
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.runs.spec.requests import check_text_bytes
@@ -148,7 +148,7 @@ class RunManager(RunControl):
             record = await self.store.get_run(run_id)
             if record is None or record.status != cpb.RUN_STATUS_SUSPENDED:
                 continue
-            timeout = turnmod.failure(
+            timeout = failures.failure(
                 "timeout", "The run used its time budget while it was suspended.", retryable=True
             )
             try:

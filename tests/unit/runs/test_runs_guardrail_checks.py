@@ -11,6 +11,7 @@ import json
 
 from agentrt.core.guardrails import CANCELLED_TEXT, SCOPE_AGENT, SCOPE_TOOL, Decision, Result, Stage
 from agentrt.runs.events import build as events
+from agentrt.runs.loop import failures
 from agentrt.runs.loop.phases import guardrail_checks as gc
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -194,7 +195,7 @@ def test_the_failure_names_the_guardrail_stage_scope_and_call():
     tripped = result(
         "no_rm", Decision.TRIP, Stage.TOOL_INPUT, message="rm is not allowed", call_id="c1", scope="tool"
     )
-    f = gc.failure_of(tripped)
+    f = failures.guardrail_failure(tripped)
     assert f.kind == "guardrail_tripped" and "tool_input guardrail 'no_rm' tripped" in f.message
     assert json.loads(f.details_json) == {
         "guardrail": "no_rm",
@@ -202,7 +203,7 @@ def test_the_failure_names_the_guardrail_stage_scope_and_call():
         "scope": "tool",
         "call_id": "c1",
     }
-    erred = gc.failure_of(result("j", None, error="the judge's reply is not a verdict"))
+    erred = failures.guardrail_failure(result("j", None, error="the judge's reply is not a verdict"))
     assert erred.kind == "guardrail_failed" and erred.debug_message.startswith("the judge's reply")
 
 

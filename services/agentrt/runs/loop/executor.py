@@ -51,15 +51,16 @@ from agentrt.core.errors import MeshError
 from agentrt.core.stopping import BudgetKind, on_refusal
 from agentrt.core.structured import KIND_INVALID_FINAL_OUTPUT, Kind
 from agentrt.mesh import telemetry
+from agentrt.runs.loop import failures
 from agentrt.runs.loop.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
 from agentrt.runs.loop.core import Deps, Interrupted, LeaseLost, crash_at
+from agentrt.runs.loop.failures import RunFailed
 from agentrt.runs.loop.persistence import runtime_user_entry
 from agentrt.runs.loop.phases import handoff as handoff_phase
 from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.loop.phases import stopping as stopping_phase
 from agentrt.runs.loop.phases import structured as structured_phase
 from agentrt.runs.loop.phases.batch import BatchResult
-from agentrt.runs.loop.phases.model import RunFailed
 from agentrt.runs.loop.phases.structured import Verdict
 from agentrt.runs.loop.turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
 from agentrt.runs.peers.streams import RUN_CALLS, RunCalls
@@ -145,12 +146,12 @@ class RunExecutor(TurnSteps):
         except RunFailed as stop:
             await self._end_quietly(cpb.RUN_STATUS_FAILED, failure=stop.failure)
         except MeshError as err:
-            await self._end_quietly(cpb.RUN_STATUS_FAILED, failure=turnmod.failure_of(err))
+            await self._end_quietly(cpb.RUN_STATUS_FAILED, failure=failures.failure_of(err))
         except Exception as exc:  # noqa: BLE001 - a run fails; the process keeps serving
             log.exception("run %s failed", self.r.run_id)
             await self._end_quietly(
                 cpb.RUN_STATUS_FAILED,
-                failure=turnmod.failure(
+                failure=failures.failure(
                     "internal", "The run failed because of an internal error.", debug=repr(exc)
                 ),
             )
@@ -214,7 +215,7 @@ class RunExecutor(TurnSteps):
                     await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=handled.output)
                     return
                 raise RunFailed(
-                    turnmod.failure("refusal", "The model refused to answer.", debug=decision.reason)
+                    failures.failure("refusal", "The model refused to answer.", debug=decision.reason)
                 )
             shape = self._shape(turn)
             verdict = structured_phase.judge_turn(
@@ -277,7 +278,7 @@ class RunExecutor(TurnSteps):
                 await self._finish(cpb.RUN_STATUS_CANCELED)
                 return
             if batch is not None and batch.killed:
-                raise RunFailed(turnmod.failure("timeout", "The run used its time budget.", retryable=True))
+                raise RunFailed(failures.failure("timeout", "The run used its time budget.", retryable=True))
             if batch is not None and batch.failure is not None:
                 raise batch.failure
             if stopping_phase.STOPPED_OUTPUT in r.state:
@@ -285,7 +286,7 @@ class RunExecutor(TurnSteps):
                 return
             if limits.max_error_turns >= 0 and r.consecutive_error_turns >= limits.max_error_turns:
                 raise RunFailed(
-                    turnmod.failure(
+                    failures.failure(
                         "tool_loop",
                         f"Every tool call failed in {r.consecutive_error_turns} consecutive turns.",
                     )
@@ -368,7 +369,7 @@ class RunExecutor(TurnSteps):
         r = self.r
         if verdict.kind == Kind.FAIL:
             await self._save_turn(turn, response, decision, verdict.results, ())
-            failed = turnmod.failure(
+            failed = failures.failure(
                 KIND_INVALID_FINAL_OUTPUT,
                 "The final answer did not match the output schema, also after one recovery turn.",
                 debug=verdict.failure_details.get("error", ""),

@@ -18,8 +18,8 @@ from agentrt.core.errors import MeshError
 from agentrt.runs.convert.model import display_extra
 from agentrt.runs.loop.compaction import OVERFLOW, CompactionSkipped, Summarized, abandoned
 from agentrt.runs.loop.core import ExecutorCore
+from agentrt.runs.loop.failures import ContextOverflow
 from agentrt.runs.loop.phases import model as turnmod
-from agentrt.runs.loop.phases.model import ContextOverflow
 from agentrt.runs.spec.agents import Limits
 from agentrt.v1 import session_service_pb2 as spb
 

@@ -26,8 +26,9 @@ from agentrt.mesh import telemetry
 from agentrt.runs.convert.model import call_out, kind_out, response_in, text_of
 from agentrt.runs.convert.run import STOP_KIND
 from agentrt.runs.domain import Answers
-from agentrt.runs.loop import reconcile
+from agentrt.runs.loop import failures, reconcile
 from agentrt.runs.loop.core import Interrupted, b64
+from agentrt.runs.loop.failures import ContextOverflow, RunFailed
 from agentrt.runs.loop.persistence import (
     attach_diagnostics,
     injected_entry,
@@ -44,7 +45,6 @@ from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.loop.phases import structured as structured_phase
 from agentrt.runs.loop.phases.batch import Abandoned, BatchResult, BatchStop, execute_calls
 from agentrt.runs.loop.phases.guardrails import GuardrailSteps
-from agentrt.runs.loop.phases.model import ContextOverflow, RunFailed
 from agentrt.runs.loop.phases.sandbox import SandboxSteps
 from agentrt.runs.loop.phases.stopping import STOPPED_OUTPUT
 from agentrt.runs.loop.phases.tools import pending_calls, plan_calls
@@ -144,7 +144,7 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
             except ContextOverflow as exc:
                 if await self._recover_overflow(turn, limits, exc, context):
                     continue  # the same turn again, on the compacted context; no turn spent
-                raise RunFailed(turnmod.overflow_failure(exc, r.overflow_retries)) from exc
+                raise RunFailed(failures.overflow_failure(exc, r.overflow_retries)) from exc
             break
         response = final.response
         if final.retries:

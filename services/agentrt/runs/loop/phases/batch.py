@@ -27,7 +27,7 @@ from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.core.truncate import byte_len, text_prefix
 from agentrt.mesh import telemetry
 from agentrt.runs.convert.model import call_out
-from agentrt.runs.loop.phases.model import RunFailed, failure
+from agentrt.runs.loop.failures import RunFailed, failure
 from agentrt.runs.loop.phases.tools import Planned, runtime_result
 from agentrt.runs.observe import record_tool_result
 from agentrt.runs.peers.client import Peers

@@ -15,9 +15,9 @@ makes the one I/O a guardrail needs, a model guardrail's call through the gatewa
   `run_sequential` (tool stages: in order, stopping at the first Replace or Trip);
 - the run-log form of a consulted guardrail (`consulted_out` / `consulted_in`), so a
   resume or a takeover reads what was decided instead of asking again;
-- `ending` / `replacement` read a stage's outcome off its results; `failure_of` is the
-  run's structured failure (kind `guardrail_tripped` or `guardrail_failed`, details
-  naming the guardrail, stage, scope and call);
+- `ending` / `replacement` read a stage's outcome off its results (the run's structured
+  failure for an ending one, kind `guardrail_tripped` or `guardrail_failed`, details
+  naming the guardrail, stage, scope and call, is `failures.guardrail_failure`);
 - what a Replace changes: `input_view` (a racing input Replace in what later turns render),
   `replaced_response` and `replaced_calls` (an output Replace as the session's answer).
 """
@@ -51,7 +51,6 @@ from agentrt.core.structured import FINAL_OUTPUT_TOOL
 from agentrt.mesh import telemetry
 from agentrt.runs.convert.model import display_extra, text_of
 from agentrt.runs.loop.persistence import RUNTIME_DETAILS
-from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.loop.phases.tools import Planned
 from agentrt.runs.peers.client import Peers
 from agentrt.v1 import common_pb2 as cpb
@@ -292,13 +291,6 @@ def replacement(results: Sequence[Result]) -> Result | None:
     if ending(results) is not None:
         return None
     return next((r for r in results if r.decision == Decision.REPLACE), None)
-
-
-def failure_of(result: Result) -> cpb.FailureInfo:
-    """Return the run's failure for a result that ends it (kind, user-safe message, details)."""
-    out = turnmod.failure(result.failure_kind, result.failure_message(), debug=result.error)
-    out.details_json = json.dumps(result.failure_details())
-    return out
 
 
 # -- the run log --------------------------------------------------------------------------

@@ -40,7 +40,7 @@ still in flight then is keyed (`turn.judge_call_key`): the gateway's journal ans
 owner's repeat (decision 0019 addendum). A model guardrail's tokens count into the run's
 usage and its nested usage (state `nested_usage`).
 A result that ends the run (a tripwire, or an error: fail closed) fails it with
-`guardrail_checks.failure_of`.
+`failures.guardrail_failure`.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from agentrt.core.guardrails import SCOPE_AGENT, Result, Stage
 from agentrt.core.input_race import Ending, InputRace
 from agentrt.core.truncate import truncate
 from agentrt.runs.events import build as events
+from agentrt.runs.loop.failures import RunFailed, guardrail_failure
 from agentrt.runs.loop.housekeeping import Housekeeping
 from agentrt.runs.loop.phases import handoff as handoff_phase
 from agentrt.runs.loop.phases import model as turnmod
@@ -66,7 +67,6 @@ from agentrt.runs.loop.phases.guardrail_checks import (
     consulted_in,
     consulted_out,
     ending,
-    failure_of,
     input_checks,
     key_of,
     replaced_calls,
@@ -80,7 +80,6 @@ from agentrt.runs.loop.phases.guardrail_checks import (
     usage_in,
     usage_out,
 )
-from agentrt.runs.loop.phases.model import RunFailed
 from agentrt.runs.loop.phases.tools import Planned, runtime_result
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
@@ -190,7 +189,7 @@ class GuardrailSteps(Housekeeping):
             await self._record([(key, consulted)])
         results = [c.result for c in consulted]
         if (end := ending(results)) is not None:
-            raise RunFailed(failure_of(end))
+            raise RunFailed(guardrail_failure(end))
         return results
 
     # -- input ----------------------------------------------------------------------------
@@ -228,7 +227,7 @@ class GuardrailSteps(Housekeeping):
         if known is not None:
             if (end := ending([c.result for c in known])) is not None:
                 call.close()
-                raise RunFailed(failure_of(end))
+                raise RunFailed(guardrail_failure(end))
             return await call
         r, model = self.r, self.r.agent.model
         blocked = await self._decided(key_of(Stage.INPUT, 1, mode="blocking"))
@@ -293,7 +292,7 @@ class GuardrailSteps(Housekeeping):
                 )
             await self._record([(key, consulted)])
             assert outcome.ended_by is not None
-            raise RunFailed(failure_of(outcome.ended_by))
+            raise RunFailed(guardrail_failure(outcome.ended_by))
         if outcome.replacement is not None:  # misses the raced call; applies from the next turn
             self._defer_state(**{INPUT_REPLACED: {"text": outcome.replacement.message}})
         await self._record([(key, consulted)])
@@ -386,7 +385,7 @@ class GuardrailSteps(Housekeeping):
         for i, (consulted, _) in zip(subjects, asked, strict=True):
             results = [c.result for c in consulted]
             if (end := ending(results)) is not None:
-                raise RunFailed(failure_of(end))
+                raise RunFailed(guardrail_failure(end))
             rep = replacement(results)
             if rep is not None:  # the tool does not run; the replacement is its result
                 result = runtime_result(out[i].call, rep.message, cpb.TOOL_RESULT_STATUS_OK, is_error=False)
@@ -434,7 +433,7 @@ class GuardrailSteps(Housekeeping):
         for i, (consulted, _) in zip(subjects, asked, strict=True):
             found = [c.result for c in consulted]
             if (end := ending(found)) is not None:
-                raise RunFailed(failure_of(end))
+                raise RunFailed(guardrail_failure(end))
             rep = replacement(found)
             if rep is not None:
                 changed = cpb.ToolResult()

@@ -32,6 +32,7 @@ from typing import Any
 from agentrt.core import handoffs, render
 from agentrt.core.decide import Call, Decision
 from agentrt.core.errors import MeshError, Reason, Status
+from agentrt.runs.loop.failures import failure
 from agentrt.runs.loop.phases.tools import runtime_result
 from agentrt.runs.spec import schemas, validation
 from agentrt.runs.spec.agents import snapshot
@@ -105,13 +106,13 @@ def plan(snap: pb.AgentSpec, decision: Decision) -> HandoffPlan | None:
             schemas.validator(schema_text) if schema_text else None,
         )
     except handoffs.HandoffInputError as exc:
-        failure = cpb.FailureInfo(
-            kind=handoffs.KIND_INVALID_INPUT,
-            message=f"The handoff to {target.agent_name} had input it does not accept.",
-            debug_message=str(exc),
+        invalid_input = failure(
+            handoffs.KIND_INVALID_INPUT,
+            f"The handoff to {target.agent_name} had input it does not accept.",
+            debug=str(exc),
             details_json=json.dumps({"pointer": exc.pointer, "error": exc.error}),
         )
-        raise HandoffFailed(failure) from None
+        raise HandoffFailed(invalid_input) from None
     ack = handoffs.acknowledgement(target.agent_name)
     answered = {call.call_id: runtime_result(call, ack, cpb.TOOL_RESULT_STATUS_OK, is_error=False)}
     for other in res.ignored:
@@ -140,9 +141,9 @@ async def resolve_target(
     if spec is None:
         which = f"version {target.agent_version} of " if target.agent_version else ""
         raise HandoffFailed(
-            cpb.FailureInfo(
-                kind="handoff_failed",
-                message=f"The handoff target {which}{target.agent_name!r} is not registered.",
+            failure(
+                "handoff_failed",
+                f"The handoff target {which}{target.agent_name!r} is not registered.",
                 reason=str(Reason.UNKNOWN_AGENT),
             )
         )
@@ -152,9 +153,9 @@ async def resolve_target(
         if err.status != Status.INVALID_ARGUMENT:
             raise
         raise HandoffFailed(
-            cpb.FailureInfo(
-                kind="handoff_failed",
-                message=f"The handoff target {target.agent_name!r} cannot run: {err.message}",
+            failure(
+                "handoff_failed",
+                f"The handoff target {target.agent_name!r} cannot run: {err.message}",
                 reason=str(err.reason),
             )
         ) from None

@@ -1,4 +1,4 @@
-"""The model half of a turn: build the request, stream the call, classify failures.
+"""The model half of a turn: build the request, stream the call, count usage and budgets.
 
 - `build_request`: render the session's context (seed 000) into a provider-neutral
   ModelRequest with the snapshot's instructions, tools and settings (004 §2.3b: the turn
@@ -8,8 +8,9 @@
   partial is ever accepted (gateway contract). A context overflow, whether the gateway
   refused the request (CONTEXT_OVERFLOW) or the provider stopped at the window
   (model_context_window_exceeded), is raised as `ContextOverflow` (004 §2.5g).
-- `failure_of` and the run-level failures: structured failures with a stable kind, a
-  retryable flag and a user-safe message (002 "Failures are structured").
+- `model_call_key` / `judge_call_key`: the keys of the gateway's model-call journal.
+- `add_usage`, `check_budget`: the run's usage total; the turn and time budgets (004 §2.9).
+The failures a turn ends a run with are made in runs/loop/failures.py.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from agentrt.core.decide import is_overflow
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.runs.convert.history import history_of
 from agentrt.runs.convert.model import messages_out, response_in
+from agentrt.runs.loop.failures import ContextOverflow, RunFailed, failure
 from agentrt.runs.loop.phases import handoff as handoff_phase
 from agentrt.runs.loop.phases.structured import TurnShape
 from agentrt.runs.peers.client import Peers
@@ -117,21 +119,6 @@ def judge_call_key(run_id: str, log_key: str, scope: str, index: int, name: str)
     return key
 
 
-class ContextOverflow(Exception):
-    """The request did not fit the model's context window (004 §2.5g).
-
-    Attributes:
-        message: the provider's words.
-        usage: what the provider charged for it (a success-shaped overflow), else empty.
-    """
-
-    def __init__(self, message: str, usage: cpb.Usage | None = None) -> None:
-        """Carry the provider's message and the usage of a success-shaped overflow."""
-        super().__init__(message)
-        self.message = message
-        self.usage = usage or cpb.Usage()
-
-
 async def stream_model(
     peers: Peers,
     tenant: str,
@@ -174,87 +161,6 @@ async def stream_model(
     return final
 
 
-class RunFailed(Exception):
-    """The run ends with this structured failure."""
-
-    def __init__(self, failure: cpb.FailureInfo) -> None:
-        """Carry failure."""
-        super().__init__(failure.message)
-        self.failure = failure
-
-
-def failure(
-    kind: str, message: str, *, retryable: bool = False, debug: str = "", reason: str = ""
-) -> cpb.FailureInfo:
-    """Return a structured failure."""
-    return cpb.FailureInfo(
-        kind=kind, retryable=retryable, message=message, debug_message=debug, reason=reason
-    )
-
-
-_BY_REASON: dict[str, tuple[str, bool, str]] = {
-    Reason.RATE_LIMITED: (
-        "rate_limited",
-        True,
-        "The model provider is rate limiting requests; try again later.",
-    ),
-    Reason.PROVIDER_UNAVAILABLE: ("unavailable", True, "The model provider is unavailable; try again later."),
-    Reason.DEPENDENCY_UNAVAILABLE: ("unavailable", True, "A service the run depends on is unavailable."),
-    Reason.CONTEXT_OVERFLOW: (
-        "context_overflow",
-        False,
-        "The conversation no longer fits the model's context.",
-    ),
-    Reason.PROVIDER_AUTHENTICATION: ("authentication", False, "The model provider rejected the credentials."),
-    Reason.SESSION_NOT_FOUND: ("session_gone", False, "The run's session no longer exists."),
-}
-_BY_STATUS: dict[Status, tuple[str, bool, str]] = {
-    Status.UNAVAILABLE: (
-        "unavailable",
-        True,
-        "A service the run depends on is unavailable; try again later.",
-    ),
-    Status.RESOURCE_EXHAUSTED: ("rate_limited", True, "A service the run depends on is over its limits."),
-    Status.DEADLINE_EXCEEDED: ("timeout", True, "A call the run made timed out."),
-    Status.INVALID_ARGUMENT: ("invalid_request", False, "The model request was rejected as invalid."),
-    Status.FAILED_PRECONDITION: (
-        "invalid_request",
-        False,
-        "The model request cannot be served as configured.",
-    ),
-    Status.UNAUTHENTICATED: (
-        "authentication",
-        False,
-        "A service the run depends on refused its credentials.",
-    ),
-}
-
-
-def failure_of(err: MeshError) -> cpb.FailureInfo:
-    """Classify a peer's error into a structured failure (kind from the reason, then the status).
-
-    The gateway's own limiter refusing a request larger than any budget it may ever have
-    (RATE_LIMITED, metadata limiter=gateway, no RetryInfo) is not retryable: it never fits.
-    """
-    never_fits = (
-        err.reason == Reason.RATE_LIMITED
-        and err.metadata.get("limiter") == "gateway"
-        and err.retry_after_seconds is None
-    )
-    if never_fits:
-        return failure(
-            "rate_limited",
-            "The model request is larger than the model's whole input-token budget.",
-            debug=err.message,
-            reason=str(err.reason),
-        )
-    kind, retryable, message = _BY_REASON.get(
-        str(err.reason),
-        _BY_STATUS.get(err.status, ("internal", False, "The run failed because of an internal error.")),
-    )
-    return failure(kind, message, retryable=retryable, debug=err.message, reason=str(err.reason))
-
-
 def add_usage(total: cpb.Usage, usage: cpb.Usage) -> cpb.Usage:
     """Return total + usage (a response that reports no request count counts as one)."""
     out = cpb.Usage()
@@ -265,17 +171,6 @@ def add_usage(total: cpb.Usage, usage: cpb.Usage) -> cpb.Usage:
     out.reasoning_tokens += usage.reasoning_tokens
     out.requests += usage.requests or 1
     return out
-
-
-def overflow_failure(exc: ContextOverflow, retries: int) -> cpb.FailureInfo:
-    """Return the failure of an overflow the run could not recover from (004 §2.5g)."""
-    note = f" after {retries} recovered overflow(s)" if retries else ""
-    return failure(
-        "context_overflow",
-        f"The conversation no longer fits the model's context{note}: {exc.message}",
-        debug=exc.message,
-        reason=str(Reason.CONTEXT_OVERFLOW),
-    )
 
 
 def check_budget(turn: int, max_turns: int, budget_s: float, created_s: float) -> None:

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agentrt.runs.lifecycle import sandboxes
+from agentrt.runs.loop import failures
 from agentrt.runs.loop.core import ExecutorCore, b64
-from agentrt.runs.loop.phases import model as turnmod
+from agentrt.runs.loop.failures import RunFailed
 from agentrt.runs.loop.phases.batch import BatchResult, not_run
-from agentrt.runs.loop.phases.model import RunFailed
 from agentrt.runs.loop.phases.tools import Planned
 from agentrt.v1 import common_pb2 as cpb
 
@@ -75,7 +75,7 @@ class SandboxSteps(ExecutorCore):
             except sandboxes.SandboxRefused as refused:
                 err = refused.error
                 raise RunFailed(
-                    turnmod.failure(
+                    failures.failure(
                         "sandbox_unavailable",
                         f"The run's sandbox could not be created: {err.message}",
                         debug=str(err),
