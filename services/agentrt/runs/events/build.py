@@ -1,16 +1,24 @@
-"""The run events built outside a run's channel: a run's first events and event payloads (004 §2.11).
+"""The run events built outside a run's channel, and the payloads several places build (004 §2.11).
 
-- `run_started_events`: a new run's `run_started` and phase `prompted` (002 RunStarted).
-- `child_run_linked`: a parent's link to a child run (002 run tree; 004 §2.8).
-- `guardrail_result`: the payload of a consulted guardrail's event (004 §2.6) from its
-  `core.guardrails.Result`.
+A run's executor numbers, stamps and releases its events through its channel
+(runs/events/channel.py, `RunChannel.publish`); the events of a transition made outside an
+executor are built here, stamped now and numbered by the store at their save:
+- `run_started_events`: a new run's `run_started` and phase `prompted` (002 RunStarted);
+- `run_resumed_event`: a suspended run continued by ResumeRun;
+- `run_ended_events`: `run_completed` and `stream_end` of a run no executor drives (a
+  suspended run canceled, or one whose owner died).
+Payloads built here for both paths: `run_completed` (the executor's end and the one above),
+`child_run_linked` (002 run tree), `guardrail_result` (004 §2.6, from a
+`core.guardrails.Result`). A stream's own `gap_event` (runs/events/stream.py) is built here too.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from agentrt.core.guardrails import Result
+from agentrt.runs.convert.run import injected_out
 from agentrt.runs.domain import RunRecord
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -29,6 +37,80 @@ def run_started_events(record: RunRecord) -> list[pb.RunEvent]:
     for ev in (started, prompted):
         ev.time.FromNanoseconds(time.time_ns())
     return [started, prompted]
+
+
+def run_resumed_event(record: RunRecord, answered: int) -> pb.RunEvent:
+    """Return the `run_resumed` event of a suspended run continued now (002 continuation).
+
+    Args:
+        record: the run as it was suspended (its next turn is `turns + 1`).
+        answered: the number of pending calls the resume answered (>= 0).
+    """
+    resumed = pb.RunEvent(
+        run_id=record.run_id, turn=record.turns + 1, run_resumed=pb.RunResumed(decisions=answered)
+    )
+    resumed.time.FromNanoseconds(time.time_ns())
+    return resumed
+
+
+def run_completed(
+    record: RunRecord,
+    status: int,
+    phase: int,
+    *,
+    final_output: str = "",
+    unconsumed: list[dict[str, Any]] | None = None,
+    failure: cpb.FailureInfo | None = None,
+) -> pb.RunCompleted:
+    """Return the `run_completed` payload of a run ending with `status` in `phase` (002 RunCompleted).
+
+    Args:
+        record: the run (its usage, turns and labels are reported).
+        status: the terminal RunStatus.
+        phase: the terminal RunPhase.
+        final_output: the run's output ("" when it has none).
+        unconsumed: injected input that arrived too late (queued items, in queue order).
+        failure: the structured failure of a failed run.
+    """
+    completed = pb.RunCompleted(
+        status=status,  # type: ignore[arg-type]
+        phase=phase,  # type: ignore[arg-type]
+        final_output=final_output,
+        usage=record.usage,
+        turns=record.turns,
+        labels=record.labels,
+        unconsumed_input=[injected_out(i) for i in unconsumed or []],
+    )
+    if failure is not None:
+        completed.failure.CopyFrom(failure)
+    return completed
+
+
+def run_ended_events(record: RunRecord, completed: pb.RunCompleted) -> list[pb.RunEvent]:
+    """Return a run's last two events, `run_completed` then `stream_end`, stamped now.
+
+    For a run no executor drives; an executor publishes the same two through its channel.
+    """
+    ended = pb.RunEvent(run_id=record.run_id, run_completed=completed)
+    end = pb.RunEvent(run_id=record.run_id, stream_end=pb.StreamEnd(status=completed.status))
+    for ev in (ended, end):
+        ev.time.FromNanoseconds(time.time_ns())
+    return [ended, end]
+
+
+def gap_event(
+    last_good: int, dropped: int, next_seq: int, run_id: str = "", at_end: bool = False
+) -> pb.RunEvent:
+    """Return a stream's `gap` event: `dropped` events after `last_good` cannot be delivered (004 §2.11).
+
+    Its seq is `last_good`, so a subscriber that reconnects from the last seq it saw resyncs;
+    `next_seq` is the next event delivered (0: none follows), `at_end` that the run ended.
+    """
+    return pb.RunEvent(
+        seq=last_good,
+        run_id=run_id,
+        gap=pb.EventGap(last_good=last_good, dropped=dropped, next=next_seq, at_end=at_end),
+    )
 
 
 def child_run_linked(call_id: str, child: RunRecord) -> pb.ChildRunLinked:

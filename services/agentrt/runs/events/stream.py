@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from agentrt.runs.domain import StoredEvent
+from agentrt.runs.events.build import gap_event
 from agentrt.runs.events.hub import EventHub, GapMarker, Topic, as_session_event
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -49,14 +50,6 @@ def _items(topic: Topic, stored: list[StoredEvent]) -> list[Item]:
     if topic[0] == "run":
         return [(e.seq, e.event) for e in stored]
     return [(e.session_seq, as_session_event(e)) for e in stored]
-
-
-def _gap(last_good: int, dropped: int, next_seq: int, run_id: str = "", at_end: bool = False) -> pb.RunEvent:
-    return pb.RunEvent(
-        seq=last_good,
-        run_id=run_id,
-        gap=pb.EventGap(last_good=last_good, dropped=dropped, next=next_seq, at_end=at_end),
-    )
 
 
 async def _zero() -> int:
@@ -115,7 +108,7 @@ async def follow(
             at_cursor = await replay(cursor - 1, cursor)
             if not at_cursor and cursor > await head():
                 # The cursor is ahead of the whole timeline: a reset, not a continuation.
-                yield _gap(0, cursor, 1, run_id)
+                yield gap_event(0, cursor, 1, run_id)
                 cursor = 0
                 batch = await replay(cursor, None)
             elif at_cursor and is_run and at_cursor[0][1].WhichOneof("payload") == "stream_end":
@@ -125,7 +118,7 @@ async def follow(
                 if seq <= cursor:
                     continue
                 if seq > cursor + 1:
-                    yield _gap(cursor, seq - cursor - 1, seq, run_id)
+                    yield gap_event(cursor, seq - cursor - 1, seq, run_id)
                 yield event
                 cursor = seq
                 if is_run and event.WhichOneof("payload") == "stream_end":
@@ -137,7 +130,7 @@ async def follow(
                 batch = await replay(cursor, item.next - 1 if item.next else None)
                 if not batch and not item.next and is_run and not hub.is_open(run_id) and await ended():
                     # Dropped, not in storage, and nothing will ever follow to carry it.
-                    yield _gap(cursor, item.dropped, 0, run_id, at_end=True)
+                    yield gap_event(cursor, item.dropped, 0, run_id, at_end=True)
                     return
             elif item[0] > cursor + 1:
                 batch = [*(await replay(cursor, item[0] - 1)), item]

@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import valid_id
-from agentrt.runs.convert.run import STOP_KIND, injected_only, injected_out
+from agentrt.runs.convert.run import STOP_KIND, injected_only
 from agentrt.runs.domain import Resume, RunRecord, StoredEvent
+from agentrt.runs.events.build import run_completed, run_ended_events, run_resumed_event
 from agentrt.runs.lifecycle.child_runs import split
 from agentrt.runs.loop.phases.child import PARENT_RUN_ID
 from agentrt.runs.loop.phases.tools import merge_answers
@@ -139,10 +139,7 @@ class RunControl:
         Raises:
             MeshError: FAILED_PRECONDITION/RUN_NOT_SUSPENDED when it changed state meanwhile.
         """
-        resumed = pb.RunEvent(
-            run_id=record.run_id, turn=record.turns + 1, run_resumed=pb.RunResumed(decisions=answered)
-        )
-        resumed.time.FromNanoseconds(time.time_ns())
+        resumed = run_resumed_event(record, answered)
         self._claiming.add(record.run_id)
         try:
             stored = await self.store.save(
@@ -227,19 +224,9 @@ class RunControl:
             MeshError: FAILED_PRECONDITION/RUN_FINISHED when it changed state meanwhile.
         """
         phase = cpb.RUN_PHASE_CANCELED if status == cpb.RUN_STATUS_CANCELED else cpb.RUN_PHASE_FAILED
-        completed = pb.RunEvent(
-            run_id=record.run_id,
-            run_completed=pb.RunCompleted(
-                status=status, phase=phase, usage=record.usage, turns=record.turns,  # type: ignore[arg-type]
-                labels=record.labels,
-                unconsumed_input=[injected_out(i) for i in injected_only(record.pending_input)],
-            ),
-        )  # fmt: skip
-        if failure is not None:
-            completed.run_completed.failure.CopyFrom(failure)
-        end = pb.RunEvent(run_id=record.run_id, stream_end=pb.StreamEnd(status=status))  # type: ignore[arg-type]
-        for ev in (completed, end):
-            ev.time.FromNanoseconds(time.time_ns())
+        completed = run_completed(
+            record, status, phase, unconsumed=injected_only(record.pending_input), failure=failure
+        )
         failure_text = base64.b64encode(failure.SerializeToString()).decode("ascii") if failure else ""
         stored = await self.store.save(
             record.run_id,
@@ -247,7 +234,7 @@ class RunControl:
                      "lease_expires_s": 0.0, "failure": failure,
                      "state": record.with_state(suspension_reason=0)},
             log=[("completed", {"status": status, "failure": failure_text, "reason": reason})],
-            new_events=[completed, end],
+            new_events=run_ended_events(record, completed),
             session=(record.tenant, record.session_id),
             token=token,
             expect_status=[record.status],

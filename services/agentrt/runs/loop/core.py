@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.mesh.telemetry.metrics import RunMetrics
-from agentrt.runs.convert.run import injected_only, injected_out
+from agentrt.runs.convert.run import injected_only
 from agentrt.runs.domain import MAX_DIAGNOSTICS, RunRecord, diagnostic_out
+from agentrt.runs.events.build import run_completed
 from agentrt.runs.events.hub import EventHub
 from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.loop.compaction import Compactor
@@ -378,17 +379,9 @@ class ExecutorCore:
                 f"{len(left)} injected input(s) arrived too late and were not delivered.",
                 ids=[i.get("id") for i in left],
             )
-        completed = pb.RunCompleted(
-            status=status,  # type: ignore[arg-type]
-            phase=phase,
-            final_output=final_output,
-            usage=r.usage,
-            turns=r.turns,
-            labels=r.labels,
-            unconsumed_input=[injected_out(i) for i in left],
+        completed = run_completed(
+            r, status, phase, final_output=final_output, unconsumed=left, failure=failure
         )
-        if failure is not None:
-            completed.failure.CopyFrom(failure)
         self.turn = 0
         self._publish(run_completed=completed)
         self._publish(stream_end=pb.StreamEnd(status=status))  # type: ignore[arg-type]
