@@ -30,7 +30,8 @@ from agentrt.runs.lifecycle.child_runs import ChildRuns
 from agentrt.runs.lifecycle.control import RunControl
 from agentrt.runs.lifecycle.lease_keeper import LeaseKeeper
 from agentrt.runs.loop import failures
-from agentrt.runs.loop.executor import Deps, RunExecutor
+from agentrt.runs.loop.deps import Deps
+from agentrt.runs.loop.executor import RunExecutor
 from agentrt.runs.observe import store_gauges
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.runs.spec.requests import check_text_bytes

@@ -18,7 +18,7 @@ from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.events.hub import EventHub
 from agentrt.runs.events.notify import EventListener
-from agentrt.runs.loop.executor import Deps, crash_at
+from agentrt.runs.loop.deps import Deps, crash_at
 from agentrt.runs.manager import RunManager
 from agentrt.runs.peers.client import Peers
 from agentrt.runs.servicer import RunServicer

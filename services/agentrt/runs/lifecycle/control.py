@@ -30,7 +30,8 @@ from agentrt.v1 import run_service_pb2 as pb
 
 if TYPE_CHECKING:
     from agentrt.runs.lifecycle.child_runs import ChildRuns
-    from agentrt.runs.loop.executor import Deps, RunExecutor
+    from agentrt.runs.loop.deps import Deps
+    from agentrt.runs.loop.executor import RunExecutor
 
 _INJECTION_KINDS = {
     pb.INJECTION_KIND_STEER: "steer",

@@ -53,7 +53,7 @@ from agentrt.core.structured import KIND_INVALID_FINAL_OUTPUT, Kind
 from agentrt.mesh import telemetry
 from agentrt.runs.loop import failures
 from agentrt.runs.loop.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
-from agentrt.runs.loop.core import Deps, Interrupted, LeaseLost, crash_at
+from agentrt.runs.loop.core import Interrupted, LeaseLost
 from agentrt.runs.loop.failures import RunFailed
 from agentrt.runs.loop.persistence import runtime_user_entry
 from agentrt.runs.loop.phases import handoff as handoff_phase
@@ -70,7 +70,7 @@ from agentrt.v1 import run_service_pb2 as pb
 
 log = logging.getLogger("agentrt.runs")
 
-__all__ = ["Deps", "LeaseLost", "RunExecutor", "crash_at"]
+__all__ = ["LeaseLost", "RunExecutor"]
 
 
 def _of_turn(entries: list[tuple[int, str, dict[str, Any]]], turn: int) -> dict[str, dict[str, Any]]:
