@@ -23,7 +23,8 @@ from agentrt.runs.domain import Answers, RunRecord, StoredEvent
 from agentrt.runs.storage import lite as store_lite
 from agentrt.runs.storage.models import RunRow
 from agentrt.runs.storage.records import COLUMNS
-from agentrt.runs.storage.store import INLINE_ROWS, RunStore, SessionBusy
+from agentrt.runs.storage.store import RunStore, SessionBusy
+from agentrt.runs.storage.timeline import INLINE_ROWS
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from tests.service.runs.harness import fresh_pg_database, pg_server, require_pg

@@ -1,19 +1,20 @@
 """Persistence of agents, runs, the run log and run events (one transaction per save point).
 
-What it owns (records.py holds the decoded shapes it returns; store_sql.py its prebuilt
-statements and row helpers):
+What it owns (runs/domain.py holds the values it returns, records.py a row's column
+encoding, sql.py its prebuilt statements and row helpers):
 - `save()`: the save point. In ONE transaction it updates the run row (guarded by the
   fencing token of the lease and/or the expected status), appends run-log entries and
   inserts events. A guard that no longer holds rolls everything back and returns None:
   the caller lost the lease or the race, and must not act. A transient database failure
-  is retried, exactly once in effect (runs/save_retry.py).
+  is retried, exactly once in effect (save_retry.py).
 - leases: acquire (expired or free), renew, release; a takeover scan for RUNNING runs
-  whose lease expired (runs/lease_store.py, which RunStore inherits).
-- event replay by run (seq) and by session (session_seq).
+  whose lease expired (leases.py, which RunStore inherits).
+- the run log read back, and event replay by run (seq) and by session (session_seq)
+  (timeline.py, which RunStore inherits).
 - on PostgreSQL, every transaction that inserts events also sends one NOTIFY on
-  `EVENTS_CHANNEL` (runs/store_sql.py: numbering, rows, the notification; delivered at
+  `EVENTS_CHANNEL` (sql.py: numbering, rows, the notification; delivered at
   commit, so a woken subscriber finds the events stored):
-  how subscribers on other replicas learn of them (runs/notify.py, decision 0011).
+  how subscribers on other replicas learn of them (runs/events/notify.py, decision 0011).
 
 Events passed to `save()` either carry their seqs (the owning executor numbers them
 live) or are numbered inside the transaction, which is what transitions made outside an
@@ -30,7 +31,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 from sqlalchemy import Connection, func, insert, select, update
@@ -40,20 +41,16 @@ from agentrt.mesh.db import Database
 from agentrt.runs.domain import TERMINAL, RunRecord, StoredEvent
 from agentrt.runs.storage import lite, migrate, pg, sql
 from agentrt.runs.storage.leases import LeaseRows, lease_overlaps
-from agentrt.runs.storage.models import AgentRow, RunEventRow, RunRow
+from agentrt.runs.storage.models import AgentRow, RunRow
 from agentrt.runs.storage.records import COLUMNS, decode, decode_mapping, encode
 from agentrt.runs.storage.save_retry import save_with_retries
 from agentrt.runs.storage.sql import EVENTS_CHANNEL, GuardFailed
+from agentrt.runs.storage.timeline import TimelineRows
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
-T = TypeVar("T")
-#: Rows a SQLite read returns inline on the loop's thread; a longer answer is read again on
-#: the read thread (mesh/db.py `offload`), so a long run's replay never stalls the loop.
-INLINE_ROWS = 256
 
-
-class RunStore(LeaseRows):
+class RunStore(LeaseRows, TimelineRows):
     """The runs database (see the module docstring)."""
 
     def __init__(self, db: Database, replica: str = "") -> None:
@@ -289,24 +286,6 @@ class RunStore(LeaseRows):
             )
         return bool(result.rowcount)
 
-    async def read_log(self, run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
-        """Return the run log in order as (seq, kind, payload)."""
-        if self.db.is_sqlite:
-            rows = await self._lite_rows(lambda conn, limit: lite.read_log(conn, run_id, limit))
-        else:
-            rows = await pg.read_log(self.db, run_id)
-        return [(seq, kind, json.loads(payload)) for seq, kind, payload in rows]
-
-    async def _lite_rows(self, read: Callable[[Connection, int], list[T]]) -> list[T]:
-        """Run read(conn, limit) on SQLite, inline when it answers INLINE_ROWS rows or fewer.
-
-        A longer answer is read again, whole, on the read thread: one snapshot either way.
-        """
-        rows = await self.db.read_sync(lambda conn: read(conn, INLINE_ROWS + 1))
-        if len(rows) <= INLINE_ROWS:
-            return rows
-        return await self.db.read_sync(lambda conn: read(conn, -1), offload=True)
-
     async def suspended_on_children(self) -> list[str]:
         """Return ids of SUSPENDED runs waiting on child runs (state `child_pending`, 004 §2.8)."""
         async with self.db.read() as conn:
@@ -350,69 +329,9 @@ class RunStore(LeaseRows):
                 update(RunRow).where(RunRow.run_id == run_id).values(state_json=json.dumps(state))
             )
 
-    # -- events ---------------------------------------------------------------------------
-
-    async def read_events(self, run_id: str, after: int, upto: int | None = None) -> list[StoredEvent]:
-        """Return the run's stored events with after < seq <= upto, in seq order."""
-        if self.db.is_sqlite:
-            return await self._lite_rows(
-                lambda conn, limit: lite.read_events(conn, run_id, after, upto, limit)
-            )
-        return await pg.read_events(self.db, run_id, after, upto)
-
-    async def read_session_events(
-        self, tenant: str, session_id: str, after: int, upto: int | None = None
-    ) -> list[StoredEvent]:
-        """Return the session's stored events with after < session_seq <= upto, in order."""
-        query = select(RunEventRow).where(
-            RunEventRow.tenant == tenant,
-            RunEventRow.session_id == session_id,
-            RunEventRow.session_seq > after,
-        )
-        if upto is not None:
-            query = query.where(RunEventRow.session_seq <= upto)
-        async with self.db.read() as conn:
-            rows = (await conn.execute(query.order_by(RunEventRow.session_seq))).all()
-        return [sql.stored_event(r) for r in rows]
-
-    async def event_heads(self, run_id: str, tenant: str, session_id: str) -> tuple[int, int]:
-        """Return the run's and its session's highest seq issued: stored or reserved.
-
-        A new owner numbers after these, so no seq an earlier owner may have delivered is
-        given to another event.
-        """
-        return await self.db.read_sync(lambda conn: sql.heads(conn, run_id, tenant, session_id))
-
-    async def last_stored_seq(self, run_id: str) -> int:
-        """Return the highest seq of the run's stored events (0 for none); reservations aside."""
-        query = select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
-
-        def body(conn: Connection) -> int:
-            return int(conn.scalar(query) or 0)
-
-        return await self.db.read_sync(body)
-
-    async def run_head(self, run_id: str) -> int:
-        """Return the highest seq the run's timeline may have issued (stored or reserved)."""
-
-        def body(conn: Connection) -> int:
-            stored = conn.scalar(select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id))
-            reserved = conn.scalar(select(RunRow.event_seq_reserved).where(RunRow.run_id == run_id))
-            return max(stored or 0, reserved or 0)
-
-        return await self.db.read_sync(body)
-
-    async def session_head(self, tenant: str, session_id: str) -> int:
-        """Return the highest seq the session's timeline may have issued (stored or reserved)."""
-
-        def body(conn: Connection) -> int:
-            return sql.session_head(conn, tenant, session_id)
-
-        return await self.db.read_sync(body)
-
 
 class SessionBusy(Exception):
     """The session already has an unfinished run (its id is the argument)."""
 
 
-__all__ = ["EVENTS_CHANNEL", "RunRecord", "RunStore", "SessionBusy", "StoredEvent", "lease_overlaps"]
+__all__ = ["EVENTS_CHANNEL", "RunStore", "SessionBusy", "lease_overlaps"]
