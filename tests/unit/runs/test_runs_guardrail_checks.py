@@ -13,6 +13,7 @@ from agentrt.core.guardrails import CANCELLED_TEXT, SCOPE_AGENT, SCOPE_TOOL, Dec
 from agentrt.runs.events import build as events
 from agentrt.runs.loop import failures
 from agentrt.runs.loop.phases import guardrail_checks as gc
+from agentrt.runs.loop.phases import guardrail_log as gl
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb
@@ -224,9 +225,9 @@ def test_the_run_log_form_round_trips():
         ),
         gc.Consulted(result("b", None, Stage.INPUT, error=CANCELLED_TEXT), 1.5),
     ):
-        back = gc.consulted_in(json.loads(json.dumps(gc.consulted_out(c))))
+        back = gl.consulted_in(json.loads(json.dumps(gl.consulted_out(c))))
         assert back == c
-    assert gc.usage_in(gc.usage_out(usage)) == usage and gc.usage_in({}) == cpb.Usage()
+    assert gl.usage_in(gl.usage_out(usage)) == usage and gl.usage_in({}) == cpb.Usage()
 
 
 def test_the_event_carries_every_field_of_a_result():
@@ -330,22 +331,22 @@ def test_tool_stages_inspect_calls_that_would_run_and_results_that_came_from_a_t
 def test_a_judge_call_key_names_run_decision_and_guardrail_and_stays_within_the_gateways_rules():
     from agentrt.runs.loop.phases.model import judge_call_key
 
-    log_key = gc.key_of(Stage.TOOL_INPUT, 3, "call_1")
+    log_key = gl.key_of(Stage.TOOL_INPUT, 3, "call_1")
     key = judge_call_key("run-1", log_key, SCOPE_TOOL, 1, "cmd_check")
     assert key == "run-1/guardrail-tool_input:3:call_1:/tool-1-cmd_check"
     assert key == judge_call_key("run-1", log_key, SCOPE_TOOL, 1, "cmd_check")  # any replica
     others = {
         judge_call_key("run-2", log_key, SCOPE_TOOL, 1, "cmd_check"),
-        judge_call_key("run-1", gc.key_of(Stage.TOOL_INPUT, 4, "call_1"), SCOPE_TOOL, 1, "cmd_check"),
-        judge_call_key("run-1", gc.key_of(Stage.TOOL_INPUT, 3, "call_2"), SCOPE_TOOL, 1, "cmd_check"),
-        judge_call_key("run-1", gc.key_of(Stage.TOOL_OUTPUT, 3, "call_1"), SCOPE_TOOL, 1, "cmd_check"),
+        judge_call_key("run-1", gl.key_of(Stage.TOOL_INPUT, 4, "call_1"), SCOPE_TOOL, 1, "cmd_check"),
+        judge_call_key("run-1", gl.key_of(Stage.TOOL_INPUT, 3, "call_2"), SCOPE_TOOL, 1, "cmd_check"),
+        judge_call_key("run-1", gl.key_of(Stage.TOOL_OUTPUT, 3, "call_1"), SCOPE_TOOL, 1, "cmd_check"),
         judge_call_key("run-1", log_key, SCOPE_AGENT, 1, "cmd_check"),
         judge_call_key("run-1", log_key, SCOPE_TOOL, 0, "cmd_check"),
         judge_call_key("run-1", log_key, SCOPE_TOOL, 1, "other"),
-        judge_call_key("run-1", gc.key_of(Stage.INPUT, 1, mode="racing"), SCOPE_AGENT, 0, "cmd_check"),
-        judge_call_key("run-1", gc.key_of(Stage.INPUT, 1, mode="blocking"), SCOPE_AGENT, 0, "cmd_check"),
+        judge_call_key("run-1", gl.key_of(Stage.INPUT, 1, mode="racing"), SCOPE_AGENT, 0, "cmd_check"),
+        judge_call_key("run-1", gl.key_of(Stage.INPUT, 1, mode="blocking"), SCOPE_AGENT, 0, "cmd_check"),
     }
     assert key not in others and len(others) == 9
-    long = judge_call_key("run-1", gc.key_of(Stage.TOOL_OUTPUT, 1, "c" * 300), SCOPE_AGENT, 0, "g\tx")
+    long = judge_call_key("run-1", gl.key_of(Stage.TOOL_OUTPUT, 1, "c" * 300), SCOPE_AGENT, 0, "g\tx")
     assert len(long) <= 256 and long.startswith("run-1/guardrail-") and long.isprintable()
-    assert long == judge_call_key("run-1", gc.key_of(Stage.TOOL_OUTPUT, 1, "c" * 300), SCOPE_AGENT, 0, "g\tx")
+    assert long == judge_call_key("run-1", gl.key_of(Stage.TOOL_OUTPUT, 1, "c" * 300), SCOPE_AGENT, 0, "g\tx")

@@ -68,7 +68,6 @@ _STAGE = {
 }
 #: State key of a racing input guardrail's replacement ({"text"}), applied from turn 2 on.
 INPUT_REPLACED = "guardrail_input"
-_USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens", "requests")
 
 
 # -- selection ----------------------------------------------------------------------------
@@ -293,59 +292,7 @@ def replacement(results: Sequence[Result]) -> Result | None:
     return next((r for r in results if r.decision == Decision.REPLACE), None)
 
 
-# -- the run log --------------------------------------------------------------------------
-
-
-def usage_out(usage: cpb.Usage) -> dict[str, int]:
-    """Return a Usage as the run state and log keep it ({field: count})."""
-    return {f: int(getattr(usage, f)) for f in _USAGE_FIELDS}
-
-
-def usage_in(value: dict[str, Any]) -> cpb.Usage:
-    """Read a Usage written by `usage_out` (absent fields are 0)."""
-    return cpb.Usage(**{f: int(value.get(f, 0)) for f in _USAGE_FIELDS})
-
-
-def consulted_out(c: Consulted) -> dict[str, Any]:
-    """Return a consulted guardrail as the run log keeps it (JSON)."""
-    r = c.result
-    out: dict[str, Any] = {
-        "guardrail": r.guardrail,
-        "stage": str(r.stage),
-        "decision": str(r.decision) if r.decision else "",
-        "message": r.message,
-        "error": r.error,
-        "call_id": r.call_id,
-        "scope": r.scope,
-        "duration_s": round(c.duration_s, 6),
-    }
-    if c.usage is not None:
-        out["usage"] = usage_out(c.usage)
-    return out
-
-
-def consulted_in(value: dict[str, Any]) -> Consulted:
-    """Read a consulted guardrail written by `consulted_out`."""
-    decision = value.get("decision") or ""
-    result = Result(
-        str(value["guardrail"]),
-        Stage(value["stage"]),
-        Decision(decision) if decision else None,
-        message=str(value.get("message", "")),
-        error=str(value.get("error", "")),
-        call_id=str(value.get("call_id", "")),
-        scope=str(value.get("scope", SCOPE_AGENT)),
-    )
-    usage = usage_in(value["usage"]) if "usage" in value else None
-    return Consulted(result, float(value.get("duration_s", 0.0)), usage)
-
-
 # -- what the model and the session get ----------------------------------------------
-
-
-def key_of(stage: Stage, turn: int, call_id: str = "", mode: str = "") -> str:
-    """Return the run-log key of one stage's decision (one per stage, turn, call and input mode)."""
-    return f"{stage}:{turn}:{call_id}:{mode}"
 
 
 def input_view(entries: list[spb.Entry], run_id: str, state: dict[str, Any]) -> list[spb.Entry]:

@@ -31,16 +31,10 @@ consults):
   session get; those calls' `tool_returned` events wait for the
   verdict (`_quiet_outputs`), so the stream never shows what a guardrail replaced.
 
-Every consulted guardrail leaves a durable `guardrail_result` event (runs/events.py) and a
-run-log entry (`LOG_KIND`, keyed by stage, turn, call and mode), written in one save before
-the verdict is acted on; a resume or a takeover reads the log (`_decided`) instead of
-asking again, so a model guardrail is never billed twice for one decision, and a tripwire
-recorded before a crash fails the run on the new owner without a model call. A judge call
-still in flight then is keyed (`turn.judge_call_key`): the gateway's journal answers the new
-owner's repeat (decision 0019 addendum). A model guardrail's tokens count into the run's
-usage and its nested usage (state `nested_usage`).
-A result that ends the run (a tripwire, or an error: fail closed) fails it with
-`failures.guardrail_failure`.
+Every stage's decision is consulted once and kept in the run log before it is acted on
+(runs/loop/phases/guardrail_log.py, `GuardrailLog`: `_stage`, `_consult_stage`, `_record`,
+`_decided`), so a resume or a takeover reads it instead of asking again. A result that ends
+the run (a tripwire, or an error: fail closed) fails it with `failures.guardrail_failure`.
 """
 
 from __future__ import annotations
@@ -52,145 +46,33 @@ from dataclasses import replace
 from typing import Any
 
 from agentrt.core.decide import REASON_BYTES, Decision
-from agentrt.core.guardrails import SCOPE_AGENT, Result, Stage
+from agentrt.core.guardrails import SCOPE_AGENT, Stage
 from agentrt.core.input_race import Ending, InputRace
 from agentrt.core.truncate import truncate
-from agentrt.runs.events import build as events
 from agentrt.runs.loop.failures import RunFailed, guardrail_failure
-from agentrt.runs.loop.housekeeping import Housekeeping
-from agentrt.runs.loop.phases import handoff as handoff_phase
 from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.loop.phases.guardrail_checks import (
     INPUT_REPLACED,
     Consulted,
     consult,
-    consulted_in,
-    consulted_out,
     ending,
     input_checks,
-    key_of,
     replaced_calls,
     replaced_response,
     replacement,
-    run_parallel,
-    run_sequential,
     stage_checks,
     tool_checks,
     tool_subjects,
-    usage_in,
-    usage_out,
 )
+from agentrt.runs.loop.phases.guardrail_log import GuardrailLog, key_of
 from agentrt.runs.loop.phases.tools import Planned, runtime_result
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import run_service_pb2 as pb
 
-#: Run-log kind of a decided guardrail stage: {"key", "turn", "results": [consulted_out...]}.
-LOG_KIND = "guardrail_results"
-#: State key of the nested usage ({field: n}; convert.run_out reads it into Run.nested_usage).
-NESTED_USAGE = "nested_usage"
 
-
-class GuardrailSteps(Housekeeping):
+class GuardrailSteps(GuardrailLog):
     """The guardrail stages of a run (see the module docstring)."""
-
-    #: Decided stages read from and written to the run log: key -> consulted (log form).
-    _guard_log: dict[str, list[dict[str, Any]]] | None = None
-
-    @property
-    def _snap(self) -> pb.AgentSpec:
-        return handoff_phase.current_agent(self.r.state, self.r.agent)
-
-    async def _decided(self, key: str) -> list[Consulted] | None:
-        """Return a stage's decision as the run log has it, or None (read once per executor)."""
-        if self._guard_log is None:
-            log = await self.deps.store.read_log(self.r.run_id)
-            self._guard_log = {str(p["key"]): p["results"] for _, kind, p in log if kind == LOG_KIND}
-        found = self._guard_log.get(key)
-        return None if found is None else [consulted_in(c) for c in found]
-
-    def _announce(self, consulted: Sequence[Consulted]) -> None:
-        """Publish each result (durable at the next save) and count a judge's tokens as nested usage."""
-        for c in consulted:
-            self._publish(guardrail_result=events.guardrail_result(c.result, c.duration_s, c.usage))
-            if c.usage is not None and c.usage.ByteSize():
-                r = self.r
-                r.usage = turnmod.add_usage(r.usage, c.usage)
-                nested = turnmod.add_usage(usage_in(r.state.get(NESTED_USAGE, {})), c.usage)
-                self._deferred_changes["usage"] = r.usage
-                self._defer_state(**{NESTED_USAGE: usage_out(nested)})
-
-    async def _record(self, decided: Sequence[tuple[str, list[Consulted]]], *, save: bool = True) -> None:
-        """Write fresh decisions (with their events and usage) before they are acted on.
-
-        `save`: in a save of their own; False = with the next save, for a verdict nothing
-        acts on before that save (tool_input's: the batch starts, or the run suspends or
-        ends, only through a save).
-        """
-        if not decided:
-            return
-        payloads: list[dict[str, Any]] = []
-        for key, consulted in decided:
-            self._announce(consulted)
-            payloads.append({"key": key, "turn": self.turn, "results": [consulted_out(c) for c in consulted]})
-        for payload in payloads[:-1] if save else payloads:
-            self._defer(LOG_KIND, payload)
-        if save:
-            await self._save(LOG_KIND, payloads[-1])
-            if any(ending([c.result for c in consulted]) for _, consulted in decided):
-                self.deps.crash("after_guardrail_tripped")
-        assert self._guard_log is not None  # _decided ran first
-        for payload in payloads:
-            self._guard_log[str(payload["key"])] = payload["results"]
-
-    async def _consult_stage(
-        self,
-        key: str,
-        stage: Stage,
-        text: str,
-        checks: Sequence[tuple[pb.Guardrail, str]],
-        *,
-        call_id: str = "",
-        interruptible: bool = True,
-    ) -> tuple[list[Consulted], bool]:
-        """Return a stage's consulted guardrails and whether they are fresh (not from the log)."""
-        known = await self._decided(key)
-        if known is not None:
-            return known, False
-        r, model = self.r, self._snap.model
-        index = {(g.name, scope): i for i, (g, scope) in enumerate(checks)}
-
-        async def ask(g: pb.Guardrail, scope: str) -> Consulted:
-            call_key = turnmod.judge_call_key(r.run_id, key, scope, index[(g.name, scope)], g.name)
-            return await consult(
-                self.deps.peers, r.tenant, r.run_id, model, g, stage, text, call_id=call_id, scope=scope,
-                call_key=call_key, stops_call=self._stops_judge,
-            )  # fmt: skip
-
-        if stage.concurrent:
-            work = run_parallel([g for g, _ in checks], stage, ask)
-        else:
-            work = run_sequential(checks, ask)
-        consulted = await (self._interruptible(work) if interruptible else work)
-        return consulted, True
-
-    def _stops_judge(self) -> bool:
-        """Whether a cancelled judge call is stopped at the gateway: not on a lost lease or a drain."""
-        return self.stop_reason in ("", "cancel")  # the next owner's repeat needs it journaled
-
-    async def _stage(self, key: str, stage: Stage, text: str, checks: Sequence[pb.Guardrail]) -> list[Result]:
-        """Consult (or replay) a concurrent stage and record it; fail the run on a tripwire or error.
-
-        Raises:
-            RunFailed: kind `guardrail_tripped` / `guardrail_failed`.
-        """
-        consulted, fresh = await self._consult_stage(key, stage, text, [(g, SCOPE_AGENT) for g in checks])
-        if fresh:
-            await self._record([(key, consulted)])
-        results = [c.result for c in consulted]
-        if (end := ending(results)) is not None:
-            raise RunFailed(guardrail_failure(end))
-        return results
 
     # -- input ----------------------------------------------------------------------------
 
