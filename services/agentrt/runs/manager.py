@@ -1,14 +1,14 @@
 """Run lifecycle across requests and replicas: start, resume, cancel, inject, leases, takeover.
 
 The manager owns the executors running in this process (one asyncio task per run), the
-lease renewal (runs/lease_keeper.py, a task of its own: every third of the lease it renews
+lease renewal (runs/lifecycle/lease_keeper.py, a task of its own: every third of the lease it renews
 the leases it holds; a lost lease stops the executor silently; a cancellation requested on
 another replica is honoured here) and the housekeeping loop, which at the same period
 fails suspended runs whose time budget ran out (004 §2.9: the budget holds while a
 run waits, too), then takes over RUNNING runs whose lease expired (a dead replica's, or
 one resumed elsewhere and not claimed) and continues them from their log.
 
-Resume, cancel, inject and stop-after-turn are in runs/control.py (RunControl, mixed in).
+Resume, cancel, inject and stop-after-turn are in runs/lifecycle/control.py (RunControl, mixed in).
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ class RunManager(RunControl):
         self._claiming: set[str] = set()
         #: Background cancels of an ended run's unfinished children (kept referenced).
         self._tails: set[asyncio.Task[None]] = set()
-        #: Agents as tools: the executors' ChildHost, answers routed to children (runs/child_runs.py).
+        #: Agents as tools: the executors' ChildHost, answers routed to children
+        #: (runs/lifecycle/child_runs.py).
         self.children = ChildRuns(self)
         deps.children = self.children
 
@@ -94,7 +95,7 @@ class RunManager(RunControl):
         await self.deps.releases.drain(grace_s)  # the sandboxes of runs that just ended
 
     async def _lease_loop(self) -> None:
-        """The leases' own task (runs/lease_keeper.py), then the housekeeping every period."""
+        """The leases' own task (runs/lifecycle/lease_keeper.py), then the housekeeping every period."""
         keeper = LeaseKeeper(
             self.store,
             self.deps.owner,

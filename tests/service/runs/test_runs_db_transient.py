@@ -194,7 +194,7 @@ def _break_once(store: RunStore, after_commit: bool, monkeypatch: pytest.MonkeyP
     """Make the next save attempt fail like a connection reset: before or after its commit.
 
     The attempt is the SQLite transaction (`write_sync`) or, on PostgreSQL, the one call of
-    `runs_save` (runs/store_pg.py `save`).
+    `runs_save` (runs/storage/pg.py `save`).
     """
     calls: list[int] = []
 

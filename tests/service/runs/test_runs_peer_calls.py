@@ -1,4 +1,4 @@
-"""How the run loop reaches its peers (runs/peers.py): a model call goes once, with a deadline,
+"""How the run loop reaches its peers (runs/peers/): a model call goes once, with a deadline,
 and is never re-sent by the channel's retry policy; a fenced write that a replica fails with
 UNAVAILABLE is re-sent by gRPC's policy; a peer that is not up is waited for, boundedly.
 

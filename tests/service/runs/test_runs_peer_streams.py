@@ -1,4 +1,4 @@
-"""A run's turn calls go over its streams of calls to its peers (runs/peer_calls.py, decision 0023).
+"""A run's turn calls go over its streams of calls to its peers (runs/peers/streams.py, decision 0023).
 
 Real servers on 127.0.0.1:0: a tool run makes its StreamGenerate, ExecuteTool and
 AppendEntries calls over one stream per peer (one stream of each opened for the whole run,

@@ -1,8 +1,8 @@
 """The run store's hot paths on SQLite and PostgreSQL (decision 0026): what they write reads back.
 
 On SQLite the save point, the insert of a run and the turn's reads run the driver's
-statements (runs/store_lite.py); on PostgreSQL the save point and the insert are one call
-of a server-side function (runs migration 0004, runs/store_pg.py) and the reads one
+statements (runs/storage/lite.py); on PostgreSQL the save point and the insert are one call
+of a server-side function (runs migration 0004, runs/storage/pg.py) and the reads one
 statement each. Each test runs on a real database of each backend and asserts what is
 stored: every column a save can change, the refusals that write nothing, the conflicts of
 an insert, the numbering of events, a replay longer than the inline bound, and (SQLite)

@@ -1,4 +1,4 @@
-"""The pure parts of agents as tools (runs/loop/child_phase.py, runs/child_runs.py; 004 §2.8)."""
+"""The pure parts of agents as tools (runs/loop/phases/child.py, runs/lifecycle/child_runs.py; 004 §2.8)."""
 
 from __future__ import annotations
 

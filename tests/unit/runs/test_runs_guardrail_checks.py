@@ -1,4 +1,4 @@
-"""The loop's guardrail rules without servers (runs/loop/guardrail_checks.py, runs/events.py).
+"""The loop's guardrail rules without servers (runs/loop/phases/guardrail_checks.py, runs/events/build.py).
 
 The two orders are driven with scripted guardrails (futures the test resolves), so what runs
 when is observed, not timed.

@@ -1,4 +1,4 @@
-"""The loop's handoff rules on a snapshot, without servers (runs/loop/handoff_phase.py)."""
+"""The loop's handoff rules on a snapshot, without servers (runs/loop/phases/handoff.py)."""
 
 from __future__ import annotations
 

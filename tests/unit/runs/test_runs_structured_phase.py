@@ -1,4 +1,4 @@
-"""The loop's structured-output rules on a snapshot, without servers (runs/loop/structured_phase.py)."""
+"""The loop's structured-output rules on a snapshot, without servers (runs/loop/phases/structured.py)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ _INJECTION_KINDS = {
 }
 
 
-#: The queue kind of a StopAfterTurn request (runs/loop/stopping_phase.py): it rides on the
+#: The queue kind of a StopAfterTurn request (runs/loop/phases/stopping.py): it rides on the
 #: run's input queue so the save point that reads queued input reads it too, whichever
 #: replica owns the run; it is not input, so it is never shown or reported as such.
 STOP_KIND = "stop"
@@ -66,18 +66,18 @@ def run_out(r: RunRecord) -> pb.Run:
     )
     if r.failure is not None:
         run.failure.CopyFrom(r.failure)
-    disclosed = r.state.get("disclosure")  # runs/loop/disclosure_phase.py
+    disclosed = r.state.get("disclosure")  # runs/loop/phases/disclosure.py
     if disclosed:
         run.disclosed_tools.extend(json.loads(str(disclosed)).get("disclosed", []))
-    # agents as tools (runs/loop/child_phase.py): the parent link, the children, nested usage
+    # agents as tools (runs/loop/phases/child.py): the parent link, the children, nested usage
     run.parent_run_id = str(r.state.get("parent_run_id", ""))
     run.parent_call_id = str(r.state.get("parent_call_id", ""))
     run.child_run_ids.extend(str(x) for x in r.state.get("child_run_ids", []))
     nested = r.state.get("nested_usage")
     if isinstance(nested, dict):
         run.nested_usage.CopyFrom(cpb.Usage(**{k: int(v) for k, v in nested.items()}))
-    run.sandbox_id = str(r.state.get("sandbox_id", ""))  # runs/sandboxes.py
-    current = r.state.get("agent")  # the last handoff's target (runs/loop/handoff_phase.py)
+    run.sandbox_id = str(r.state.get("sandbox_id", ""))  # runs/lifecycle/sandboxes.py
+    current = r.state.get("agent")  # the last handoff's target (runs/loop/phases/handoff.py)
     if current:
         snap = pb.AgentSpec.FromString(base64.b64decode(current))
         run.current_agent_name, run.current_agent_version = snap.name, snap.version

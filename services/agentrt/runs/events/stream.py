@@ -9,7 +9,7 @@
    buffer, or events another replica wrote) is filled from storage; what storage cannot
    fill is reported as an `EventGap`, never skipped silently.
 3. It re-reads storage when the hub wakes the subscription (on PostgreSQL, a NOTIFY from
-   the replica that wrote events: runs/notify.py) and, when `poll_seconds` is not None,
+   the replica that wrote events: runs/events/notify.py) and, when `poll_seconds` is not None,
    after that long idle (SQLite, where a second process on the same file sends no wake).
 4. A cursor ahead of every seq the timeline may have issued (`head`: the stored events
    and the owner's durable reservation; a cursor from an earlier life of the timeline)

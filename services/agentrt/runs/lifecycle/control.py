@@ -269,7 +269,7 @@ class RunControl:
     async def stop_after_turn(self, tenant: str, run_id: str, reason: str) -> RunRecord:
         """Ask a run to finish at its next save point (004 §2.3c); return its record.
 
-        The request is queued with the run's input (convert.STOP_KIND), so the save point
+        The request is queued with the run's input (convert/run.py STOP_KIND), so the save point
         of whichever replica runs it reads it; a suspended run stops at the save point
         after its resume. Asking twice is harmless.
 

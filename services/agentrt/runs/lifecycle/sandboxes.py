@@ -13,7 +13,7 @@ Invariants:
 - `ensure` is called before a tool batch runs; each executor asks once (the first batch of a
   segment), which also resumes a stopped sandbox and recreates one removed behind our back.
   Within one executor, a call refused because someone stopped or destroyed the sandbox
-  (SANDBOX_STOPPED, SANDBOX_NOT_FOUND) has it asked for again (runs/loop/sandbox_phase.py).
+  (SANDBOX_STOPPED, SANDBOX_NOT_FOUND) has it asked for again (runs/loop/phases/sandbox.py).
 - Every tool call of the run carries the sandbox id and no workspace (ExecuteTool takes one
   or the other); the run's `workspace`, when given, becomes the sandbox's workspace.
 - `release` destroys the sandbox once the run's end is stored (completed, failed, canceled),
@@ -44,7 +44,7 @@ from agentrt.v1 import tool_service_pb2 as tpb
 
 log = logging.getLogger("agentrt.runs")
 
-#: Run-state keys (runs/records.py RunRecord.state).
+#: Run-state keys (runs/storage/records.py RunRecord.state).
 SANDBOX_STATE = "sandbox"
 SANDBOX_ID_STATE = "sandbox_id"
 
@@ -221,7 +221,7 @@ def retry_releases(peers: Peers, releases: Releases) -> None:
 
 
 class SandboxRows(Protocol):
-    """What `sweep` needs of the runs store (runs/store.py RunStore)."""
+    """What `sweep` needs of the runs store (runs/storage/store.py RunStore)."""
 
     async def unreleased_sandboxes(self, limit: int) -> list[RunRecord]:
         """Ended runs with a sandbox not yet marked released (at most limit)."""

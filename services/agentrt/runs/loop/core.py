@@ -90,7 +90,7 @@ class ExecutorCore:
         self._unbatched: list[dict[str, Any]] = []
         self.compactor = Compactor(deps.peers, record.agent, record.tenant, record.run_id)
         self._last_usage: cpb.Usage | None = None
-        #: The run's sandbox id once this executor created or adopted it (runs/sandboxes.py).
+        #: The run's sandbox id once this executor created or adopted it (runs/lifecycle/sandboxes.py).
         self._sandbox_id: str | None = None
         #: How many times this executor had it created or adopted; the lock serializes asking.
         self._sandbox_asks = 0

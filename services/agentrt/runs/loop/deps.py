@@ -70,7 +70,7 @@ class Deps:
 
     `crash` is called at each of CRASH_POINTS (a no-op unless a crash test asked for it);
     `metrics` are the replica's run series (its server's registry; a private one by default);
-    `children` is the manager's side of agent tools (runs/loop/child_phase.ChildHost: spawn a
+    `children` is the manager's side of agent tools (runs/loop/phases/child.py ChildHost: spawn a
     child run here, cancel one), set by the RunManager.
     """
 
@@ -81,8 +81,8 @@ class Deps:
     lease_seconds: float
     crash: Callable[[str], None] = _no_crash
     metrics: RunMetrics = field(default_factory=RunMetrics)
-    #: Sandboxes of ended runs whose release failed; the manager retries them (runs/sandboxes.py).
+    #: Sandboxes of ended runs whose release failed; the manager retries them (runs/lifecycle/sandboxes.py).
     releases: sandboxes.Releases = field(default_factory=sandboxes.Releases)
     children: Any = None
-    #: A run's turn calls go over its streams of calls (runs/peer_calls.py).
+    #: A run's turn calls go over its streams of calls (runs/peers/streams.py).
     peer_streams: bool = True

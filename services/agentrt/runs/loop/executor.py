@@ -23,10 +23,11 @@ continue / final / fail. A context overflow compacts and retries the same turn w
 still gives every committed call exactly one result, written before the terminal event.
 
 The executor is layered: runs/loop/core.py (state, fenced writes, events, the end),
-runs/loop/housekeeping.py (compaction, overflow recovery), runs/loop/turns.py (the phases
-of a turn), and this module (the loop). Events: nothing is delivered before the write that
-records it has committed, except the provisional kinds (runs/events.py), which stay inside
-a durable seq reservation.
+runs/loop/housekeeping.py (compaction, overflow recovery), runs/loop/phases/guardrail_log.py
+and guardrails.py (the guardrail stages), phases/sandbox.py (the run's sandbox),
+runs/loop/turns.py (the phases of a turn), and this module (the loop). Events: nothing is
+delivered before the write that records it has committed, except the provisional kinds
+(runs/events/channel.py), which stay inside a durable seq reservation.
 
 Spans (mesh/telemetry, 004 §2.11e): one run span per segment the executor drives (start or
 resume to suspend or end). The first segment's is opened in the context the executor was
@@ -84,7 +85,7 @@ class RunExecutor(TurnSteps):
         """Drive the run until it ends, suspends, or is stopped; never raises.
 
         While it drives, the run's turn calls go over its streams of calls to its peers
-        (runs/peer_calls.py), closed when it stops driving.
+        (runs/peers/streams.py), closed when it stops driving.
         """
         calls = RunCalls(self.deps.peers.client, self.r.tenant) if self.deps.peer_streams else None
         token = RUN_CALLS.set(calls)

@@ -5,7 +5,7 @@
   with the tool phase's first save, before any tool runs; its event is held until then);
   an overflow goes to `_recover_overflow`.
 - `_tool_phase`: plan the calls; a call that waits pauses the whole turn; otherwise run
-  them (runs/loop/batch.py) while honouring a cancel, a shutdown and the time budget; a side
+  them (runs/loop/phases/batch.py) while honouring a cancel, a shutdown and the time budget; a side
   effect the tool service's death interrupted suspends the run for a reconciliation.
 - `_save_turn`: the session batch where its request was built (docs/decisions/0003),
   with the injected input it consumes and the turn's diagnostics, then the save point.
@@ -194,7 +194,7 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
         )
 
     def _shape(self, turn: int) -> structured_phase.TurnShape:
-        """Return what the turn offers (tools, output strategy; runs/loop/structured_phase.py)."""
+        """Return what the turn offers (tools, output strategy; runs/loop/phases/structured.py)."""
         tool_free = structured_phase.tool_free_turn(self.r.state, turn)
         return structured_phase.shape_of(self.agent, tool_free=tool_free, state=self.r.state)
 

@@ -2,7 +2,7 @@
 
 A model call (Generate, StreamGenerate) goes once, with a deadline: an unkeyed one is never
 re-sent, since a provider would answer and bill twice. A keyed one (the run loop's turns:
-runs/loop/turn.py `model_call_key`) is re-sent up to MODEL_RESENDS times when its gateway
+runs/loop/phases/model.py `model_call_key`) is re-sent up to MODEL_RESENDS times when its gateway
 replica went away (UNAVAILABLE below any server): the gateway's model-call journal answers
 the repeat without asking twice (decision 0019); the repeat's deltas are dropped when
 the caller already had some (a judge's keyed Generate, `judge_call_key`, goes once: the
@@ -171,7 +171,7 @@ class ModelCalls(PeerBase):
         """Make one streamed model call as `generate` does; return its final message.
 
         The messages before the final (deltas) go to `on_message` in order. A keyed call of
-        a run goes over the run's stream of calls when there is one (runs/peer_calls.py),
+        a run goes over the run's stream of calls when there is one (runs/peers/streams.py),
         with `generate`'s rules: re-sent when its stream broke or the gateway's stores did
         not answer, its repeat's deltas dropped when the caller already had some, stopped at
         the gateway (CancelGenerate) when `stops_call()` says the run itself ends it.

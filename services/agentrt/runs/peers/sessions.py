@@ -115,7 +115,7 @@ class SessionCalls(PeerBase):
         if expected_last_seq is not None:
             req.expected_last_seq = expected_last_seq
         # Fenced by expected_last_seq, a batch sent twice (gRPC's retry policy on this
-        # channel, FENCED_METHODS; the run's stream of calls, runs/peer_calls.py) is refused
+        # channel, FENCED_METHODS; the run's stream of calls, runs/peers/streams.py) is refused
         # (SEQ_MISMATCH), never doubled.
         resp = await streams.send(SESSIONS, req, timeout=SESSION_CALL_TIMEOUT_S, ready=self._ready)
         if resp is NOT_SENT:

@@ -1,7 +1,7 @@
 """Leases of runs: acquire, renew, release, the takeover scans, and the check of the run log.
 
 A run is owned by one replica through its row's lease (owner, expiry, fencing token). Every
-write of an owner is fenced by its token (runs/store.py `save`); here: taking a lease that is
+write of an owner is fenced by its token (runs/storage/store.py `save`); here: taking a lease that is
 free, expired or already ours (the token goes up), renewing the leases an owner still holds
 (owner and token must match: a renewal never revives a lease another replica took), giving
 one up, and the scans that find RUNNING runs with an expired lease and SUSPENDED runs past

@@ -9,7 +9,7 @@ mesh/db.py); only the statements skip SQLAlchemy's execution machinery (compile 
 lookup, parameter processing, event dispatch, result setup), which cost more than the
 statements themselves.
 
-Invariants (the same as runs/store.py's SQLAlchemy statements, which these replace on SQLite):
+Invariants (the same as runs/storage/store.py's SQLAlchemy statements, which these replace on SQLite):
 - the save point's fenced UPDATE ... RETURNING also returns the run log's highest seq (a
   scalar subquery): writers of a file are serialized by SQLite's write lock, so it is the
   seq the log's inserts continue from, read in the statement that takes the row;
@@ -135,7 +135,7 @@ def save(
     session: tuple[str, str] | None,
     drop_inputs: Sequence[str],
 ) -> list[StoredEvent]:
-    """The save point's body (runs/store.py `RunStore.save` has the arguments' meaning).
+    """The save point's body (runs/storage/store.py `RunStore.save` has the arguments' meaning).
 
     Returns:
         The events numbered here.

@@ -11,7 +11,7 @@ Invariants:
 - times are float seconds since the epoch (`*_s`);
 - at most one unfinished (RUNNING or SUSPENDED) run per session: a partial unique index,
   so the busy check and the insert are one step on every backend;
-- the schema is managed by Alembic (`runs/migrations/`, `agentrt.runs.migrate`).
+- the schema is managed by Alembic (`runs/storage/migrations/`, `agentrt.runs.migrate`).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class RunRow(Base):
     session_seq_reserved: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     #: When the time budget ends, seconds since the epoch; 0 = no budget.
     deadline_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
-    #: Small run state read with the row (JSON object; see records.RunRecord.state).
+    #: Small run state read with the row (JSON object; see runs/domain.py RunRecord.state).
     state_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
 
 

@@ -8,12 +8,12 @@ asyncpg connection under it: no BEGIN/COMMIT round trips, no pass through SQLAlc
 execution machinery. A single statement is its own transaction, so a save point is still
 all-or-nothing, its NOTIFY still delivered at its commit (decision 0011).
 
-The shapes it cannot take stay with runs/store.py's SQLAlchemy transaction: a save that
+The shapes it cannot take stay with runs/storage/store.py's SQLAlchemy transaction: a save that
 numbers events itself (`new_events`), consumes injected input (`drop_inputs`), carries
 events of another run, or a value JSON cannot carry (a float that is not finite).
 
 Reads are retried through transient failures as `Database.read_sync` retries them
-(mesh/transient.py); writes are not retried here (runs/save_retry.py decides for a save).
+(mesh/transient.py); writes are not retried here (runs/storage/save_retry.py decides for a save).
 """
 
 from __future__ import annotations
@@ -85,10 +85,10 @@ async def save(
     now: float,
     sending: Callable[[], None],
 ) -> bool:
-    """One `runs_save` call: the save point (runs/store.py `RunStore.save`), all or nothing.
+    """One `runs_save` call: the save point (runs/storage/store.py `RunStore.save`), all or nothing.
 
     `sending` is called right before the statement goes out: from then on a failure leaves
-    the outcome unknown (runs/save_retry.py asks the row).
+    the outcome unknown (runs/storage/save_retry.py asks the row).
 
     Returns:
         False when the token or the status guard no longer holds (nothing written).

@@ -46,7 +46,7 @@ def decode_mapping(m: Any) -> RunRecord:
     """Return the RunRecord of a runs-table row given as a mapping of column -> value.
 
     Takes anything indexed by column name: a SQLAlchemy row mapping, an asyncpg Record,
-    a dict (the SQLite driver's tuple zipped with its columns, runs/store_lite.py).
+    a dict (the SQLite driver's tuple zipped with its columns, runs/storage/lite.py).
     """
     failure = cpb.FailureInfo.FromString(m["failure"]) if m["failure"] else None
     pending = list(pb.RunSuspended.FromString(m["pending"]).pending_calls) if m["pending"] else []

@@ -1,6 +1,6 @@
 """The save point through transient database failures: retried, and in effect once (issue 13).
 
-A save point is one transaction (runs/store.py `RunStore.save`). When it fails transiently
+A save point is one transaction (runs/storage/store.py `RunStore.save`). When it fails transiently
 (mesh/transient.py: the connection was terminated or reset, a serialization failure, a
 deadlock) it is run again, with bounded backoff, instead of failing the run:
 

@@ -1,9 +1,9 @@
 """The run store's SQL: prebuilt statements and the row helpers of its transactions.
 
-Split from runs/store.py (which owns the transactions and their invariants; see its
+Split from runs/storage/store.py (which owns the transactions and their invariants; see its
 docstring). The statements are built once with bound parameters, so a call only binds values
-(decision 0017). Since decision 0026 the turn's hot path runs elsewhere (runs/store_lite.py on
-SQLite, runs/store_pg.py on PostgreSQL); `save` here is PostgreSQL's path for the saves the
+(decision 0017). Since decision 0026 the turn's hot path runs elsewhere (runs/storage/lite.py on
+SQLite, runs/storage/pg.py on PostgreSQL); `save` here is PostgreSQL's path for the saves the
 server-side function does not take, the rest serves the paths off a turn (takeover heads,
 session replays, NOTIFY). No transaction is opened here: every function runs on a
 connection its caller holds.
@@ -29,7 +29,7 @@ class GuardFailed(Exception):
     """Raised inside a save point's transaction to roll it back when a guard no longer holds."""
 
 
-#: The PostgreSQL notification channel carrying "events were written" (runs/notify.py).
+#: The PostgreSQL notification channel carrying "events were written" (runs/events/notify.py).
 EVENTS_CHANNEL = "agentrt_run_events"
 
 #: What a save point's fenced update returns: the lease it holds, the input queue.
@@ -192,10 +192,10 @@ def save(
     session: tuple[str, str] | None,
     drop_inputs: Sequence[str],
 ) -> list[StoredEvent]:
-    """The save point's body through SQLAlchemy (runs/store.py `RunStore.save` has the meaning).
+    """The save point's body through SQLAlchemy (runs/storage/store.py `RunStore.save` has the meaning).
 
-    What PostgreSQL runs when `runs_save` cannot carry a save (runs/store_pg.py); SQLite runs
-    the same steps at the driver level (runs/store_lite.py).
+    What PostgreSQL runs when `runs_save` cannot carry a save (runs/storage/pg.py); SQLite runs
+    the same steps at the driver level (runs/storage/lite.py).
 
     Returns:
         The events numbered here.

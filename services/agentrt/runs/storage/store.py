@@ -240,8 +240,8 @@ class RunStore(LeaseRows, TimelineRows):
 
         # One transaction: on SQLite the driver's statements, inline on the loop's thread
         # (mesh.db write_sync); on PostgreSQL one call of runs_save when it can carry the
-        # save (store_pg.carries), else SQLAlchemy's transaction. A transient failure (a lost
-        # connection, a serialization failure, a deadlock) is retried (runs/save_retry.py);
+        # save (pg.carries), else SQLAlchemy's transaction. A transient failure (a lost
+        # connection, a serialization failure, a deadlock) is retried (runs/storage/save_retry.py);
         # a guard that fails is an answer, never retried.
         attempt: Callable[[], Awaitable[list[StoredEvent]]] = one_call
         if self.db.is_sqlite or new_events or drop_inputs or not pg.carries(values, run_id, events):
@@ -300,7 +300,7 @@ class RunStore(LeaseRows, TimelineRows):
         """Return up to `limit` ended runs with a sandbox not yet known to be gone.
 
         Ended (TERMINAL) runs whose state names a sandbox and lacks the `sandbox_released`
-        mark (runs/sandboxes.py `sweep`), oldest update first.
+        mark (runs/lifecycle/sandboxes.py `sweep`), oldest update first.
         """
         query = (
             select(RunRow)

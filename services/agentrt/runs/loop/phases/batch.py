@@ -161,7 +161,7 @@ class BatchStop:
 
 
 class ChildRunner(Protocol):
-    """Runs the batch's agent-tool calls as child runs (runs/loop/child_phase.ChildCalls)."""
+    """Runs the batch's agent-tool calls as child runs (runs/loop/phases/child.py ChildCalls)."""
 
     def handles(self, call_id: str) -> bool:
         """True when the call is an agent tool's."""

@@ -13,7 +13,7 @@ the pure rules are `core/agent_tools.py`. This module is the executor's half:
   state, a durable `child_run_linked` event); a new child is spawned (the manager's
   `ChildHost`, so its lease is renewed like every run's) when its call runs in the batch,
   inside the call's span, so the child's spans join the parent's trace under it.
-- `ChildCalls.run`, inside the batch (runs/loop/batch.py): waits for the child's end or its
+- `ChildCalls.run`, inside the batch (runs/loop/phases/batch.py): waits for the child's end or its
   suspension, following its events (live from the hub, polling storage for other replicas);
   its tool activity reaches the parent's stream as `tool_progressed` of the call. A finished
   child is the call's result (`agent_tools.child_result`; a failed or canceled child is an
@@ -24,7 +24,7 @@ the pure rules are `core/agent_tools.py`. This module is the executor's half:
   the child's, each with `run_id` (the run that waits) and `parent_call_id` (the parent's
   call); `child_pending` in the parent's state maps each child to the call ids it shows.
   Completed siblings keep their results through the tool service's journal; the child's
-  call is withheld (no tool_returned). runs/child_runs.py routes the answers and wakes the
+  call is withheld (no tool_returned). runs/lifecycle/child_runs.py routes the answers and wakes the
   parent; its batch then starts again and finds the child running or finished.
 - `fold`: the results' nested usage joins the run's total and its nested part
   (`RunUsage.add_nested`), written with `tools_finished`, so it is counted exactly once.

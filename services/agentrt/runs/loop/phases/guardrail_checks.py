@@ -196,7 +196,7 @@ async def consult(
         text: the inspected text, whole.
         call_id: the inspected call (tool stages).
         scope: SCOPE_AGENT or SCOPE_TOOL.
-        call_key: the judge call's idempotency key (`turn.judge_call_key`; "" = unkeyed), so a
+        call_key: the judge call's idempotency key (`model.judge_call_key`; "" = unkeyed), so a
             takeover's repeat is answered from the gateway's journal, never billed twice.
         stops_call: whether a cancellation stops the keyed judge call at the gateway
             (Peers.generate_once; None: never).

@@ -32,7 +32,7 @@ from agentrt.v1 import run_service_pb2 as pb
 
 #: Run-log kind of a decided guardrail stage: {"key", "turn", "results": [consulted_out...]}.
 LOG_KIND = "guardrail_results"
-#: State key of the nested usage ({field: n}; convert.run_out reads it into Run.nested_usage).
+#: State key of the nested usage ({field: n}; convert/run.py run_out reads it into Run.nested_usage).
 NESTED_USAGE = "nested_usage"
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens", "requests")
 

@@ -51,10 +51,10 @@ def build_request(
     (`model_call_key`): the same on every replica that renders this turn from this context,
     so a takeover's repeat is answered from the journal, never asked again.
 
-    `shape` (runs/loop/structured_phase.py) says which tools the turn offers and whether
+    `shape` (runs/loop/phases/structured.py) says which tools the turn offers and whether
     it asks for the output schema as a response format; None = the snapshot's tools and
     its schema as the format. `state` (the run's) carries the last handoff: its target's
-    input filter changes what is rendered, never the entries (runs/loop/handoff_phase.py).
+    input filter changes what is rendered, never the entries (runs/loop/phases/handoff.py).
 
     Raises:
         ValueError: the context does not open with a user message (a bug upstream).
@@ -105,7 +105,7 @@ def model_call_key(run_id: str, turn: int, context_seq: int, context_leaf: str) 
 def judge_call_key(run_id: str, log_key: str, scope: str, index: int, name: str) -> str:
     """Return the model-call key of a model guardrail's judge call (decision 0019 addendum).
 
-    `log_key` is the stage decision's run-log key (`guardrail_checks.key_of`: stage, turn,
+    `log_key` is the stage decision's run-log key (`guardrail_log.key_of`: stage, turn,
     call, input mode), `scope` SCOPE_AGENT or SCOPE_TOOL, `index` the guardrail's place in
     the stage's checks (0-based) and `name` its name: every replica that consults this
     guardrail for this decision sends the same key, so a takeover's repeat is answered from

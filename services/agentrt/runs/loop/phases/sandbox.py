@@ -1,11 +1,11 @@
-"""A run's sandbox in the tool phase (issue 11; 004 §2.7n–§2.7q; runs/sandboxes.py).
+"""A run's sandbox in the tool phase (issue 11; 004 §2.7n–§2.7q; runs/lifecycle/sandboxes.py).
 
 Before a turn's calls run, after `tools_started` is logged (so a drain cutting this wait
 never loses the model's response), the executor makes sure of the run's sandbox: the first
 batch of each executor asks CreateSandbox once (create or adopt; runs/sandboxes.ensure), later
 batches reuse the id. A call the tool service refuses because the sandbox was stopped or
 destroyed meanwhile (nothing ran) has it asked for again (`_regain_sandbox`, once for the
-calls that found it lost together) and is sent once more (runs/loop/batch.py).
+calls that found it lost together) and is sent once more (runs/loop/phases/batch.py).
 
 When the sandbox cannot be had, no call of the batch starts: each is answered "Not
 executed: the run's sandbox could not be created." and the turn is recorded as for a tool

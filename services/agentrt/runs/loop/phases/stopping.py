@@ -8,7 +8,7 @@ The pure rules are `core/stopping.py`; this module reads them off a run:
   goes on; past it `final_turn_without_tools` buys one tool-free closing call (its turn
   number is kept in the run's state as `closing_turn`, so a takeover makes the same call
   once); then the max_turns handler: a fallback output, or the failure `max_turns`.
-- StopAfterTurn: queued with the run's input (convert.STOP_KIND) and honored by the
+- StopAfterTurn: queued with the run's input (convert/run.py STOP_KIND) and honored by the
   save point of a turn that would continue (`TurnSteps._save_turn(stoppable=True)`),
   which records the output in the state (`STOPPED_OUTPUT`); the loop then finishes with
   it, also after a takeover (004 §2.3c).

@@ -64,7 +64,7 @@ def shape_of(
 ) -> TurnShape:
     """Return the shape of a turn of the snapshot (see the module docstring).
 
-    `state` (the run's) says which deferred tools were disclosed (runs/loop/disclosure_phase.py);
+    `state` (the run's) says which deferred tools were disclosed (runs/loop/phases/disclosure.py);
     None = every tool is shown.
     """
     tools = offered_specs(snap) if state is None else disclosure_phase.visible(snap, state)

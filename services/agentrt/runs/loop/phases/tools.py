@@ -22,7 +22,7 @@ Every exec_command request carries the agent's policy, so the tool service enfor
 
 A call answered by a reconciliation (an interrupted side effect, runs/loop/reconcile.py) is
 answered by it, or runs once more as a new attempt (RUN_AGAIN). `merge_answers` validates
-and accumulates a resume's answers. Execution is runs/loop/batch.py.
+and accumulates a resume's answers. Execution is runs/loop/phases/batch.py.
 """
 
 from __future__ import annotations
