@@ -202,11 +202,12 @@ class _Phases:
         setattr(owner, attr, timed)
 
     def install(self) -> None:
-        from agentrt.runs.events import EventHub, RunChannel
+        from agentrt.runs.events.channel import RunChannel
+        from agentrt.runs.events.hub import EventHub
         from agentrt.runs.loop import executor as loop
-        from agentrt.runs.loop import turn
-        from agentrt.runs.peers import Peers
-        from agentrt.runs.store import RunStore
+        from agentrt.runs.loop.phases import model as turn
+        from agentrt.runs.peers.client import Peers
+        from agentrt.runs.storage.store import RunStore
 
         self.wrap_async(Peers, "context", "GetContext")
         self.wrap_async(Peers, "tail", "GetContext")

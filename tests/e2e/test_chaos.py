@@ -42,7 +42,7 @@ from chaos_helpers import (
 from e2e_helpers import STATE_TIMEOUT
 
 from agentrt.core.handoffs import default_tool_name
-from agentrt.runs.store import lease_overlaps
+from agentrt.runs.storage.store import lease_overlaps
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
@@ -378,7 +378,7 @@ async def test_a_replica_stopped_mid_model_call_renews_by_its_fencing_token(
 
 async def _lease_log(chaos: ChaosMesh, run_id: str) -> list[tuple[int, str, int, str]]:
     from agentrt.mesh.db import Database
-    from agentrt.runs.store import RunStore
+    from agentrt.runs.storage.store import RunStore
 
     db = Database(chaos.env["AGENTRT_RUNS_DB"])
     try:

@@ -3,7 +3,7 @@
 A sandboxed run suspends on an approval (its sandbox exists), the tool service goes down,
 the run is canceled (its end is stored, the release fails and is remembered in memory), the
 runs process is killed with SIGKILL, the tool service and the runs process come back: the
-new process's sweep (runs/sandboxes.py) finds the ended run's unmarked sandbox in the run row
+new process's sweep (runs/lifecycle/sandboxes.py) finds the ended run's unmarked sandbox in the run row
 and releases it. Before the sweep nothing ever did (a docker container would stay forever).
 Real processes on PostgreSQL.
 

@@ -42,7 +42,7 @@ from scale_helpers import LIMITER_WINDOW_SECONDS, Replica, Responder, ScaledMesh
 
 from agentrt.client.channels import open_channel
 from agentrt.mesh.db import Database
-from agentrt.runs.store import RunStore, lease_overlaps
+from agentrt.runs.storage.store import RunStore, lease_overlaps
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc

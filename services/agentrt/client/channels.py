@@ -79,7 +79,7 @@ RETRY_POLICY = {
 
 #: Methods safe to re-send only for a caller that fences them itself. The run loop sends
 #: every AppendEntries with expected_last_seq (a second copy is refused with SEQ_MISMATCH, and
-#: runs/persistence.py recognizes its own batch in the log); RecoverSession appends nothing the
+#: runs/loop/persistence.py recognizes its own batch in the log); RecoverSession appends nothing the
 #: second time; SwitchBranch to the same leaf twice lands on that leaf; CancelExecution of a
 #: call already cancelled answers the same. Generate/StreamGenerate are in no list: a provider
 #: would bill (and answer) twice.

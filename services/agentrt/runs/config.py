@@ -37,10 +37,10 @@ class RunsConfig:
             (gRPC's channel connectivity), before the run fails with kind "unavailable", in
             seconds.
         crash_points: named points at which the process kills itself with SIGKILL (the
-            crash tests' kill -9 at a moment no event shows; see loop_core.CRASH_POINTS).
+            crash tests' kill -9 at a moment no event shows; see runs/loop/deps.py CRASH_POINTS).
             Empty in production.
         peer_streams: a run's turn calls (StreamGenerate, ExecuteTool, AppendEntries) go over
-            one stream of calls per peer (runs/peer_calls.py) instead of an RPC each.
+            one stream of calls per peer (runs/peers/streams.py) instead of an RPC each.
     """
 
     server: ServerConfig = field(default_factory=ServerConfig)

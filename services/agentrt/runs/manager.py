@@ -1,14 +1,14 @@
 """Run lifecycle across requests and replicas: start, resume, cancel, inject, leases, takeover.
 
 The manager owns the executors running in this process (one asyncio task per run), the
-lease renewal (runs/lease_keeper.py, a task of its own: every third of the lease it renews
+lease renewal (runs/lifecycle/lease_keeper.py, a task of its own: every third of the lease it renews
 the leases it holds; a lost lease stops the executor silently; a cancellation requested on
 another replica is honoured here) and the housekeeping loop, which at the same period
 fails suspended runs whose time budget ran out (004 §2.9: the budget holds while a
 run waits, too), then takes over RUNNING runs whose lease expired (a dead replica's, or
 one resumed elsewhere and not claimed) and continues them from their log.
 
-Resume, cancel, inject and stop-after-turn are in runs/control.py (RunControl, mixed in).
+Resume, cancel, inject and stop-after-turn are in runs/lifecycle/control.py (RunControl, mixed in).
 """
 
 from __future__ import annotations
@@ -21,13 +21,17 @@ from collections.abc import AsyncIterator
 
 from agentrt.core.errors import MeshError, Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
-from agentrt.runs import sandboxes
-from agentrt.runs.child_runs import ChildRuns
-from agentrt.runs.control import RunControl
-from agentrt.runs.events import run_started_events, run_topic, session_topic
-from agentrt.runs.lease_keeper import LeaseKeeper
-from agentrt.runs.loop import turn as turnmod
-from agentrt.runs.loop.executor import Deps, RunExecutor
+from agentrt.runs.domain import RunRecord, StoredEvent
+from agentrt.runs.events.build import run_started_events
+from agentrt.runs.events.hub import run_topic, session_topic
+from agentrt.runs.events.stream import follow
+from agentrt.runs.lifecycle import sandboxes
+from agentrt.runs.lifecycle.child_runs import ChildRuns
+from agentrt.runs.lifecycle.control import RunControl
+from agentrt.runs.lifecycle.lease_keeper import LeaseKeeper
+from agentrt.runs.loop import failures
+from agentrt.runs.loop.deps import Deps
+from agentrt.runs.loop.executor import RunExecutor
 from agentrt.runs.observe import store_gauges
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.runs.spec.requests import check_text_bytes
@@ -39,12 +43,12 @@ from agentrt.runs.spec.start import (
     request_digest,
 )
 from agentrt.runs.spec.validation import validate_sandbox
-from agentrt.runs.store import RunRecord, SessionBusy, StoredEvent
-from agentrt.runs.stream import follow
+from agentrt.runs.storage.store import SessionBusy
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
 log = logging.getLogger("agentrt.runs")
+
 
 class RunManager(RunControl):
     """Starts and steers runs; see the module docstring."""
@@ -60,7 +64,8 @@ class RunManager(RunControl):
         self._claiming: set[str] = set()
         #: Background cancels of an ended run's unfinished children (kept referenced).
         self._tails: set[asyncio.Task[None]] = set()
-        #: Agents as tools: the executors' ChildHost, answers routed to children (runs/child_runs.py).
+        #: Agents as tools: the executors' ChildHost, answers routed to children
+        #: (runs/lifecycle/child_runs.py).
         self.children = ChildRuns(self)
         deps.children = self.children
 
@@ -90,7 +95,7 @@ class RunManager(RunControl):
         await self.deps.releases.drain(grace_s)  # the sandboxes of runs that just ended
 
     async def _lease_loop(self) -> None:
-        """The leases' own task (runs/lease_keeper.py), then the housekeeping every period."""
+        """The leases' own task (runs/lifecycle/lease_keeper.py), then the housekeeping every period."""
         keeper = LeaseKeeper(
             self.store,
             self.deps.owner,
@@ -145,7 +150,7 @@ class RunManager(RunControl):
             record = await self.store.get_run(run_id)
             if record is None or record.status != cpb.RUN_STATUS_SUSPENDED:
                 continue
-            timeout = turnmod.failure(
+            timeout = failures.failure(
                 "timeout", "The run used its time budget while it was suspended.", retryable=True
             )
             try:

@@ -19,8 +19,8 @@ from google.protobuf.json_format import MessageToDict
 from sqlalchemy import func, select
 
 from agentrt.mesh import telemetry
-from agentrt.runs.models import RunRow
-from agentrt.runs.store import RunStore
+from agentrt.runs.storage.models import RunRow
+from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -3,7 +3,7 @@
 The ready hook opens the database and creates the tables, opens one long-lived channel
 per peer, then takes over runs whose lease expired (a previous life of this replica, or
 a dead one) before the service reports SERVING. On PostgreSQL it also opens the event
-LISTEN connection first (runs/notify.py), and event streams then wait for its wake-ups
+LISTEN connection first (runs/events/notify.py), and event streams then wait for its wake-ups
 instead of polling the database. The close hook stops local runs at their
 next wait and releases their leases, so a restart or another replica continues them.
 """
@@ -16,13 +16,13 @@ from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
 from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs.config import RunsConfig
-from agentrt.runs.events import EventHub
-from agentrt.runs.loop.executor import Deps, crash_at
+from agentrt.runs.events.hub import EventHub
+from agentrt.runs.events.notify import EventListener
+from agentrt.runs.loop.deps import Deps, crash_at
 from agentrt.runs.manager import RunManager
-from agentrt.runs.notify import EventListener
-from agentrt.runs.peers import Peers
+from agentrt.runs.peers.client import Peers
 from agentrt.runs.servicer import RunServicer
-from agentrt.runs.store import RunStore
+from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.RunService"
@@ -45,7 +45,7 @@ def build_server(config: RunsConfig) -> MeshServer:
         sessions=config.sessions_address,
         tasks=config.tasks_address,
         token=config.server.auth_token,
-        # gRPC reaches the peers (runs/peers.py): calls wait for a READY replica, and the
+        # gRPC reaches the peers (runs/peers/): calls wait for a READY replica, and the
         # retry policy re-sends the loop's fenced writes too.
         wait_for_ready=True,
         fenced=True,

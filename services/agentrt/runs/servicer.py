@@ -14,7 +14,7 @@ import grpc
 from agentrt.core.errors import Reason, invalid, missing
 from agentrt.core.ids import valid_id
 from agentrt.mesh.context import current_tenant
-from agentrt.runs.convert import run_out
+from agentrt.runs.convert.run import run_out
 from agentrt.runs.domain import Resume
 from agentrt.runs.manager import RunManager
 from agentrt.runs.spec import admission

@@ -14,7 +14,7 @@ from gateway_helpers import model_request
 
 from agentrt.client.calls import CallStream
 from agentrt.core.errors import MeshError, Status
-from agentrt.runs.peer_calls import _generate_request, _generate_split
+from agentrt.runs.peers.streams import _generate_request, _generate_split
 from agentrt.v1 import gateway_service_pb2 as pb
 from tests.emulators.providers import Reply, ToolCallReply
 

@@ -163,7 +163,7 @@ async def pg_mesh(start_server, tmp_path, emulator):
 
 
 async def test_an_agent_calling_itself_as_a_tool_is_bounded_in_depth(mesh):
-    from agentrt.runs.loop import child_phase
+    from agentrt.runs.loop.phases import child as child_phase
 
     # (getattr: before the fix there was no bound, and the run tree grew past it)
     max_depth = getattr(child_phase, "MAX_CHILD_DEPTH", 8)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agentrt.runs.peers import Peers
+from agentrt.runs.peers.client import Peers
 from agentrt.sessions import codec
 from agentrt.sessions.servicer import SessionServicer
 from agentrt.sessions.store import SessionStore

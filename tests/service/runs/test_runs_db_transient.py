@@ -21,9 +21,9 @@ import pytest
 
 from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.transient import is_transient
-from agentrt.runs import store_pg
-from agentrt.runs.records import RunRecord
-from agentrt.runs.store import RunStore
+from agentrt.runs.domain import RunRecord
+from agentrt.runs.storage import pg as store_pg
+from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from tests.emulators.providers import Reply, ToolCallReply
@@ -194,7 +194,7 @@ def _break_once(store: RunStore, after_commit: bool, monkeypatch: pytest.MonkeyP
     """Make the next save attempt fail like a connection reset: before or after its commit.
 
     The attempt is the SQLite transaction (`write_sync`) or, on PostgreSQL, the one call of
-    `runs_save` (runs/store_pg.py `save`).
+    `runs_save` (runs/storage/pg.py `save`).
     """
     calls: list[int] = []
 

@@ -17,7 +17,7 @@ import pytest
 
 from agentrt.mesh.config import ServerConfig
 from agentrt.runs.config import RunsConfig
-from agentrt.runs.events import Subscription, session_topic
+from agentrt.runs.events.hub import Subscription, session_topic
 from agentrt.runs.server import build_server as build_runs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

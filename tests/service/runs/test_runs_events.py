@@ -76,7 +76,7 @@ async def test_session_stream_follows_every_run_of_the_session(mesh):
 
 
 async def test_slow_subscriber_loses_nothing(start_server, tmp_path, emulator, monkeypatch):
-    from agentrt.runs import events as events_mod
+    from agentrt.runs.events import hub as events_mod
 
     markers = []
     real = events_mod.GapMarker

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from agentrt.mesh.db import Database, sqlite_url
-from agentrt.runs.records import RunRecord
-from agentrt.runs.store import RunStore, lease_overlaps
+from agentrt.runs.domain import RunRecord
+from agentrt.runs.storage.store import RunStore, lease_overlaps
 from agentrt.v1 import run_service_pb2 as pb
 from tests.service.runs.harness import fresh_pg_database, pg_server, require_pg
 

@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import func, insert, select, update
 
 from agentrt.mesh.db import Database, sqlite_url
-from agentrt.runs.models import RunRow
-from agentrt.runs.store import RunStore
+from agentrt.runs.storage.models import RunRow
+from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import common_pb2 as cpb
 from tests.service.runs.harness import fresh_pg_database, pg_server, require_pg
 

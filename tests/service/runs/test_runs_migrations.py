@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from agentrt.mesh.db import Database, sqlite_url
-from agentrt.runs import migrate
-from agentrt.runs.store import RunStore
+from agentrt.runs.storage import migrate
+from agentrt.runs.storage.store import RunStore
 from tests.service.runs.harness import fresh_pg_database, pg_server, require_pg
 
 _COLUMNS = (

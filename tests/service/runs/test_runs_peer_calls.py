@@ -1,4 +1,4 @@
-"""How the run loop reaches its peers (runs/peers.py): a model call goes once, with a deadline,
+"""How the run loop reaches its peers (runs/peers/): a model call goes once, with a deadline,
 and is never re-sent by the channel's retry policy; a fenced write that a replica fails with
 UNAVAILABLE is re-sent by gRPC's policy; a peer that is not up is waited for, boundedly.
 
@@ -13,7 +13,7 @@ import pytest
 from agentrt.cli.ports import free_ports
 from agentrt.client.channels import MeshClient
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.runs.peers import MODEL_CALL_TIMEOUT_S, Peers
+from agentrt.runs.peers.client import MODEL_CALL_TIMEOUT_S, Peers
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import gateway_service_pb2_grpc as gpb_grpc
 from agentrt.v1 import session_service_pb2 as spb

@@ -1,4 +1,4 @@
-"""A run's turn calls go over its streams of calls to its peers (runs/peer_calls.py, decision 0023).
+"""A run's turn calls go over its streams of calls to its peers (runs/peers/streams.py, decision 0023).
 
 Real servers on 127.0.0.1:0: a tool run makes its StreamGenerate, ExecuteTool and
 AppendEntries calls over one stream per peer (one stream of each opened for the whole run,
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from agentrt.runs import peer_calls
+from agentrt.runs.peers import streams as peer_calls
 from agentrt.sessions.servicer import SessionServicer
 from agentrt.tools.servicer import ToolServicer
 from agentrt.v1 import common_pb2 as cpb

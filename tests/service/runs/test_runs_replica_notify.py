@@ -11,7 +11,7 @@ import pytest
 
 from agentrt.mesh.config import ServerConfig
 from agentrt.runs.config import RunsConfig
-from agentrt.runs.notify import libpq_dsn
+from agentrt.runs.events.notify import libpq_dsn
 from agentrt.runs.server import build_server as build_runs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -1,8 +1,8 @@
 """The run store's hot paths on SQLite and PostgreSQL (decision 0026): what they write reads back.
 
 On SQLite the save point, the insert of a run and the turn's reads run the driver's
-statements (runs/store_lite.py); on PostgreSQL the save point and the insert are one call
-of a server-side function (runs migration 0004, runs/store_pg.py) and the reads one
+statements (runs/storage/lite.py); on PostgreSQL the save point and the insert are one call
+of a server-side function (runs migration 0004, runs/storage/pg.py) and the reads one
 statement each. Each test runs on a real database of each backend and asserts what is
 stored: every column a save can change, the refusals that write nothing, the conflicts of
 an insert, the numbering of events, a replay longer than the inline bound, and (SQLite)
@@ -19,11 +19,12 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from agentrt.mesh.db import Database, lock_taken, sqlite_url
-from agentrt.runs import store_lite
-from agentrt.runs.domain import Answers
-from agentrt.runs.models import RunRow
-from agentrt.runs.records import COLUMNS, RunRecord, StoredEvent
-from agentrt.runs.store import INLINE_ROWS, RunStore, SessionBusy
+from agentrt.runs.domain import Answers, RunRecord, StoredEvent
+from agentrt.runs.storage import lite as store_lite
+from agentrt.runs.storage.models import RunRow
+from agentrt.runs.storage.records import COLUMNS
+from agentrt.runs.storage.store import RunStore, SessionBusy
+from agentrt.runs.storage.timeline import INLINE_ROWS
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from tests.service.runs.harness import fresh_pg_database, pg_server, require_pg
@@ -182,7 +183,7 @@ async def test_a_replay_longer_than_the_inline_bound_is_read_whole(store: RunSto
 
 def test_the_save_functions_name_every_column_of_the_runs_table():
     """runs_save / runs_insert list the table's columns (migration 0004): a new column, a new revision."""
-    migration = importlib.import_module("agentrt.runs.migrations.versions.0004_save_functions")
+    migration = importlib.import_module("agentrt.runs.storage.migrations.versions.0004_save_functions")
     assert migration.COLUMNS == tuple(c.name for c in RunRow.__table__.columns) == store_lite.RUN_COLUMNS
 
 

@@ -208,7 +208,6 @@ async def test_a_drain_lets_the_model_call_in_flight_finish_so_it_is_never_asked
         event_delay=0.02,
     )
 
-
     def by_turn(path, body):  # turn 1: the slow tool turn, then the answer
         return Reply(text="after the drain") if "function_call_output" in json.dumps(body) else slow
 

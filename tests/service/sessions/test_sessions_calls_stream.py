@@ -15,7 +15,7 @@ from sessions_helpers import Env
 from agentrt.client.calls import CallStream
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import TENANT_HEADER
-from agentrt.runs.peer_calls import _append_request, _append_split
+from agentrt.runs.peers.streams import _append_request, _append_split
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import session_service_pb2 as pb
 
@@ -27,9 +27,7 @@ def _user(text: str) -> pb.Entry:
 
 def _stream(env: Env, tenant: str | None = None) -> CallStream:
     metadata = [(TENANT_HEADER, tenant or env.tenant)]
-    return CallStream(
-        lambda: env.stub.AppendEntriesCalls(metadata=metadata), _append_request, _append_split
-    )
+    return CallStream(lambda: env.stub.AppendEntriesCalls(metadata=metadata), _append_request, _append_split)
 
 
 async def _session(env: Env) -> str:

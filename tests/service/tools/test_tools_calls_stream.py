@@ -18,7 +18,7 @@ import pytest
 
 from agentrt.client.calls import CallStream, CallsUnsupported, StreamBroken
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.runs.peer_calls import _execute_request, _execute_split
+from agentrt.runs.peers.streams import _execute_request, _execute_split
 from agentrt.tools.server import build_server
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb

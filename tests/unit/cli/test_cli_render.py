@@ -24,12 +24,12 @@ def test_a_gap_after_a_takeover_is_an_upper_bound_not_a_count_of_lost_events():
     assert "up to 512 event(s) after seq 8" in text and "next is 521" in text
 
 
-# -- the turn contract's events, as the run loop's one event builder (runs/events.py) makes them --
+# -- the turn contract's events, as a run's channel numbers them (runs/events/channel.py) --
 
 
 def _events(*payloads: dict) -> list[pb.RunEvent]:
     """Number the payloads through a real RunChannel (each dict: {"turn": n, <kind>: message})."""
-    from agentrt.runs.events import EventHub
+    from agentrt.runs.events.hub import EventHub
 
     channel = EventHub().open("run_parent", "default", "ses_1", 0, 0)
     out = []

@@ -1,14 +1,13 @@
-"""The pure parts of agents as tools (runs/loop/child_phase.py, runs/child_runs.py; 004 §2.8)."""
+"""The pure parts of agents as tools (runs/loop/phases/child.py, runs/lifecycle/child_runs.py; 004 §2.8)."""
 
 from __future__ import annotations
 
 import pytest
 
 from agentrt.core.errors import MeshError
-from agentrt.runs.child_runs import split
-from agentrt.runs.domain import Resume
-from agentrt.runs.loop import child_phase
-from agentrt.runs.records import RunRecord
+from agentrt.runs.domain import Resume, RunRecord
+from agentrt.runs.lifecycle.child_runs import split
+from agentrt.runs.loop.phases import child as child_phase
 from agentrt.runs.spec.start import check_idempotency_key
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

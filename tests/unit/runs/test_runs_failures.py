@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.runs.loop.turn import failure_of
+from agentrt.runs.loop.failures import failure_of
 
 
 def test_gateway_limiter_refusal_that_can_never_fit_is_not_retryable():

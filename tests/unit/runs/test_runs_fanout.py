@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agentrt.runs.events import EventHub, GapMarker, Subscription, run_topic, session_topic
-from agentrt.runs.records import StoredEvent
-from agentrt.runs.stream import follow
+from agentrt.runs.domain import StoredEvent
+from agentrt.runs.events.hub import EventHub, GapMarker, Subscription, run_topic, session_topic
+from agentrt.runs.events.stream import follow
 from agentrt.v1 import run_service_pb2 as pb
 
 

@@ -1,4 +1,4 @@
-"""The loop's guardrail rules without servers (runs/loop/guardrail_checks.py, runs/events.py).
+"""The loop's guardrail rules without servers (runs/loop/phases/guardrail_checks.py, runs/events/build.py).
 
 The two orders are driven with scripted guardrails (futures the test resolves), so what runs
 when is observed, not timed.
@@ -10,8 +10,10 @@ import asyncio
 import json
 
 from agentrt.core.guardrails import CANCELLED_TEXT, SCOPE_AGENT, SCOPE_TOOL, Decision, Result, Stage
-from agentrt.runs import events
-from agentrt.runs.loop import guardrail_checks as gc
+from agentrt.runs.events import build as events
+from agentrt.runs.loop import failures
+from agentrt.runs.loop.phases import guardrail_checks as gc
+from agentrt.runs.loop.phases import guardrail_log as gl
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb
@@ -194,7 +196,7 @@ def test_the_failure_names_the_guardrail_stage_scope_and_call():
     tripped = result(
         "no_rm", Decision.TRIP, Stage.TOOL_INPUT, message="rm is not allowed", call_id="c1", scope="tool"
     )
-    f = gc.failure_of(tripped)
+    f = failures.guardrail_failure(tripped)
     assert f.kind == "guardrail_tripped" and "tool_input guardrail 'no_rm' tripped" in f.message
     assert json.loads(f.details_json) == {
         "guardrail": "no_rm",
@@ -202,7 +204,7 @@ def test_the_failure_names_the_guardrail_stage_scope_and_call():
         "scope": "tool",
         "call_id": "c1",
     }
-    erred = gc.failure_of(result("j", None, error="the judge's reply is not a verdict"))
+    erred = failures.guardrail_failure(result("j", None, error="the judge's reply is not a verdict"))
     assert erred.kind == "guardrail_failed" and erred.debug_message.startswith("the judge's reply")
 
 
@@ -223,9 +225,9 @@ def test_the_run_log_form_round_trips():
         ),
         gc.Consulted(result("b", None, Stage.INPUT, error=CANCELLED_TEXT), 1.5),
     ):
-        back = gc.consulted_in(json.loads(json.dumps(gc.consulted_out(c))))
+        back = gl.consulted_in(json.loads(json.dumps(gl.consulted_out(c))))
         assert back == c
-    assert gc.usage_in(gc.usage_out(usage)) == usage and gc.usage_in({}) == cpb.Usage()
+    assert gl.usage_in(gl.usage_out(usage)) == usage and gl.usage_in({}) == cpb.Usage()
 
 
 def test_the_event_carries_every_field_of_a_result():
@@ -303,7 +305,7 @@ def test_an_output_replace_of_the_final_output_tool_replaces_its_arguments_only(
 
 def test_tool_stages_inspect_calls_that_would_run_and_results_that_came_from_a_tool_or_client():
     from agentrt.core.decide import Call
-    from agentrt.runs.loop.tools_phase import Planned, runtime_result
+    from agentrt.runs.loop.phases.tools import Planned, runtime_result
 
     spec = pb.AgentSpec(
         guardrails=[g("in", TOOL_IN), g("out", TOOL_OUT)],
@@ -327,24 +329,24 @@ def test_tool_stages_inspect_calls_that_would_run_and_results_that_came_from_a_t
 
 
 def test_a_judge_call_key_names_run_decision_and_guardrail_and_stays_within_the_gateways_rules():
-    from agentrt.runs.loop.turn import judge_call_key
+    from agentrt.runs.loop.phases.model import judge_call_key
 
-    log_key = gc.key_of(Stage.TOOL_INPUT, 3, "call_1")
+    log_key = gl.key_of(Stage.TOOL_INPUT, 3, "call_1")
     key = judge_call_key("run-1", log_key, SCOPE_TOOL, 1, "cmd_check")
     assert key == "run-1/guardrail-tool_input:3:call_1:/tool-1-cmd_check"
     assert key == judge_call_key("run-1", log_key, SCOPE_TOOL, 1, "cmd_check")  # any replica
     others = {
         judge_call_key("run-2", log_key, SCOPE_TOOL, 1, "cmd_check"),
-        judge_call_key("run-1", gc.key_of(Stage.TOOL_INPUT, 4, "call_1"), SCOPE_TOOL, 1, "cmd_check"),
-        judge_call_key("run-1", gc.key_of(Stage.TOOL_INPUT, 3, "call_2"), SCOPE_TOOL, 1, "cmd_check"),
-        judge_call_key("run-1", gc.key_of(Stage.TOOL_OUTPUT, 3, "call_1"), SCOPE_TOOL, 1, "cmd_check"),
+        judge_call_key("run-1", gl.key_of(Stage.TOOL_INPUT, 4, "call_1"), SCOPE_TOOL, 1, "cmd_check"),
+        judge_call_key("run-1", gl.key_of(Stage.TOOL_INPUT, 3, "call_2"), SCOPE_TOOL, 1, "cmd_check"),
+        judge_call_key("run-1", gl.key_of(Stage.TOOL_OUTPUT, 3, "call_1"), SCOPE_TOOL, 1, "cmd_check"),
         judge_call_key("run-1", log_key, SCOPE_AGENT, 1, "cmd_check"),
         judge_call_key("run-1", log_key, SCOPE_TOOL, 0, "cmd_check"),
         judge_call_key("run-1", log_key, SCOPE_TOOL, 1, "other"),
-        judge_call_key("run-1", gc.key_of(Stage.INPUT, 1, mode="racing"), SCOPE_AGENT, 0, "cmd_check"),
-        judge_call_key("run-1", gc.key_of(Stage.INPUT, 1, mode="blocking"), SCOPE_AGENT, 0, "cmd_check"),
+        judge_call_key("run-1", gl.key_of(Stage.INPUT, 1, mode="racing"), SCOPE_AGENT, 0, "cmd_check"),
+        judge_call_key("run-1", gl.key_of(Stage.INPUT, 1, mode="blocking"), SCOPE_AGENT, 0, "cmd_check"),
     }
     assert key not in others and len(others) == 9
-    long = judge_call_key("run-1", gc.key_of(Stage.TOOL_OUTPUT, 1, "c" * 300), SCOPE_AGENT, 0, "g\tx")
+    long = judge_call_key("run-1", gl.key_of(Stage.TOOL_OUTPUT, 1, "c" * 300), SCOPE_AGENT, 0, "g\tx")
     assert len(long) <= 256 and long.startswith("run-1/guardrail-") and long.isprintable()
-    assert long == judge_call_key("run-1", gc.key_of(Stage.TOOL_OUTPUT, 1, "c" * 300), SCOPE_AGENT, 0, "g\tx")
+    assert long == judge_call_key("run-1", gl.key_of(Stage.TOOL_OUTPUT, 1, "c" * 300), SCOPE_AGENT, 0, "g\tx")

@@ -1,4 +1,4 @@
-"""The loop's handoff rules on a snapshot, without servers (runs/loop/handoff_phase.py)."""
+"""The loop's handoff rules on a snapshot, without servers (runs/loop/phases/handoff.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agentrt.core.decide import ProposedCall, Response, decide
-from agentrt.runs.loop import handoff_phase
+from agentrt.runs.loop.phases import handoff as handoff_phase
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

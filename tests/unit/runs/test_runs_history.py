@@ -6,7 +6,8 @@ import json
 
 from agentrt.core import render
 from agentrt.core.decide import DecisionKind, decide, mint_call_id
-from agentrt.runs.convert import history_of, messages_out, response_in
+from agentrt.runs.convert.history import history_of
+from agentrt.runs.convert.model import messages_out, response_in
 from agentrt.runs.loop.persistence import input_entry, turn_entries
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import session_service_pb2 as spb

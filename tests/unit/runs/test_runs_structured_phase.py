@@ -1,4 +1,4 @@
-"""The loop's structured-output rules on a snapshot, without servers (runs/loop/structured_phase.py)."""
+"""The loop's structured-output rules on a snapshot, without servers (runs/loop/phases/structured.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 from agentrt.core.decide import ProposedCall, Response, decide
 from agentrt.core.structured import Kind, Strategy
-from agentrt.runs.loop.structured_phase import judge_turn, preanswered, shape_of
+from agentrt.runs.loop.phases.structured import judge_turn, preanswered, shape_of
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from agentrt.core import compaction as plan_of
 from agentrt.core.errors import MeshError, Status
 from agentrt.mesh import telemetry
-from agentrt.runs.convert import evidence_of, text_of, units_of
-from agentrt.runs.loop.turn import build_request
-from agentrt.runs.peers import Peers
+from agentrt.runs.convert.history import evidence_of, units_of
+from agentrt.runs.convert.model import text_of
+from agentrt.runs.loop.phases.model import build_request
+from agentrt.runs.peers.client import Peers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import run_service_pb2 as pb

@@ -1,11 +1,12 @@
 """The executor's foundation: its record, lease token, event channel and fenced writes.
 
 `ExecutorCore` holds what every phase of a run's executor uses (runs/loop/executor.py composes
-them): the run record, the fencing token, the event channel (runs/events.py), the copy of
-the session's context view, and the one way to record a transition, `_save` (run row,
+them): the run record, the fencing token, the event channel (runs/events/channel.py), the
+copy of the session's context view, and the one way to record a transition, `_save` (run row,
 run log and events in one fenced transaction; held events go out after the commit). A
 write that finds the token stale raises `LeaseLost`: another replica owns the run.
 Stops (cancel, shutdown, lease lost) interrupt waits on peers only (`_interruptible`).
+What every executor of the process shares is `Deps` (runs/loop/deps.py).
 """
 
 from __future__ import annotations
@@ -15,21 +16,14 @@ import base64
 import contextlib
 import json
 import logging
-import os
-import signal
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from agentrt.mesh.telemetry.metrics import RunMetrics
-from agentrt.runs import sandboxes
-from agentrt.runs.convert import injected_only, injected_out
-from agentrt.runs.events import EventHub
+from agentrt.runs.convert.run import injected_only
+from agentrt.runs.domain import MAX_DIAGNOSTICS, RunRecord, diagnostic_out
+from agentrt.runs.events.build import run_completed
 from agentrt.runs.loop.compaction import Compactor
 from agentrt.runs.loop.context_cache import ContextCache, TailReadAhead
-from agentrt.runs.peers import Peers
-from agentrt.runs.records import MAX_DIAGNOSTICS, diagnostic_out
-from agentrt.runs.store import RunRecord, RunStore
+from agentrt.runs.loop.deps import Deps
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb
@@ -49,69 +43,6 @@ class LeaseLost(Exception):
 
 class Interrupted(Exception):
     """A stop was requested (cancel, shutdown, lease lost) while the run waited on a peer."""
-
-
-#: Points at which a crash test may have the process kill itself (RunsConfig.crash_points):
-#: right after the save that records a model response; after a turn's session batch is
-#: written and before the save point records it; after a compaction summary is logged and
-#: before its checkpoint is appended; after a guardrail's tripwire is recorded and before
-#: the run's failure is; after a child run was resumed by ResumeRun and before its parent's
-#: view of it is refreshed (agents as tools: the lease loop repairs the parent).
-CRASH_POINTS = (
-    "after_model_responded",
-    "after_session_write",
-    "after_compaction_summary",
-    "after_child_resumed",
-    "after_guardrail_tripped",
-)
-
-
-def _no_crash(point: str) -> None:
-    return None
-
-
-def crash_at(points: tuple[str, ...]) -> Callable[[str], None]:
-    """Return the crash hook of a process: SIGKILL itself at the named points (none: a no-op).
-
-    Raises:
-        ValueError: a point that is not one of CRASH_POINTS.
-    """
-    unknown = set(points) - set(CRASH_POINTS)
-    if unknown:
-        raise ValueError(f"unknown crash point(s) {sorted(unknown)}; known: {', '.join(CRASH_POINTS)}")
-    if not points:
-        return _no_crash
-
-    def crash(point: str) -> None:
-        if point in points:
-            log.warning("crash point %s reached: killing this process (SIGKILL)", point)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return crash
-
-
-@dataclass
-class Deps:
-    """What every executor shares: storage, peers, the event hub and run-level settings.
-
-    `crash` is called at each of CRASH_POINTS (a no-op unless a crash test asked for it);
-    `metrics` are the replica's run series (its server's registry; a private one by default);
-    `children` is the manager's side of agent tools (runs/loop/child_phase.ChildHost: spawn a
-    child run here, cancel one), set by the RunManager.
-    """
-
-    store: RunStore
-    peers: Peers
-    hub: EventHub
-    owner: str
-    lease_seconds: float
-    crash: Callable[[str], None] = _no_crash
-    metrics: RunMetrics = field(default_factory=RunMetrics)
-    #: Sandboxes of ended runs whose release failed; the manager retries them (runs/sandboxes.py).
-    releases: sandboxes.Releases = field(default_factory=sandboxes.Releases)
-    children: Any = None
-    #: A run's turn calls go over its streams of calls (runs/peer_calls.py).
-    peer_streams: bool = True
 
 
 def b64(msg: Any) -> str:
@@ -159,7 +90,7 @@ class ExecutorCore:
         self._unbatched: list[dict[str, Any]] = []
         self.compactor = Compactor(deps.peers, record.agent, record.tenant, record.run_id)
         self._last_usage: cpb.Usage | None = None
-        #: The run's sandbox id once this executor created or adopted it (runs/sandboxes.py).
+        #: The run's sandbox id once this executor created or adopted it (runs/lifecycle/sandboxes.py).
         self._sandbox_id: str | None = None
         #: How many times this executor had it created or adopted; the lock serializes asking.
         self._sandbox_asks = 0
@@ -378,17 +309,9 @@ class ExecutorCore:
                 f"{len(left)} injected input(s) arrived too late and were not delivered.",
                 ids=[i.get("id") for i in left],
             )
-        completed = pb.RunCompleted(
-            status=status,  # type: ignore[arg-type]
-            phase=phase,
-            final_output=final_output,
-            usage=r.usage,
-            turns=r.turns,
-            labels=r.labels,
-            unconsumed_input=[injected_out(i) for i in left],
+        completed = run_completed(
+            r, status, phase, final_output=final_output, unconsumed=left, failure=failure
         )
-        if failure is not None:
-            completed.failure.CopyFrom(failure)
         self.turn = 0
         self._publish(run_completed=completed)
         self._publish(stream_end=pb.StreamEnd(status=status))  # type: ignore[arg-type]

@@ -23,10 +23,11 @@ continue / final / fail. A context overflow compacts and retries the same turn w
 still gives every committed call exactly one result, written before the terminal event.
 
 The executor is layered: runs/loop/core.py (state, fenced writes, events, the end),
-runs/loop/housekeeping.py (compaction, overflow recovery), runs/loop/turns.py (the phases
-of a turn), and this module (the loop). Events: nothing is delivered before the write that
-records it has committed, except the provisional kinds (runs/events.py), which stay inside
-a durable seq reservation.
+runs/loop/housekeeping.py (compaction, overflow recovery), runs/loop/phases/guardrail_log.py
+and guardrails.py (the guardrail stages), phases/sandbox.py (the run's sandbox),
+runs/loop/turns.py (the phases of a turn), and this module (the loop). Events: nothing is
+delivered before the write that records it has committed, except the provisional kinds
+(runs/events/channel.py), which stay inside a durable seq reservation.
 
 Spans (mesh/telemetry, 004 §2.11e): one run span per segment the executor drives (start or
 resume to suspend or end). The first segment's is opened in the context the executor was
@@ -51,23 +52,26 @@ from agentrt.core.errors import MeshError
 from agentrt.core.stopping import BudgetKind, on_refusal
 from agentrt.core.structured import KIND_INVALID_FINAL_OUTPUT, Kind
 from agentrt.mesh import telemetry
-from agentrt.runs.loop import handoff_phase, stopping_phase, structured_phase
-from agentrt.runs.loop import turn as turnmod
-from agentrt.runs.loop.batch import BatchResult
+from agentrt.runs.loop import failures
 from agentrt.runs.loop.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
-from agentrt.runs.loop.core import Deps, Interrupted, LeaseLost, crash_at
+from agentrt.runs.loop.core import Interrupted, LeaseLost
+from agentrt.runs.loop.failures import RunFailed
 from agentrt.runs.loop.persistence import runtime_user_entry
-from agentrt.runs.loop.structured_phase import Verdict
-from agentrt.runs.loop.turn import RunFailed
+from agentrt.runs.loop.phases import handoff as handoff_phase
+from agentrt.runs.loop.phases import model as turnmod
+from agentrt.runs.loop.phases import stopping as stopping_phase
+from agentrt.runs.loop.phases import structured as structured_phase
+from agentrt.runs.loop.phases.batch import BatchResult
+from agentrt.runs.loop.phases.structured import Verdict
 from agentrt.runs.loop.turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
-from agentrt.runs.peer_calls import RUN_CALLS, RunCalls
+from agentrt.runs.peers.streams import RUN_CALLS, RunCalls
 from agentrt.runs.spec.agents import limits_of
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
 log = logging.getLogger("agentrt.runs")
 
-__all__ = ["Deps", "LeaseLost", "RunExecutor", "crash_at"]
+__all__ = ["LeaseLost", "RunExecutor"]
 
 
 def _of_turn(entries: list[tuple[int, str, dict[str, Any]]], turn: int) -> dict[str, dict[str, Any]]:
@@ -81,7 +85,7 @@ class RunExecutor(TurnSteps):
         """Drive the run until it ends, suspends, or is stopped; never raises.
 
         While it drives, the run's turn calls go over its streams of calls to its peers
-        (runs/peer_calls.py), closed when it stops driving.
+        (runs/peers/streams.py), closed when it stops driving.
         """
         calls = RunCalls(self.deps.peers.client, self.r.tenant) if self.deps.peer_streams else None
         token = RUN_CALLS.set(calls)
@@ -143,12 +147,12 @@ class RunExecutor(TurnSteps):
         except RunFailed as stop:
             await self._end_quietly(cpb.RUN_STATUS_FAILED, failure=stop.failure)
         except MeshError as err:
-            await self._end_quietly(cpb.RUN_STATUS_FAILED, failure=turnmod.failure_of(err))
+            await self._end_quietly(cpb.RUN_STATUS_FAILED, failure=failures.failure_of(err))
         except Exception as exc:  # noqa: BLE001 - a run fails; the process keeps serving
             log.exception("run %s failed", self.r.run_id)
             await self._end_quietly(
                 cpb.RUN_STATUS_FAILED,
-                failure=turnmod.failure(
+                failure=failures.failure(
                     "internal", "The run failed because of an internal error.", debug=repr(exc)
                 ),
             )
@@ -212,7 +216,7 @@ class RunExecutor(TurnSteps):
                     await self._finish(cpb.RUN_STATUS_COMPLETED, final_output=handled.output)
                     return
                 raise RunFailed(
-                    turnmod.failure("refusal", "The model refused to answer.", debug=decision.reason)
+                    failures.failure("refusal", "The model refused to answer.", debug=decision.reason)
                 )
             shape = self._shape(turn)
             verdict = structured_phase.judge_turn(
@@ -275,7 +279,7 @@ class RunExecutor(TurnSteps):
                 await self._finish(cpb.RUN_STATUS_CANCELED)
                 return
             if batch is not None and batch.killed:
-                raise RunFailed(turnmod.failure("timeout", "The run used its time budget.", retryable=True))
+                raise RunFailed(failures.failure("timeout", "The run used its time budget.", retryable=True))
             if batch is not None and batch.failure is not None:
                 raise batch.failure
             if stopping_phase.STOPPED_OUTPUT in r.state:
@@ -283,7 +287,7 @@ class RunExecutor(TurnSteps):
                 return
             if limits.max_error_turns >= 0 and r.consecutive_error_turns >= limits.max_error_turns:
                 raise RunFailed(
-                    turnmod.failure(
+                    failures.failure(
                         "tool_loop",
                         f"Every tool call failed in {r.consecutive_error_turns} consecutive turns.",
                     )
@@ -366,7 +370,7 @@ class RunExecutor(TurnSteps):
         r = self.r
         if verdict.kind == Kind.FAIL:
             await self._save_turn(turn, response, decision, verdict.results, ())
-            failed = turnmod.failure(
+            failed = failures.failure(
                 KIND_INVALID_FINAL_OUTPUT,
                 "The final answer did not match the output schema, also after one recovery turn.",
                 debug=verdict.failure_details.get("error", ""),

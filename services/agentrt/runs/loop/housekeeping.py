@@ -15,11 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from agentrt.core.errors import MeshError
-from agentrt.runs.convert import display_extra
-from agentrt.runs.loop import turn as turnmod
+from agentrt.runs.convert.model import display_extra
 from agentrt.runs.loop.compaction import OVERFLOW, CompactionSkipped, Summarized, abandoned
 from agentrt.runs.loop.core import ExecutorCore
-from agentrt.runs.loop.turn import ContextOverflow
+from agentrt.runs.loop.failures import ContextOverflow
+from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.spec.agents import Limits
 from agentrt.v1 import session_service_pb2 as spb
 

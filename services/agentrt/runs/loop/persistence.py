@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from agentrt.core.decide import Decision, DecisionKind
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.runs.convert import call_out, display_extra, preserved_of, text_of
-from agentrt.runs.peers import Peers
+from agentrt.runs.convert.model import call_out, display_extra, preserved_of, text_of
+from agentrt.runs.peers.client import Peers
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import session_service_pb2 as spb
 

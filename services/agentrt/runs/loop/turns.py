@@ -5,7 +5,7 @@
   with the tool phase's first save, before any tool runs; its event is held until then);
   an overflow goes to `_recover_overflow`.
 - `_tool_phase`: plan the calls; a call that waits pauses the whole turn; otherwise run
-  them (runs/loop/batch.py) while honouring a cancel, a shutdown and the time budget; a side
+  them (runs/loop/phases/batch.py) while honouring a cancel, a shutdown and the time budget; a side
   effect the tool service's death interrupted suspends the run for a reconciliation.
 - `_save_turn`: the session batch where its request was built (docs/decisions/0003),
   with the injected input it consumes and the turn's diagnostics, then the save point.
@@ -23,20 +23,12 @@ from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.core.errors import MeshError
 from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
-from agentrt.runs.convert import STOP_KIND, call_out, kind_out, response_in, text_of
+from agentrt.runs.convert.model import call_out, kind_out, response_in, text_of
+from agentrt.runs.convert.run import STOP_KIND
 from agentrt.runs.domain import Answers
-from agentrt.runs.loop import (
-    child_phase,
-    disclosure_phase,
-    guardrail_checks,
-    handoff_phase,
-    reconcile,
-    structured_phase,
-)
-from agentrt.runs.loop import turn as turnmod
-from agentrt.runs.loop.batch import Abandoned, BatchResult, BatchStop, execute_calls
+from agentrt.runs.loop import failures, reconcile
 from agentrt.runs.loop.core import Interrupted, b64
-from agentrt.runs.loop.guardrail_phase import GuardrailSteps
+from agentrt.runs.loop.failures import ContextOverflow, RunFailed
 from agentrt.runs.loop.persistence import (
     attach_diagnostics,
     injected_entry,
@@ -45,10 +37,17 @@ from agentrt.runs.loop.persistence import (
     turn_entries,
     write_batch,
 )
-from agentrt.runs.loop.sandbox_phase import SandboxSteps
-from agentrt.runs.loop.stopping_phase import STOPPED_OUTPUT
-from agentrt.runs.loop.tools_phase import pending_calls, plan_calls
-from agentrt.runs.loop.turn import ContextOverflow, RunFailed
+from agentrt.runs.loop.phases import child as child_phase
+from agentrt.runs.loop.phases import disclosure as disclosure_phase
+from agentrt.runs.loop.phases import guardrail_checks
+from agentrt.runs.loop.phases import handoff as handoff_phase
+from agentrt.runs.loop.phases import model as turnmod
+from agentrt.runs.loop.phases import structured as structured_phase
+from agentrt.runs.loop.phases.batch import Abandoned, BatchResult, BatchStop, execute_calls
+from agentrt.runs.loop.phases.guardrails import GuardrailSteps
+from agentrt.runs.loop.phases.sandbox import SandboxSteps
+from agentrt.runs.loop.phases.stopping import STOPPED_OUTPUT
+from agentrt.runs.loop.phases.tools import pending_calls, plan_calls
 from agentrt.runs.observe import record_generation, record_request
 from agentrt.runs.spec.agents import Limits, command_policies, offered_specs
 from agentrt.v1 import common_pb2 as cpb
@@ -145,7 +144,7 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
             except ContextOverflow as exc:
                 if await self._recover_overflow(turn, limits, exc, context):
                     continue  # the same turn again, on the compacted context; no turn spent
-                raise RunFailed(turnmod.overflow_failure(exc, r.overflow_retries)) from exc
+                raise RunFailed(failures.overflow_failure(exc, r.overflow_retries)) from exc
             break
         response = final.response
         if final.retries:
@@ -195,7 +194,7 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
         )
 
     def _shape(self, turn: int) -> structured_phase.TurnShape:
-        """Return what the turn offers (tools, output strategy; runs/loop/structured_phase.py)."""
+        """Return what the turn offers (tools, output strategy; runs/loop/phases/structured.py)."""
         tool_free = structured_phase.tool_free_turn(self.r.state, turn)
         return structured_phase.shape_of(self.agent, tool_free=tool_free, state=self.r.state)
 

@@ -91,12 +91,6 @@ def is_object_schema(schema: Mapping[str, Any]) -> bool:
     return kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in schema
 
 
-def root_required(schema: Mapping[str, Any]) -> bool:
-    """True when a schema's root declares required properties (004 §2.7h handoff input)."""
-    required = schema.get("required")
-    return isinstance(required, list) and bool(required)
-
-
 class _Compiled:
     """One compiled schema: `__call__` is a `core.tool_args.Validate`."""
 

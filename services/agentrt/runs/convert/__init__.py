@@ -1,0 +1,1 @@
+"""Between the contracts' protos and the pure core: model responses, session history, the Run."""
