@@ -23,8 +23,9 @@ Output (JSON, default bench-results/peers.json): per contender model_call_ms {p5
 mean} over the pooled samples, p50_by_round, the emulator endpoints it called; ratios (p50
 and p90 of agentrt_sqlite / langgraph_memory and agentrt_postgres / langgraph_postgres; the
 issue's bar is <= 1.0); the peers' versions; cpus; the load averages before and after.
-Throughput (runs per minute at 1/2/3 runs replicas, 64 concurrent runs) is not measured
-here: see tests/bench/peers/README.md.
+Throughput (runs per minute at 1/2/3 runs replicas, 64 concurrent runs, and the CPU per turn
+at 64 against one run at a time) is tests/bench/test_bench_scale_out.py's, in the same
+`make bench` (bench-results/scale_out.json).
 
 Usage: python tests/bench/bench_peers.py [OUT.json] [--runs N] [--rounds N] [--only NAME ...]
 """
@@ -323,8 +324,8 @@ def main(out: pathlib.Path, only: tuple[str, ...], n: int, rounds: int, python: 
         "contenders": results,
         "ratios": ratios(results),
         "peer_versions": versions,
-        "throughput": "not measured here: the runs-per-minute bench at 1/2/3 replicas "
-        "(tests/bench/peers/README.md)",
+        "throughput": "bench-results/scale_out.json (tests/bench/test_bench_scale_out.py, make bench): "
+        "runs per minute at 1/2/3 runs replicas and the mesh's CPU per turn at 64 concurrent runs",
         "cpus": os.cpu_count(),
         # the machine's 1/5/15-minute load averages before and after (other work shares it)
         "loadavg_before": [round(x, 2) for x in load_before],
