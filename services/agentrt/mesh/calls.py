@@ -16,7 +16,9 @@ keeps one stream per run and sends each call as a request that opens with a `Cal
   failure is one `CallError` message built from the MeshError the handler raised (anything
   else: INTERNAL, logged), exactly the status and ErrorInfo the RPC would have ended with;
 - a request with `header.cancel` cancels that call's handler (as a cancelled RPC: no
-  further message); an id of 0, or one already in flight, is refused INVALID_ARGUMENT;
+  further message); an id of 0 is refused INVALID_ARGUMENT (a CallError tagged 0); an id
+  already in flight ends the whole stream INVALID_ARGUMENT/INVALID_ID (a refusal tagged with
+  it would be a second final message of the live call; every call in flight is cancelled);
 - the stream ends OK once the caller half-closed and every call has answered; when the
   stream itself ends (the caller went away, the server stops) every call in flight is
   cancelled, as each RPC would have been;
@@ -164,12 +166,21 @@ async def serve_calls(
                     if task is not None:
                         task.cancel()
                     continue
-                if header.call_id == 0 or header.call_id in running:
-                    what = "0" if header.call_id == 0 else f"{header.call_id}, already in flight,"
+                if header.call_id in running:
+                    # An answer tagged with this id would be a second final message of the
+                    # call in flight: a caller that reuses a live id has lost track of its
+                    # calls, so the stream ends (every call on it cancelled).
+                    raise MeshError(
+                        Status.INVALID_ARGUMENT,
+                        Reason.INVALID_ID,
+                        f"call id {header.call_id} is already in flight on this stream",
+                        {"field": "header.call_id"},
+                    )
+                if header.call_id == 0:
                     err = MeshError(
                         Status.INVALID_ARGUMENT,
                         Reason.INVALID_ID,
-                        f"call id {what} cannot open a call",
+                        "call id 0 cannot open a call",
                         {"field": "header.call_id"},
                     )
                     out.put_nowait(how.fail(header.call_id, call_error(err)))

@@ -23,6 +23,7 @@ from agentrt.tools.server import build_server
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
+from tests.conftest import rpc_error_reason
 
 
 def _stream(tools, metadata=()) -> CallStream:
@@ -120,6 +121,29 @@ async def test_a_bad_call_id_is_refused_and_the_stream_goes_on(tools):
     await call.done_writing()
     assert await call.read() == grpc.aio.EOF
     assert await call.code() == grpc.StatusCode.OK
+
+
+async def test_a_call_id_reused_while_in_flight_ends_the_stream_not_the_call_twice(tools):
+    """A refusal tagged with a live call's id would be that call's second final message.
+
+    Found by a break-it session: the duplicate was answered with a CallError tagged 7, then the
+    first call 7 sent its result too. Now the stream ends INVALID_ARGUMENT/INVALID_ID and call 7
+    gets no final message of its own (as when any stream ends with calls in flight).
+    """
+    call = tools.stub.ExecuteToolCalls()
+    slow = tools.request("exec_command", {"cmd": "sleep 1; echo first"}, call_id="c_first")
+    other = tools.request("exec_command", {"cmd": "echo second"}, call_id="c_second")
+    await call.write(pb.ExecuteToolCallsRequest(header=common_pb2.CallHeader(call_id=7), request=slow))
+    await call.write(pb.ExecuteToolCallsRequest(header=common_pb2.CallHeader(call_id=7), request=other))
+    finals = []
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        while (message := await asyncio.wait_for(call.read(), 30)) != grpc.aio.EOF:
+            if message.WhichOneof("event") in ("result", "error"):
+                finals.append((message.call_id, message.WhichOneof("event")))
+    assert finals == []
+    assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert rpc_error_reason(ended.value) == "INVALID_ID" and "already in flight" in ended.value.details()
+    assert not (await tools.sh("echo still-serving")).is_error
 
 
 async def test_a_refused_stream_fails_its_calls_with_the_refusal(start_server, tmp_path):
