@@ -2,7 +2,8 @@
 
 Invariants kept here for all providers:
 - A tool call's arguments are the exact string the provider sent. When it is not JSON it
-  travels out of band in `invalid_arguments` (seed 000 "Arguments that were not JSON").
+  travels out of band in `invalid_arguments` (seed 000 "Arguments that were not JSON"); JSON
+  is read strictly (`core.jsontext`: a non-finite number is not JSON).
 - A response cut at the token cap, refused, or stopped by the context window carries no
   tool_use block: a half-written call must never reach a tool (seed 000 "No partial tool
   call ever executes"; 004 §2.7e). `finish()` enforces it for every adapter.
@@ -24,6 +25,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from agentrt.core import jsontext
 from agentrt.core.text import scrub, scrub_json, scrubbed
 from agentrt.v1 import common_pb2 as c
 
@@ -81,9 +83,13 @@ def tool_call_block(index: int, provider_id: str, name: str, arguments: str) -> 
 
 
 def is_json(text: str) -> bool:
-    """Return True when text is one complete JSON value."""
+    """Return True when text is one complete JSON value, read strictly (core.jsontext).
+
+    Arguments holding NaN, Infinity, -Infinity or a number beyond a float's range are not
+    JSON: they travel as invalid_arguments, so no later request replays them as JSON.
+    """
     try:
-        json.loads(text)
+        jsontext.loads(text)
     except (ValueError, RecursionError):
         return False
     return True

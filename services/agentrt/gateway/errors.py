@@ -17,9 +17,13 @@ known wordings (`OVERFLOW_PATTERNS`, matched case-insensitively against the erro
 and message) cover OpenAI, Anthropic, Azure, Gemini, vLLM / sglang, llama.cpp and other
 OpenAI-compatible servers.
 
-The gateway's own failure is never the provider's: a request the gateway could not encode
-(`UnicodeEncodeError`, say) is INTERNAL/INTERNAL with metadata `origin: gateway`, never
-retried, and nothing was sent (`encoding_failure`).
+The gateway's own failure is never the provider's: a request the gateway could not encode is
+INTERNAL/INTERNAL with metadata `origin: gateway`, never retried, and nothing was sent
+(`encoding_failure`). That is a `UnicodeEncodeError`, or a ValueError/TypeError raised inside
+the JSON encoder (`json.encoder` on the traceback: the SDKs encode the body with
+`allow_nan=False` before sending it, so a NaN or an object JSON cannot hold fails there).
+Validation reads every JSON text strictly, so neither can come from a caller's input: it is
+the gateway's bug, not bad input, and never "<provider> sent a malformed response".
 Retry-After (`retry-after-ms`, then `retry-after` in seconds or as an HTTP date) becomes
 `retry_after_seconds`, so the caller gets a RetryInfo. Error events inside a stream (status
 200 with an error body) are classified by the body's type or code.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import json.encoder
 import re
 import time
 from collections.abc import Mapping
@@ -132,10 +137,11 @@ def encoding_failure(provider: str, exc: BaseException) -> ProviderError:
     It is INTERNAL/INTERNAL with metadata `origin: gateway`: the metrics count it as the
     gateway's (metrics.error_origin) and the limiter gives its reservation back.
     """
+    detail = type(exc).__name__ if isinstance(exc, UnicodeError) else f"{type(exc).__name__}: {exc}"
     return ProviderError(
         Status.INTERNAL,
         Reason.INTERNAL,
-        f"the gateway could not encode the request for {provider} ({type(exc).__name__}); nothing was sent",
+        f"the gateway could not encode the request for {provider} ({detail}); nothing was sent",
         {"provider": provider, "origin": GATEWAY_ORIGIN},
         retryable=False,
         provider=provider,
@@ -154,7 +160,9 @@ def classify(exc: BaseException, provider: str) -> ProviderError:
     """
     if isinstance(exc, ProviderError):
         return exc
-    if isinstance(exc, UnicodeEncodeError):
+    if isinstance(exc, UnicodeEncodeError) or (
+        isinstance(exc, (ValueError, TypeError)) and _raised_in_json_encoder(exc)
+    ):
         # Raised while the SDK encoded our request body: ours, not the provider's.
         return encoding_failure(provider, exc)
     if isinstance(exc, (openai.APIConnectionError, anthropic.APIConnectionError)):
@@ -168,6 +176,23 @@ def classify(exc: BaseException, provider: str) -> ProviderError:
         return _from_status(provider, status, kind, code, message, headers)
     # A stream whose bytes were not valid SSE/JSON, or any other transport surprise.
     return unavailable(provider, f"{provider} sent a malformed response: {type(exc).__name__}: {exc}")
+
+
+_ENCODER_FILE = json.encoder.__file__
+
+
+def _raised_in_json_encoder(exc: BaseException) -> bool:
+    """Return True when exc passed through the standard JSON encoder (an SDK encoding our body).
+
+    Nothing of a response is JSON-encoded by a raising encoder (the adapters' own `dumps`
+    allow every value a parsed response holds), so this marks a request that was never sent.
+    """
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == _ENCODER_FILE:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def from_error_body(

@@ -9,13 +9,17 @@ an http(s)/data URL.
 Every Duration the request carries (max_queue_wait, at most a day; a tool's timeout; a
 recorded result's duration) is a well-formed one (`mesh.durations`). An idempotency key
 holds at most 256 characters and no control character.
+Every JSON text is read strictly (`core.jsontext`): NaN, Infinity, -Infinity and a number
+beyond a float's range are not JSON, so no request body the provider SDKs would refuse to
+encode gets past here.
 Every failure is INVALID_ARGUMENT with a stable reason and the offending field.
 
 JSON texts that passed (tool schemas, the output schema, recorded arguments and raw blocks:
 the same texts come back on every turn of a run) are remembered in a bounded cache
 (`JSON_CACHE_ENTRIES` texts of at most `JSON_CACHE_MAX_CHARS` characters, least recently
 used first out) with what the checks need of them, whether an object and how many values,
-so they are not parsed again; a text that fails is never cached, and is refused each time.
+so they are not parsed again; only a text that passed the strict reading is cached, a text
+that fails is never cached, and is refused each time.
 
 `resolve_tenant` decides whom a call is charged to (metrics label and, with per-tenant
 budgets, the limiter's bucket): the `x-agentrt-tenant` header is the caller's identity
@@ -26,10 +30,10 @@ only repeat a non-default header, never contradict it.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from typing import Any
 
+from agentrt.core import jsontext
 from agentrt.core.errors import MeshError, Reason, invalid, missing, quote
 from agentrt.mesh.context import DEFAULT_TENANT, TENANT_HEADER, valid_tenant
 from agentrt.mesh.durations import check_duration, seconds_of
@@ -94,7 +98,8 @@ def validate_request(request: g.ModelRequest) -> None:
 
     Raises:
         MeshError: INVALID_ARGUMENT with reason REQUEST_TOO_LARGE (bytes, values, depth;
-            metadata `limit` says which), INVALID_JSON (a schema that is not a JSON object),
+            metadata `limit` says which), INVALID_JSON (a JSON text that is not strict JSON,
+            e.g. one holding NaN, or a schema that is not a JSON object),
             MISSING_FIELD (no messages, a tool call without id or name), INVALID_VALUE
             (bad role, empty block, bad image, bad tool name, bad setting, a malformed,
             negative or over-a-day max_queue_wait), INVALID_ID (a malformed `tenant`) or
@@ -157,10 +162,11 @@ class _Budget:
 
 
 def parse_json_object(text: str, field: str, budget: _Budget | None = None) -> dict[str, Any]:
-    """Parse text as a JSON object within the depth and value limits.
+    """Parse text (strictly: no non-finite number) as a JSON object within the depth and value limits.
 
     Raises:
-        MeshError: INVALID_ARGUMENT/INVALID_JSON when text is not a JSON object;
+        MeshError: INVALID_ARGUMENT/INVALID_JSON when text is not a JSON object (or holds
+            NaN, Infinity, -Infinity or a number beyond a float's range);
             INVALID_ARGUMENT/REQUEST_TOO_LARGE when it nests deeper than 64 or holds
             too many values.
     """
@@ -180,10 +186,10 @@ def _json_shape(text: str) -> tuple[bool, int]:
     """Return (is an object, values it holds) of a JSON text within the depth limit.
 
     Raises:
-        _Refused: not JSON, or nested deeper than MAX_DEPTH.
+        _Refused: not strict JSON (core.jsontext), or nested deeper than MAX_DEPTH.
     """
     try:
-        value = json.loads(text)
+        value = jsontext.loads(text)
     except (ValueError, RecursionError) as exc:
         raise _Refused from exc
     counted = _Budget()
@@ -218,7 +224,7 @@ def _check_json(text: str, field: str, budget: _Budget, want_object: bool) -> No
 
 def _parse(text: str, field: str) -> Any:
     try:
-        return json.loads(text)
+        return jsontext.loads(text)
     except RecursionError as exc:
         raise _too_deep(field) from exc
     except ValueError as exc:

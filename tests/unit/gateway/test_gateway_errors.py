@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import httpx2
 import openai
@@ -191,3 +193,35 @@ async def test_no_retry_past_the_deadline_or_for_permanent_errors():
         await _run([_err(retryable=False)], policy, None, t)
     assert t.sleeps == []
     assert next_delay(_err(retry_after=120.0), 0, RetryPolicy(max_retry_after_seconds=60), None) is None
+
+
+# -- the gateway's own encoding failures ---------------------------------------------------
+
+
+def _raised(fn) -> BaseException:
+    try:
+        fn()
+    except (ValueError, TypeError) as exc:
+        return exc
+    raise AssertionError("nothing raised")
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        _raised(lambda: json.dumps({"n": float("nan")}, allow_nan=False)),
+        _raised(lambda: json.dumps({"n": object()})),
+    ],
+    ids=["non-finite", "not-serializable"],
+)
+def test_an_error_raised_by_the_json_encoder_is_the_gateways_not_retried(exc):
+    err = classify(exc, "openai")
+    assert (err.status, err.reason, err.retryable) == (Status.INTERNAL, Reason.INTERNAL, False)
+    assert err.metadata == {"provider": "openai", "origin": "gateway"}
+    assert "nothing was sent" in err.message and type(exc).__name__ in err.message
+
+
+def test_a_response_that_is_not_json_is_still_the_providers():
+    err = classify(_raised(lambda: json.loads('{"half": ')), "openai")
+    assert (err.status, err.reason, err.retryable) == (Status.UNAVAILABLE, Reason.PROVIDER_UNAVAILABLE, True)
+    assert "malformed response" in err.message

@@ -7,7 +7,9 @@ not the run. Optional string fields accept the zero-value sentinels null, 0 and 
 Unknown keys are ignored (additionalProperties is not enforced locally, §2.7h). A string
 holding an escape of a lone UTF-16 surrogate (`"\ud99c"`: valid JSON, but no character) is
 refused the same way, naming where it is, before any tool uses it: no file, command line or
-journal record can hold one.
+journal record can hold one. JSON is read strictly (`core.jsontext`): NaN, Infinity,
+-Infinity or a number beyond a float's range are not JSON, and arguments nested deeper than
+the interpreter can read are refused the same way, never an internal error.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentrt.core import jsontext
 from agentrt.core.text import lone_surrogate_path
 
 
@@ -49,8 +52,9 @@ def decode_object(call: CallInput) -> dict[str, Any]:
     """Return the call's arguments as a dict ({} when there were none).
 
     Raises:
-        ArgError: the arguments were not JSON, not a JSON object, or hold a string with a
-            lone surrogate.
+        ArgError: the arguments were not JSON (including a non-finite number, or nesting
+            deeper than Python's recursion limit lets json read), not a JSON object, or hold
+            a string with a lone surrogate.
     """
     if call.invalid_arguments:
         what = "bytes that are not UTF-8" if call.invalid_arguments_base64 else "text that is not valid JSON"
@@ -59,9 +63,14 @@ def decode_object(call: CallInput) -> dict[str, Any]:
     if not text or text == "null":
         return {}
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        value = jsontext.loads(text)
+    except ValueError as exc:  # JSONDecodeError, or a non-finite number
         raise ArgError(f"The arguments of {call.name} are not valid JSON ({exc}). {_RESEND}") from exc
+    except RecursionError as exc:
+        raise ArgError(
+            f"The arguments of {call.name} nest too deeply to read. Resend the call with the "
+            "arguments as one flat JSON object."
+        ) from exc
     if not isinstance(value, dict):
         raise ArgError(
             f"The arguments of {call.name} must be a JSON object, not {type(value).__name__}. {_RESEND}"
