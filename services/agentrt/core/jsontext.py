@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 
@@ -50,3 +51,24 @@ def loads(text: str) -> Any:
         RecursionError: nesting deeper than the interpreter's recursion limit allows.
     """
     return _DECODER.decode(text)
+
+
+#: What a text holding a non-finite number must contain: a token, or an exponent of 3+ digits.
+_SUSPECT = re.compile(r"NaN|Infinity|[eE]\+?\d{3}")
+
+
+def lenient_only(text: str) -> bool:
+    """True when text is JSON only to Python's lenient reader (a NaN, an Infinity, an overflow).
+
+    Cheap for the common text (one regex search); decodes only a text that could hold one.
+    A text that is not JSON at all is not "lenient only" (False).
+    """
+    if not _SUSPECT.search(text):
+        return False
+    try:
+        loads(text)
+    except NonFiniteNumber:
+        return True
+    except (ValueError, RecursionError):
+        return False
+    return False

@@ -33,6 +33,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from agentrt.core import jsontext
 from agentrt.core.decide import Call, DecisionKind
 from agentrt.core.truncate import truncate
 
@@ -173,11 +174,16 @@ def args_json(call: Call) -> str:
     """Return the tool_use input of call (seed 000 render.Args).
 
     The exact arguments; "{}" when there were none; for out-of-band arguments the object
-    {"invalid_json": ...} (or {"invalid_json_base64": ...}).
+    {"invalid_json": ...} (or {"invalid_json_base64": ...}). Arguments recorded as JSON that
+    hold a non-finite number (NaN, Infinity: JSON only to a lenient reader, recorded before
+    the gateway read model output strictly, decision 0043) are out of band too: replayed as
+    they are, every provider request of the session would be refused.
     """
     if call.invalid_arguments:
         key = "invalid_json_base64" if call.invalid_base64 else "invalid_json"
         return json.dumps({key: call.invalid_arguments}, ensure_ascii=False)
+    if jsontext.lenient_only(call.arguments):
+        return json.dumps({"invalid_json": call.arguments}, ensure_ascii=False)
     return call.arguments if call.arguments.strip() else "{}"
 
 
