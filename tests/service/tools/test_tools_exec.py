@@ -265,3 +265,26 @@ async def test_nul_characters_are_refused_as_a_result_before_anything_runs(tools
     again = await tools.run("exec_command", args, call_id="c_nul")
     assert again.replayed and again.result.content == result.content
     assert not (tools.workspace / "nul.txt").exists()
+
+
+async def test_a_one_shot_command_over_linux_argument_limit_is_refused_clearly_and_a_shell_runs_it(tools):
+    """`bash -c <cmd>` carries the command as one argument: Linux caps it at 128 KiB.
+
+    Found by a break-it session: the one-shot command failed as "Argument list too long"
+    (OS_ERROR), telling the model nothing it could act on, while the same text ran in a named
+    shell. Now it is INVALID_ARGUMENTS naming the limit and the ways around it.
+    """
+    from agentrt.tools.execution.dispatch import MAX_ONE_SHOT_COMMAND_BYTES
+
+    cmd = "echo " + "a" * 200_000 + " | wc -c"
+    in_shell = await tools.run("exec_command", {"cmd": cmd, "session_id": "long"}, call_id="c_long_shell")
+    assert in_shell.result.status == common_pb2.TOOL_RESULT_STATUS_OK, in_shell.result.content
+    assert in_shell.result.content.strip() == "200001"
+    one_shot = await tools.run("exec_command", {"cmd": cmd}, call_id="c_long_once")
+    assert one_shot.result.is_error and one_shot.result.exit_code == 0
+    assert json.loads(one_shot.result.details_json)["reason"] == "INVALID_ARGUMENTS"
+    assert f"{MAX_ONE_SHOT_COMMAND_BYTES} bytes" in one_shot.result.content
+    assert "session_id" in one_shot.result.content and "write_file" in one_shot.result.content
+    at_limit = "echo " + "b" * (MAX_ONE_SHOT_COMMAND_BYTES - len("echo  | wc -c")) + " | wc -c"
+    fits = await tools.run("exec_command", {"cmd": at_limit}, call_id="c_at_limit")
+    assert fits.result.status == common_pb2.TOOL_RESULT_STATUS_OK, fits.result.content[-300:]

@@ -31,6 +31,10 @@ from agentrt.tools.sandbox.local import LocalSandbox
 from agentrt.tools.sandbox.spec import CommandRequest, ExecContext, Runner
 from agentrt.tools.shell.pool import Shells
 
+#: Linux's limit on one argument string (MAX_ARG_STRLEN, 32 pages), bytes with its NUL: a
+#: one-shot command runs as `bash -c <cmd>`, so its text must fit in one argument.
+MAX_ONE_SHOT_COMMAND_BYTES = 131072 - 1
+
 MAX_OUTPUT_CEILING = 4 * 1024 * 1024
 
 
@@ -174,6 +178,14 @@ class Dispatch:
                 run=lambda: self.shells.exec_command(
                     ctx, session, cmd, shell_dir, timeout, cap, deadline=deadline, emit=emit
                 ),
+            )
+        size = len(cmd.encode("utf-8", "surrogatepass"))
+        if size > MAX_ONE_SHOT_COMMAND_BYTES:
+            raise ArgError(
+                f"exec_command: the command is {size} bytes; a command without session_id runs as "
+                f"bash -c <cmd>, which Linux limits to {MAX_ONE_SHOT_COMMAND_BYTES} bytes. Write long "
+                "content with write_file (or apply_patch) and run a short command, or pass a session_id "
+                "to run it in a named shell."
             )
         req = CommandRequest(cmd, ctx.workspace, host_workdir, ctx.env, timeout, ctx.limits, cap, ctx.group)
         runner = ctx.runner or self.runner  # the sandbox's backend (local or docker)
