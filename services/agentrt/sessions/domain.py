@@ -19,6 +19,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from agentrt.core import jsontext
 from agentrt.core.errors import Reason, invalid
 from agentrt.core.ids import valid_id
 
@@ -195,8 +196,9 @@ class SessionInfo:
 def check_json(text: str, where: str, *, want_object: bool = False) -> None:
     """Check that text ("" allowed) is JSON, an object when want_object.
 
-    JSON here is what Python's `json` reads, as the gateway's `canonical.is_json` decides
-    which tool-call arguments are JSON; nesting too deep to read is not JSON.
+    JSON here is read strictly (core.jsontext: no NaN, Infinity or overflowing numbers), as
+    the gateway's `canonical.is_json` decides which tool-call arguments are JSON; nesting too
+    deep to read is not JSON.
 
     Raises:
         MeshError: INVALID_ARGUMENT/INVALID_JSON naming `where`.
@@ -204,7 +206,7 @@ def check_json(text: str, where: str, *, want_object: bool = False) -> None:
     if not text:
         return
     try:
-        value = json.loads(text)
+        value = jsontext.loads(text)
     except (ValueError, RecursionError) as exc:
         raise invalid(Reason.INVALID_JSON, f"{where} is not valid JSON: {exc}", field=where) from None
     if want_object and not isinstance(value, dict):

@@ -147,6 +147,8 @@ CASES = [
     # invalid_arguments. A stored non-JSON string would break every later model request.
     ("append-call-args-not-json", *app(call("c2", arguments="{{not json")), BAD, "INVALID_JSON"),
     ("append-call-args-too-deep", *app(call("c2", arguments="[" * 100_000)), BAD, "INVALID_JSON"),
+    # NaN and Infinity are JSON only to Python's lenient reader (decision 0043).
+    ("append-call-args-nan", *app(call("c2", arguments='{"n": NaN}')), BAD, "INVALID_JSON"),
     (
         "append-call-args-and-invalid",
         *app(

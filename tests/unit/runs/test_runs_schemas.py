@@ -81,6 +81,11 @@ def test_check_schema_names_the_error_and_where():
     with pytest.raises(MeshError) as info:
         schemas.check_schema("[1,", "f")
     assert info.value.reason == "INVALID_JSON"
+    for text in ('{"type": "number", "maximum": Infinity}', '{"const": NaN}'):  # decision 0043
+        with pytest.raises(MeshError) as info:
+            schemas.check_schema(text, "agent.output_json_schema")
+        assert info.value.reason == "INVALID_JSON" and "non-finite" in info.value.message
+        assert schemas.decoded(text) is None and schemas.validator(text) is None
     # $schema selects the meta-schema: draft-04's exclusiveMaximum is a boolean
     draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "maximum": 3, "exclusiveMaximum": True}
     assert schemas.check_schema(json.dumps(draft4), "f")

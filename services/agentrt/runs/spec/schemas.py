@@ -20,7 +20,6 @@ never reached). Validators are immutable and safe to share between runs and thre
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ import referencing
 import referencing.exceptions
 from jsonschema.validators import validator_for
 
+from agentrt.core import jsontext
 from agentrt.core.errors import Reason, invalid
 from agentrt.core.tool_args import SchemaProblem, Validate, json_pointer
 
@@ -46,7 +46,7 @@ def parse_schema(text: str, field: str) -> dict[str, Any]:
             or not an object.
     """
     try:
-        value = json.loads(text)
+        value = jsontext.loads(text)
     except (ValueError, RecursionError) as exc:
         raise invalid(Reason.INVALID_JSON, f"{field} is not valid JSON: {exc}", field=field) from None
     if not isinstance(value, dict):
@@ -114,7 +114,7 @@ def decoded(text: str) -> dict[str, Any] | None:
     The result is shared: callers read it, never change it (core.tool_args copies defaults).
     """
     try:
-        value = json.loads(text)
+        value = jsontext.loads(text)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
@@ -131,7 +131,7 @@ def validator(text: str) -> Validate | None:
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def _validator(text: str) -> Validate | None:
     try:
-        schema = json.loads(text)
+        schema = jsontext.loads(text)
     except (ValueError, RecursionError):
         return None
     if not isinstance(schema, dict):

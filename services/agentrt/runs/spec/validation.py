@@ -21,11 +21,11 @@ refusal of what the loop does not honor yet, are `runs.admission`'s.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 
 from agentrt.core import handoffs as handoffs_core
+from agentrt.core import jsontext
 from agentrt.core.errors import MeshError, Reason, invalid, missing
 from agentrt.core.guardrails import PatternRule, check_pattern_rule
 from agentrt.core.policy import PatternError
@@ -351,8 +351,8 @@ def _error_handlers(spec: pb.AgentSpec, field: str) -> None:
 
 def _fallback_matches(text: str, check: Validate | None, at: str) -> None:
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = jsontext.loads(text)
+    except (ValueError, RecursionError):
         raise _bad(f"{at} must be JSON matching the agent's output schema", at, Reason.INVALID_JSON) from None
     problems = check(value) if check is not None else ()
     if problems:
