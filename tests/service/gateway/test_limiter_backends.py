@@ -215,7 +215,11 @@ async def test_an_unreachable_store_fails_admission_closed(kind, url):
 
 
 @pytest.mark.parametrize(
-    ("kind", "url"), [("postgres", "sqlite+aiosqlite:///x.db"), ("redis", PG_URL), ("etcd", "")]
+    ("kind", "url"),
+    [("postgres", "sqlite+aiosqlite:///x.db"), ("redis", PG_URL), ("etcd", "")],
+    # ids without the URL: PG_URL names this process's database, and pytest-xdist requires
+    # every worker to collect the same test ids
+    ids=["postgres-sqlite", "redis-postgresql", "etcd"],
 )
 def test_a_store_url_of_the_wrong_kind_is_refused(kind, url):
     with pytest.raises(ValueError, match="URL|backend"):

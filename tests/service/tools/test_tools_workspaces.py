@@ -141,7 +141,10 @@ async def test_system_trees_are_refused_by_every_rpc(tools, parent, spelled):
 
 
 @pytest.mark.parametrize(
-    "workspace", [f"/agentrt-top-level-{os.urandom(4).hex()}", f"/home/agentrt-user-{os.urandom(4).hex()}"]
+    "workspace",
+    [f"/agentrt-top-level-{os.urandom(4).hex()}", f"/home/agentrt-user-{os.urandom(4).hex()}"],
+    # fixed ids: the paths are random, and pytest-xdist requires every worker to collect the same ids
+    ids=["top-level", "home"],
 )
 async def test_top_level_and_home_directories_are_refused(tools, workspace):
     try:
