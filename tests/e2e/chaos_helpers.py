@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-from e2e_helpers import STATE_TIMEOUT, free_port_map
+from e2e_helpers import NO_LOCAL_MODEL, STATE_TIMEOUT, free_port_map
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.cli.ports import free_ports
@@ -33,9 +33,8 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import session_service_pb2_grpc as spb_grpc
-from tests.emulators.providers import ProviderEmulator, Reply
-from tests.needs import unavailable
-from tests.stores import PG_DATABASE, PG_HOST, pg_reachable
+from tests.emulators.providers import ProviderEmulator
+from tests.stores import PG_DATABASE, PG_HOST
 
 #: The run lease of the crash tests' replicas, in seconds (a dead owner's runs are taken
 #: over once it expires).
@@ -87,12 +86,21 @@ def wait_serving(
 
 @dataclass
 class Replica:
-    """A runs process this test owns: its address, its process (None: the mesh's own)."""
+    """A service process of the chaos mesh: its address, its process (None: the mesh's own).
+
+    `service` is what it serves; `plain` is True when it was started with nothing beyond
+    the mesh's environment (and, for runs, its own replica id): interchangeable with the
+    mesh's own process of that service. `log` is its log file (None: the mesh's own, under
+    `<state>/logs/`).
+    """
 
     name: str
     address: str
     proc: subprocess.Popen[bytes] | None = None
     pid: int = 0
+    service: str = "runs"
+    plain: bool = True
+    log: Path | None = None
 
 
 @dataclass
@@ -105,7 +113,8 @@ class ChaosMesh:
     env: dict[str, str]
     databases: list[str]
     replicas: dict[str, Replica] = field(default_factory=dict)
-    spawned: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: Every process `spawn` started, oldest first (dead ones included until a reset).
+    spawned: list[Replica] = field(default_factory=list)
     #: The gateway process now serving (the mesh's, or one a test started in its place).
     gateway_pid: int = 0
 
@@ -127,7 +136,13 @@ class ChaosMesh:
         }
         env.pop("AGENTRT_SUPERVISOR_PID", None)
         env.update(extra or {})
-        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        # A log of its own per process (a name may be started again, by this test or a later one).
+        log_path = self.root / f"{name}.log"
+        for n in itertools.count(2):
+            if not log_path.exists():
+                break
+            log_path = self.root / f"{name}-{n}.log"
+        log = open(log_path, "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
             [sys.executable, "-m", "agentrt.cli.main", "serve", service, "--port", str(port)],
             stdin=subprocess.DEVNULL,
@@ -137,13 +152,25 @@ class ChaosMesh:
             cwd=self.mesh.state_dir,
             start_new_session=True,
         )
-        self.spawned.append(proc)
+        own_id = {"AGENTRT_RUNS_REPLICA_ID": name} if service == "runs" else {}
+        plain = all(own_id.get(key) == value for key, value in (extra or {}).items())
         address = f"127.0.0.1:{port}"
+        replica = Replica(name, address, proc, proc.pid, service, plain, log_path)
+        self.spawned.append(replica)
         wait_serving(address, proc)
-        replica = Replica(name, address, proc, proc.pid)
         if service == "runs":
             self.replicas[name] = replica
         return replica
+
+    def home(self, service: str) -> Replica:
+        """The process serving the mesh's own address of `service` now: the last one spawned
+        there that is still up, else the mesh's own (which may have been killed)."""
+        address = self.mesh.addresses[service]
+        for replica in reversed(self.spawned):
+            if replica.address == address and replica.proc is not None and replica.proc.poll() is None:
+                return replica
+        name = "a" if service == "runs" else service
+        return Replica(name, address, None, self.mesh.pids[service], service)
 
     def kill(self, replica: Replica) -> None:
         """SIGKILL a process and reap it (kill -9: nothing is flushed, nothing is released)."""
@@ -160,15 +187,25 @@ class ChaosMesh:
         return self.spawn("runs", replica.name, port, env)
 
     def close(self) -> None:
-        for proc in self.spawned:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(15)
+        for replica in self.spawned:
+            stop_process(replica)
         self.mesh.stop()
+
+
+def stop_process(replica: Replica, grace_s: float = 15.0) -> None:
+    """End a process this test spawned: SIGCONT (a SIGSTOPped one cannot exit), SIGTERM,
+    `grace_s` seconds to drain, then SIGKILL. Nothing for a process already reaped."""
+    proc = replica.proc
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGCONT)
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(15)
 
 
 def _reap(pid: int) -> None:
@@ -198,6 +235,7 @@ def start_chaos_mesh(root: Path, emu: ProviderEmulator) -> ChaosMesh:
         "AGENTRT_ANTHROPIC_BASE_URL": emu.base_url,
         "AGENTRT_ANTHROPIC_API_KEY": "test-key",
         "AGENTRT_GATEWAY_MAX_RETRIES": "0",
+        "AGENTRT_LOCAL_MODEL_PATH": NO_LOCAL_MODEL,
         "AGENTRT_RUNS_DB": urls[0],
         "AGENTRT_SESSIONS_DB": urls[1],
         "AGENTRT_TOOLS_DB": urls[2],
@@ -217,25 +255,6 @@ def start_chaos_mesh(root: Path, emu: ProviderEmulator) -> ChaosMesh:
     chaos.replicas["a"] = Replica("a", mesh.addresses["runs"], None, mesh.pids["runs"])
     chaos.gateway_pid = mesh.pids["gateway"]
     return chaos
-
-
-@contextlib.contextmanager
-def chaos_mesh_on_pg(root: Path, responder: Callable[[str, object], Reply | None]) -> Iterator[ChaosMesh]:
-    """A fixture body: the emulator with `responder`, the chaos mesh on PostgreSQL, dropped after.
-
-    Raises (through tests.needs.unavailable): PostgreSQL is not reachable.
-    """
-    if not asyncio.run(pg_reachable()):
-        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
-    emu = ProviderEmulator()
-    emu.responder = responder
-    mesh = start_chaos_mesh(root, emu)
-    try:
-        yield mesh
-    finally:
-        mesh.close()
-        emu.close()
-        asyncio.run(drop_databases(mesh.databases))
 
 
 def new_port() -> int:

@@ -23,6 +23,10 @@ T = TypeVar("T")
 STATE_TIMEOUT = 120.0
 #: The bearer token of the `token_mesh` fixture (conftest.py): every service requires it.
 MESH_TOKEN = "client-test-token"
+#: AGENTRT_LOCAL_MODEL_PATH of a mesh whose models are the provider emulator: a GGUF path that
+#: does not exist, so its gateway configures no local provider and does not load the llama.cpp
+#: model at start (the tests of `agentrt up` and of the demo keep the real one).
+NO_LOCAL_MODEL = "/nonexistent/agentrt-e2e-no-local-model.gguf"
 
 
 def free_port_map(host: str = "127.0.0.1") -> dict[str, int]:

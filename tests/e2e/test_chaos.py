@@ -34,12 +34,11 @@ from chaos_helpers import (
     Follower,
     Replica,
     check_session,
-    drop_databases,
     new_port,
     session_entries,
-    start_chaos_mesh,
 )
 from e2e_helpers import STATE_TIMEOUT
+from shared_meshes import reset_chaos
 
 from agentrt.core.handoffs import default_tool_name
 from agentrt.runs.storage.store import lease_overlaps
@@ -49,8 +48,6 @@ from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import tool_service_pb2 as tpb
 from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
 from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
-from tests.needs import unavailable
-from tests.stores import pg_reachable
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -83,20 +80,11 @@ def _requests_of(emu: ProviderEmulator, cell: str) -> list[str]:
     return [json.dumps(b, sort_keys=True) for p, b in emu.requests if f"cell:{cell}" in json.dumps(b)]
 
 
-@pytest.fixture(scope="module")
-def chaos(tmp_path_factory):
-    if not asyncio.run(pg_reachable()):
-        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
-    root = tmp_path_factory.mktemp("chaos")
-    emu = ProviderEmulator()
-    emu.responder = Cells()
-    mesh = start_chaos_mesh(root, emu)
-    try:
-        yield mesh
-    finally:
-        mesh.close()
-        emu.close()
-        asyncio.run(drop_databases(mesh.databases))
+@pytest.fixture
+def chaos(shared_chaos: ChaosMesh) -> ChaosMesh:
+    # The session's chaos mesh (conftest.py), reset; the cells share a second replica "b"
+    # once one of them started it, as they did on a mesh of their own.
+    return reset_chaos(shared_chaos, Cells(), keep=("b",))
 
 
 async def _start(address: str, cell: str, workspace: Path, approval: bool) -> pb.StartRunResponse:
@@ -292,8 +280,7 @@ async def test_tools_killed_mid_command_suspends_for_reconciliation_then_runs_on
         workspace = tmp_path / "ws"
         started = await _start(a.address, cell, workspace, approval=False)
         await _until(lambda: asyncio.sleep(0, (workspace / "marker").exists()), "the command to run")
-        tools_pid = chaos.mesh.pids["tools"]
-        chaos.kill(Replica("tools", chaos.tools, None, tools_pid))
+        chaos.kill(chaos.home("tools"))
         chaos.spawn("tools", "tools-2", int(chaos.tools.rsplit(":", 1)[1]))
         await _until(
             lambda: _status(a.address, started.run_id, cpb.RUN_STATUS_SUSPENDED),

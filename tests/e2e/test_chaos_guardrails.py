@@ -25,19 +25,16 @@ from chaos_helpers import (
     ChaosMesh,
     Follower,
     check_session,
-    drop_databases,
     session_entries,
-    start_chaos_mesh,
 )
 from e2e_helpers import STATE_TIMEOUT
+from shared_meshes import reset_chaos
 
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
-from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
-from tests.needs import unavailable
+from tests.emulators.providers import Reply, ToolCallReply
 from tests.service.runs.guards import IN, OUT, TOOL_IN, is_judge, judge, verdict
-from tests.stores import pg_reachable
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -76,20 +73,9 @@ def responder(path: str, body):
     return Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": cmd}))])
 
 
-@pytest.fixture(scope="module")
-def chaos(tmp_path_factory):
-    if not asyncio.run(pg_reachable()):
-        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
-    root = tmp_path_factory.mktemp("chaos_guardrails")
-    emu = ProviderEmulator()
-    emu.responder = responder
-    mesh = start_chaos_mesh(root, emu)
-    try:
-        yield mesh
-    finally:
-        mesh.close()
-        emu.close()
-        asyncio.run(drop_databases(mesh.databases))
+@pytest.fixture
+def chaos(shared_chaos: ChaosMesh) -> ChaosMesh:
+    return reset_chaos(shared_chaos, responder)  # the session's chaos mesh (conftest.py), reset
 
 
 async def _rpc(address: str, method: str, request):

@@ -19,8 +19,9 @@ import os
 import signal
 
 import pytest
-from chaos_helpers import Follower, chaos_mesh_on_pg, new_port
+from chaos_helpers import ChaosMesh, Follower, new_port
 from e2e_helpers import STATE_TIMEOUT
+from shared_meshes import reset_chaos
 
 from agentrt.mesh.db import Database
 from agentrt.v1 import common_pb2 as cpb
@@ -41,9 +42,8 @@ def _slow_answer(path: str, body: object) -> Reply | None:
 
 
 @pytest.fixture
-def chaos(tmp_path):
-    with chaos_mesh_on_pg(tmp_path, _slow_answer) as mesh:
-        yield mesh
+def chaos(shared_chaos: ChaosMesh) -> ChaosMesh:
+    return reset_chaos(shared_chaos, _slow_answer)  # the session's chaos mesh (conftest.py), reset
 
 
 async def _owner(url: str, run_id: str) -> str:

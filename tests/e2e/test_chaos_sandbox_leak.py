@@ -24,17 +24,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-from chaos_helpers import ChaosMesh, Replica, drop_databases, start_chaos_mesh
+from chaos_helpers import ChaosMesh
 from e2e_helpers import STATE_TIMEOUT
+from shared_meshes import reset_chaos
 
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import tool_service_pb2 as tpb
 from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
-from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
-from tests.needs import unavailable
-from tests.stores import pg_reachable
+from tests.emulators.providers import Reply, ToolCallReply
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -78,21 +77,11 @@ def responder(path: str, body):
     return Reply(tool_calls=[call], input_tokens=5, output_tokens=1)
 
 
-@pytest.fixture(scope="module")
-def chaos(tmp_path_factory):
-    # One mesh for the module: each test has cells of its own (leakcell, kidcell, fancell in
-    # its own workspace) and leaves every run ended, so none needs a fresh set of processes.
-    if not asyncio.run(pg_reachable()):
-        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
-    emu = ProviderEmulator()
-    emu.responder = responder
-    mesh = start_chaos_mesh(tmp_path_factory.mktemp("chaos"), emu)
-    try:
-        yield mesh
-    finally:
-        mesh.close()
-        emu.close()
-        asyncio.run(drop_databases(mesh.databases))
+@pytest.fixture
+def chaos(shared_chaos: ChaosMesh) -> ChaosMesh:
+    # The session's chaos mesh (conftest.py), reset: each test has cells of its own (leakcell,
+    # kidcell, fancell in its own workspace).
+    return reset_chaos(shared_chaos, responder)
 
 
 async def _runs(address: str, method: str, request):
@@ -137,8 +126,7 @@ async def test_a_missed_release_survives_kill_9_of_the_runs_process(chaos: Chaos
     assert sandbox_id
     assert (await _sandbox(tools_address, sandbox_id)).state == tpb.SANDBOX_STATE_RUNNING
 
-    tools = Replica("tools", tools_address, None, chaos.mesh.pids["tools"])
-    chaos.kill(tools)
+    chaos.kill(chaos.home("tools"))
     await _runs(a.address, "CancelRun", pb.CancelRunRequest(run_id=started.run_id, reason="leak"))
     assert (
         await _until(a.address, started.run_id, cpb.RUN_STATUS_CANCELED)

@@ -16,8 +16,9 @@ import json
 
 import grpc
 import pytest
-from chaos_helpers import Replica, chaos_mesh_on_pg, new_port
+from chaos_helpers import ChaosMesh, Replica, new_port
 from e2e_helpers import STATE_TIMEOUT
+from shared_meshes import reset_chaos
 
 from agentrt.mesh.db import Database
 from agentrt.v1 import common_pb2 as cpb
@@ -33,9 +34,8 @@ def _answer(path: str, body: object) -> Reply | None:
 
 
 @pytest.fixture
-def chaos(tmp_path):
-    with chaos_mesh_on_pg(tmp_path, _answer) as mesh:
-        yield mesh
+def chaos(shared_chaos: ChaosMesh) -> ChaosMesh:
+    return reset_chaos(shared_chaos, _answer)  # the session's chaos mesh (conftest.py), reset
 
 
 async def _logged(path, text: str) -> None:  # type: ignore[no-untyped-def]
@@ -49,7 +49,7 @@ async def _logged(path, text: str) -> None:  # type: ignore[no-untyped-def]
         raise AssertionError(f"{path.name} never logged {text!r}") from exc
 
 
-async def test_a_limiter_store_that_answers_late_makes_the_run_wait_not_fail(chaos, tmp_path):
+async def test_a_limiter_store_that_answers_late_makes_the_run_wait_not_fail(chaos):
     gateway = chaos.mesh.addresses["gateway"]
     chaos.kill(Replica("gateway", gateway, None, chaos.gateway_pid))
     store = chaos.env["AGENTRT_GATEWAY_DB"]
@@ -78,7 +78,8 @@ async def test_a_limiter_store_that_answers_late_makes_the_run_wait_not_fail(cha
             stub = pb_grpc.RunServiceStub(channel)
             started = await stub.StartRun(pb.StartRunRequest(agent=agent, input="do cell:slowstore"))
             # the gateway's admission wait ran out with the store silent, and the loop re-sent
-            await _logged(tmp_path / "b.log", "diagnostic model_retry")
+            assert b.log is not None
+            await _logged(b.log, "diagnostic model_retry")
             run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
             assert run.status == cpb.RUN_STATUS_RUNNING, run
             release.set()

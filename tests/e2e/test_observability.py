@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import STATE_TIMEOUT, free_port_map
+from e2e_helpers import NO_LOCAL_MODEL, STATE_TIMEOUT, free_port_map
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
@@ -59,6 +59,7 @@ def traced_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
             "AGENTRT_OPENAI_BASE_URL": emu.base_url + "/v1",
             "AGENTRT_OPENAI_API_KEY": "test-key",
             "AGENTRT_GATEWAY_MAX_RETRIES": "1",  # one scripted 429 is retried: a diagnostic in the log
+            "AGENTRT_LOCAL_MODEL_PATH": NO_LOCAL_MODEL,
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
             "OTEL_EXPORTER_OTLP_ENDPOINT": collector.grpc_endpoint,

@@ -16,15 +16,14 @@ import json
 
 import grpc
 import pytest
-from chaos_helpers import ChaosMesh, drop_databases, new_port, start_chaos_mesh
+from chaos_helpers import ChaosMesh, new_port
 from e2e_helpers import STATE_TIMEOUT
+from shared_meshes import reset_chaos
 
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
-from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
-from tests.needs import unavailable
-from tests.stores import pg_reachable
+from tests.emulators.providers import Reply, ToolCallReply
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -41,21 +40,13 @@ def _turns(path: str, body) -> Reply | None:
     return Reply(text="all turns done", chunk_chars=3, event_delay=0.01)
 
 
-@pytest.fixture(scope="module")
-def two_replicas(tmp_path_factory):
-    if not asyncio.run(pg_reachable()):
-        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
-    root = tmp_path_factory.mktemp("replica-events")
-    emu = ProviderEmulator()
-    emu.responder = _turns
-    mesh = start_chaos_mesh(root, emu)
-    try:
+@pytest.fixture
+def two_replicas(shared_chaos: ChaosMesh) -> ChaosMesh:
+    # The session's chaos mesh (conftest.py), reset, with a second plain replica "b".
+    mesh = reset_chaos(shared_chaos, _turns, keep=("b",))
+    if "b" not in mesh.replicas:
         mesh.spawn("runs", "b", new_port(), {"AGENTRT_RUNS_REPLICA_ID": "b"})
-        yield mesh
-    finally:
-        mesh.close()
-        emu.close()
-        asyncio.run(drop_databases(mesh.databases))
+    return mesh
 
 
 async def _read_all(stub: pb_grpc.RunServiceStub, req: pb.StreamRunEventsRequest) -> list[pb.RunEvent]:

@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 import pytest
 from chaos_helpers import ChaosMesh, Replica, create_databases, drop_databases, session_entries
-from e2e_helpers import STATE_TIMEOUT, free_port_map
+from e2e_helpers import NO_LOCAL_MODEL, STATE_TIMEOUT, free_port_map
 
 from agentrt.cli.up import start_mesh
 from agentrt.core.tasknote import parse_notification, summarize
@@ -62,6 +62,7 @@ def mesh(tmp_path_factory):
         "AGENTRT_OPENAI_BASE_URL": emu.base_url + "/v1",
         "AGENTRT_OPENAI_API_KEY": "test-key",
         "AGENTRT_GATEWAY_MAX_RETRIES": "0",
+        "AGENTRT_LOCAL_MODEL_PATH": NO_LOCAL_MODEL,
         "AGENTRT_RUNS_DB": urls[0],
         "AGENTRT_SESSIONS_DB": urls[1],
         "AGENTRT_TOOLS_DB": urls[2],
@@ -330,11 +331,7 @@ async def test_runs_killed_while_a_task_runs(mesh):
 async def test_tasks_killed_while_a_task_runs(mesh):
     async def kill_tasks() -> None:
         address = mesh.mesh.addresses["tasks"]
-        pid = mesh.mesh.pids["tasks"]
-        for replica in list(mesh.spawned):
-            if replica.args[-1] == address.rsplit(":", 1)[1] and replica.poll() is None:
-                pid = replica.pid
-        mesh.kill(Replica("tasks", address, None, pid))
+        mesh.kill(mesh.home("tasks"))
         mesh.spawn("tasks", "tasks", int(address.rsplit(":", 1)[1]), {"AGENTRT_TASKS_REPLICA_ID": "t"})
 
     await _task_through_a_crash(mesh, "T", kill_tasks)

@@ -28,14 +28,14 @@ PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 NODE_TESTS = 4
 
 
-def test_the_typescript_client_drives_the_mesh(token_mesh):
-    mesh, emu, root = token_mesh.mesh, token_mesh.emu, token_mesh.root
+def test_the_typescript_client_drives_the_mesh(token_mesh, tmp_path):
+    mesh, emu = token_mesh.mesh, token_mesh.emu
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         unavailable("node and npm are not installed (Node 20)")
     if not (PACKAGE / "node_modules" / "@connectrpc" / "connect-node").is_dir():
         unavailable("clients/typescript/node_modules is missing: run `make install` (npm ci)")
-    scratch = root / "work"
+    scratch = tmp_path / "work"
     scratch.mkdir()
     env = {
         **os.environ,

@@ -342,6 +342,25 @@ class ProviderEmulator:
         with self._lock:
             self.aborted_requests += 1
 
+    def reset(self) -> None:
+        """Forget every reply, request and mode: the state of a new emulator, on the same port.
+
+        What a test sharing the emulator with earlier tests (a session-wide e2e mesh) starts
+        from: an empty script, no requests, intake or aborts recorded, no responder, no
+        rate-limit mode, no fixed token count. `connections` restarts at 0 as well (clients
+        that pool connections keep theirs open, so it counts only connections opened after).
+        """
+        with self._lock:
+            self._script.clear()
+            self.requests.clear()
+            self.intake.clear()
+            self.aborted_streams = 0
+            self.aborted_requests = 0
+            self.connections = 0
+            self.token_count = None
+            self.rate_limit = None
+            self.responder = None
+
     def close(self) -> None:
         """Stop serving."""
         self._server.shutdown()
