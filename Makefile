@@ -10,6 +10,10 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 TS := clients/typescript
 TS_STAMP := $(TS)/node_modules/.installed
 PYTEST_ARGS ?=
+# pytest-xdist workers of `make test` and `make test-fast` (0: one process, no xdist); how the
+# suite is split over them: tests/conftest.py.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 LLAMA_VERSION := 0.3.36
 LLAMA_WHEELS ?= $(HOME)/.cache/agentrt-wheels
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
@@ -87,11 +91,11 @@ deploy-check: install ## Render deploy/k8s overlays and validate them against th
 demo: install ## Start the mesh, run an agent with the local model on a sample task, stop the mesh
 	$(VENV)/bin/agentrt demo
 
-test: install docker-sandbox ## Run the whole test suite (unit, service, e2e; prepares docker first)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+test: install docker-sandbox ## Run the whole test suite (unit, service, e2e; prepares docker first; 2 workers)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test-fast: install ## Unit and service tests without the slow end-to-end ones (no docker preparation)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 test-scale: install ## The scale-out acceptance (replicas, chaos, rolling restart); AGENTRT_SCALE_RUNS=200 for the full size
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_scale_out.py $(PYTEST_ARGS)

@@ -1,4 +1,8 @@
-"""Shared fixtures: start a production server on 127.0.0.1:0 and open a real channel."""
+"""Shared fixtures: start a production server on 127.0.0.1:0 and open a real channel.
+
+Also how the suite splits over pytest-xdist workers (`make test` runs `-n 2`):
+`pytest_xdist_make_scheduler`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,40 @@ import pytest
 from agentrt.mesh.server import MeshServer
 
 ServerFactory = Callable[[MeshServer], Awaitable[str]]
+
+
+#: The unit of work that holds every test under tests/e2e (see pytest_xdist_make_scheduler).
+E2E_UNIT = "tests/e2e"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """How `-n N` (with --dist load, the default, or loadgroup) splits the suite: by unit of work.
+
+    A unit is every test under tests/e2e together, else one test file. The e2e unit is handed
+    out first, so one worker starts on it at once and runs the e2e tests one after another
+    (each starts processes, and several prove leases of 1.5 s: two meshes at once on 2 cores
+    would starve each other), starting each session-wide mesh once; the other worker takes
+    files of unit and service tests one by one, then both share what is left. A file stays on
+    one worker, so a module-scoped fixture is set up once. (xdist's own loadgroup marks a group
+    by rewriting `item._nodeid`, which pytest 9 no longer reads: grouping is done here instead.)
+
+    Returns None for another --dist mode (xdist's own scheduler then).
+    """
+    if config.getvalue("dist") not in ("load", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return E2E_UNIT if path.startswith(E2E_UNIT + "/") else path
+
+        def _assign_work_unit(self, node) -> None:  # type: ignore[no-untyped-def]
+            if E2E_UNIT in self.workqueue:
+                self.workqueue.move_to_end(E2E_UNIT, last=False)
+            super()._assign_work_unit(node)
+
+    return SuiteScheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")

@@ -194,6 +194,24 @@ def sqlite_db(tmp_path_factory) -> str:
     return url
 
 
+@pytest.fixture(scope="module")
+def pg_db() -> str:
+    """The test PostgreSQL database with the session store's tables (migrated here: a test
+    must not rely on an earlier one having started a session service on it)."""
+    if not asyncio.run(pg_reachable()):
+        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
+
+    async def migrate() -> None:
+        db = Database(PG_URL)
+        try:
+            await upgrade(db)
+        finally:
+            await db.close()
+
+    asyncio.run(migrate())
+    return PG_URL
+
+
 # Found by hypothesis: an output stored before its call, folded by a compaction that left
 # the call in view; recovery must close the call the model would read without an output.
 _FOLDED_OUTPUT = [("create", 0, 0, 0)] * 6 + [
@@ -215,7 +233,5 @@ def test_store_invariants_hold_under_random_operations_sqlite(sqlite_db, script)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(step, min_size=10, max_size=30))
 @example(script=_FOLDED_OUTPUT)
-def test_store_invariants_hold_under_random_operations_postgres(script):
-    if not asyncio.run(pg_reachable()):
-        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
-    asyncio.run(_run(PG_URL, [("create", 0, 0, 0), *script]))
+def test_store_invariants_hold_under_random_operations_postgres(pg_db, script):
+    asyncio.run(_run(pg_db, [("create", 0, 0, 0), *script]))
