@@ -48,10 +48,23 @@ def _pg_admin(sql: str) -> bool:
     return bool(done)
 
 
+#: Which pytest process created the database named in _PG_ENV (its xdist worker id, "" for a
+#: process without xdist): a worker never adopts the database of another process.
+_PG_OWNER_ENV = "AGENTRT_TEST_PG_DATABASE_OWNER"
+
+
 def _session_database() -> str:
-    """The database of this test session: the named one, or a fresh one dropped at exit."""
+    """The database of this test session: the named one, or a fresh one dropped at exit.
+
+    A name the user set (no owner recorded) is used as given. A name another pytest process
+    created is not: pytest-xdist's controller imports this module too when it loads the initial
+    conftests (tests/e2e/conftest.py), and its workers inherit its environment; without the
+    owner check every worker would share the controller's database, and one worker's test
+    emptying a table (tests/service/tasks/harness.py) would delete another's rows.
+    """
     named = os.environ.get(_PG_ENV)
-    if named:
+    me = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if named and os.environ.get(_PG_OWNER_ENV, me) == me:
         return named
     if "pytest" not in sys.modules:
         return "test"
@@ -59,6 +72,7 @@ def _session_database() -> str:
     if not _pg_admin(f'CREATE DATABASE "{name}"'):
         return "test"
     os.environ[_PG_ENV] = name
+    os.environ[_PG_OWNER_ENV] = me
     atexit.register(_pg_admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return name
 
