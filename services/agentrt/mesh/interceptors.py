@@ -224,17 +224,10 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
             try:
                 async for item in behavior(self._checked(requests), context):
                     yield item
-            except MeshError as err:
-                await context.abort_with_status(to_grpc_status(err))
             except grpc.aio.AbortError:
                 raise
-            except NotImplementedError:
-                await context.abort_with_status(to_grpc_status(_NOT_SERVED))
-            except Exception:  # noqa: BLE001 - a server never dies of a request
-                log.exception("unhandled error in %s", method)
-                await context.abort_with_status(
-                    to_grpc_status(MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error"))
-                )
+            except Exception as exc:  # noqa: BLE001 - a server never dies of a request
+                await context.abort_with_status(to_grpc_status(_failure_of(exc, method)))
 
         return call
 
@@ -249,17 +242,10 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
             try:
                 async for item in behavior(request, context):
                     yield item
-            except MeshError as err:
-                await context.abort_with_status(to_grpc_status(err))
             except grpc.aio.AbortError:
                 raise
-            except NotImplementedError:
-                await context.abort_with_status(to_grpc_status(_NOT_SERVED))
-            except Exception:  # noqa: BLE001 - a server never dies of a request
-                log.exception("unhandled error in %s", method)
-                await context.abort_with_status(
-                    to_grpc_status(MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error"))
-                )
+            except Exception as exc:  # noqa: BLE001 - a server never dies of a request
+                await context.abort_with_status(to_grpc_status(_failure_of(exc, method)))
 
         return call
 
@@ -268,14 +254,21 @@ async def _answered(outcome: Awaitable[Any], context: grpc.aio.ServicerContext, 
     """Await a handler's answer; a MeshError becomes its status, anything else INTERNAL (logged)."""
     try:
         return await outcome
-    except MeshError as err:
-        await context.abort_with_status(to_grpc_status(err))
     except grpc.aio.AbortError:
         raise
-    except NotImplementedError:
-        await context.abort_with_status(to_grpc_status(_NOT_SERVED))
-    except Exception:  # noqa: BLE001 - a server never dies of a request
-        log.exception("unhandled error in %s", method)
-        await context.abort_with_status(
-            to_grpc_status(MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error"))
-        )
+    except Exception as exc:  # noqa: BLE001 - a server never dies of a request
+        await context.abort_with_status(to_grpc_status(_failure_of(exc, method)))
+
+
+def _failure_of(exc: Exception, method: str) -> MeshError:
+    """Return the status a handler's exception ends its call with.
+
+    A MeshError as raised; a method the servicer does not implement UNIMPLEMENTED; anything
+    else INTERNAL (logged, with the traceback of the exception being handled).
+    """
+    if isinstance(exc, MeshError):
+        return exc
+    if isinstance(exc, NotImplementedError):
+        return _NOT_SERVED
+    log.exception("unhandled error in %s", method)
+    return MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error")
