@@ -12,17 +12,21 @@ store) over real channels.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
+import pytest
 
 from agentrt.gateway.config import GatewayConfig, ProviderSettings
 from agentrt.gateway.server import build_server as build_gateway
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import sqlite_url
+from agentrt.mesh.db import Database, sqlite_url
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.server import build_server as build_runs
+from agentrt.runs.storage.store import RunStore
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server as build_sessions
 from agentrt.tools.config import ToolsConfig
@@ -94,6 +98,27 @@ async def require_pg() -> None:
 
     if not await pg_reachable():
         unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
+
+
+#: The run store's backends, as a fixture's params ("sqlite", "postgres").
+STORE_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@contextlib.asynccontextmanager
+async def open_run_store(backend: str, tmp: str, prefix: str) -> AsyncIterator[RunStore]:
+    """Yield a RunStore with its tables on a fresh SQLite file or PostgreSQL database (prefix names it)."""
+    if backend == "postgres":
+        await require_pg()
+        url = await fresh_pg_database(pg_server(), prefix)
+    else:
+        url = sqlite_url(tmp, "runs")
+    db = Database(url)
+    runs = RunStore(db, replica="test")
+    await runs.create_tables()
+    try:
+        yield runs
+    finally:
+        await db.close()
 
 
 @dataclass

@@ -19,7 +19,7 @@ import asyncpg
 import grpc
 import pytest
 
-from agentrt.mesh.db import Database, sqlite_url
+from agentrt.mesh.db import Database
 from agentrt.mesh.transient import is_transient
 from agentrt.runs.domain import RunRecord
 from agentrt.runs.storage import pg as store_pg
@@ -168,18 +168,10 @@ async def test_what_is_transient_and_what_is_not(tmp_path):
         await db.close()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=harness.STORE_BACKENDS)
 async def store(request, tmp_path):
-    if request.param == "postgres":
-        await harness.require_pg()
-        url = await harness.fresh_pg_database(harness.pg_server(), "runs_transient")
-    else:
-        url = sqlite_url(str(tmp_path), "runs")
-    db = Database(url)
-    runs = RunStore(db, replica="test")
-    await runs.create_tables()
-    yield runs
-    await db.close()
+    async with harness.open_run_store(request.param, str(tmp_path), "runs_transient") as runs:
+        yield runs
 
 
 def _record(run_id: str) -> RunRecord:

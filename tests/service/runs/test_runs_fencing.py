@@ -8,25 +8,19 @@ import asyncio
 
 import pytest
 
-from agentrt.mesh.db import Database, sqlite_url
 from agentrt.runs.domain import RunRecord
 from agentrt.runs.storage.store import RunStore, lease_overlaps
 from agentrt.v1 import run_service_pb2 as pb
-from tests.service.runs.harness import fresh_pg_database, pg_server, require_pg
+from tests.service.runs.harness import (
+    STORE_BACKENDS,
+    open_run_store,
+)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=STORE_BACKENDS)
 async def store(request, tmp_path):
-    if request.param == "postgres":
-        await require_pg()
-        url = await fresh_pg_database(pg_server(), "runs_fencing")
-    else:
-        url = sqlite_url(str(tmp_path), "runs")
-    db = Database(url)
-    runs = RunStore(db, replica="test")
-    await runs.create_tables()
-    yield runs
-    await db.close()
+    async with open_run_store(request.param, str(tmp_path), "runs_fencing") as runs:
+        yield runs
 
 
 def _record(run_id: str) -> RunRecord:

@@ -17,11 +17,13 @@ import time
 import pytest
 from sqlalchemy import func, insert, select, update
 
-from agentrt.mesh.db import Database, sqlite_url
 from agentrt.runs.storage.models import RunRow
 from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import common_pb2 as cpb
-from tests.service.runs.harness import fresh_pg_database, pg_server, require_pg
+from tests.service.runs.harness import (
+    STORE_BACKENDS,
+    open_run_store,
+)
 
 #: Runs held by the replica on PostgreSQL: past asyncpg's bind-parameter limit (2 per run).
 PG_RUNS = 20_000
@@ -29,18 +31,10 @@ PG_RUNS = 20_000
 SQLITE_RUNS = sqlite3.connect(":memory:").getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 2 + 1000
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=STORE_BACKENDS)
 async def store(request, tmp_path):
-    if request.param == "postgres":
-        await require_pg()
-        url = await fresh_pg_database(pg_server(), "runs_renewal")
-    else:
-        url = sqlite_url(str(tmp_path), "runs")
-    db = Database(url)
-    runs = RunStore(db, replica="test")
-    await runs.create_tables()
-    yield runs
-    await db.close()
+    async with open_run_store(request.param, str(tmp_path), "runs_renewal") as runs:
+        yield runs
 
 
 def _row(run_id: str, owner: str, token: int, now: float, cancel: bool = False) -> dict:

@@ -18,7 +18,7 @@ import time
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from agentrt.mesh.db import Database, lock_taken, sqlite_url
+from agentrt.mesh.db import Database, lock_taken
 from agentrt.runs.domain import Answers, RunRecord, StoredEvent
 from agentrt.runs.storage import lite as store_lite
 from agentrt.runs.storage.models import RunRow
@@ -27,21 +27,19 @@ from agentrt.runs.storage.store import RunStore, SessionBusy
 from agentrt.runs.storage.timeline import INLINE_ROWS
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
-from tests.service.runs.harness import fresh_pg_database, pg_server, require_pg
+from tests.service.runs.harness import (
+    STORE_BACKENDS,
+    fresh_pg_database,
+    open_run_store,
+    pg_server,
+    require_pg,
+)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=STORE_BACKENDS)
 async def store(request, tmp_path):
-    if request.param == "postgres":
-        await require_pg()
-        url = await fresh_pg_database(pg_server(), "runs_paths")
-    else:
-        url = sqlite_url(str(tmp_path), "runs")
-    db = Database(url)
-    runs = RunStore(db, replica="test")
-    await runs.create_tables()
-    yield runs
-    await db.close()
+    async with open_run_store(request.param, str(tmp_path), "runs_paths") as runs:
+        yield runs
 
 
 def _record(run_id: str, session_id: str = "", key: str | None = None) -> RunRecord:
