@@ -2,8 +2,9 @@
 
 The chaos matrix: the runs process is killed with SIGKILL right after `model_responded` is
 seen, while a side-effecting command runs (it appends a line to a file), right after
-`tool_returned`, during an approval pause, and at a crash point no event shows (after the
-session write of a turn, before its save point); once with a restart of the one replica and
+`tool_returned`, during an approval pause, and at two crash points no event shows (after the
+session write of a turn, before its save point; after the next model call answered while that
+save point is still unsaved, decision 0050); once with a restart of the one replica and
 once with a second replica taking over. In every cell: the emulator received each model
 request exactly once, each line is in the file exactly once, the session has no duplicate
 and no call without its result, the run completes, and the client following the run across
@@ -51,7 +52,9 @@ from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-POINTS = ("model_responded", "tool_running", "tool_returned", "approval", "after_session_write")
+#: Crash points no event shows: the replica kills itself there (AGENTRT_RUNS_CRASH_POINTS).
+SELF_KILLED = ("after_session_write", "after_model_call_before_save_point")
+POINTS = ("model_responded", "tool_running", "tool_returned", "approval", *SELF_KILLED)
 
 
 class Cells:
@@ -125,9 +128,9 @@ async def _get_run(addresses: list[str], run_id: str) -> pb.Run:
 async def test_chaos_matrix(chaos: ChaosMesh, tmp_path, point: str, mode: str):
     cell = f"{point}-{mode}".replace("_", "")
     a = chaos.replicas["a"]
-    if point == "after_session_write":  # a replica that kills itself at that point
+    if point in SELF_KILLED:  # a replica that kills itself at that point
         chaos.kill(a)
-        a = chaos.restart(a, {"AGENTRT_RUNS_CRASH_POINTS": "after_session_write"})
+        a = chaos.restart(a, {"AGENTRT_RUNS_CRASH_POINTS": point})
     b = chaos.replicas.get("b")
     if mode == "second" and (b is None or b.proc is None or b.proc.poll() is not None):
         b = chaos.spawn("runs", "b", new_port(), {"AGENTRT_RUNS_REPLICA_ID": "b"})
@@ -146,7 +149,7 @@ async def test_chaos_matrix(chaos: ChaosMesh, tmp_path, point: str, mode: str):
 
         await _until(running, "the command to run")
         chaos.kill(a)
-    elif point == "after_session_write":  # nothing shows it: the replica dies on its own
+    elif point in SELF_KILLED:  # nothing shows it: the replica dies on its own
         await follower.follow(a.address)
         assert a.proc is not None and a.proc.wait(STATE_TIMEOUT) == -9
     else:

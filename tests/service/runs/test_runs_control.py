@@ -14,6 +14,7 @@ import json
 import os
 
 import grpc
+import pytest
 
 from agentrt.mesh.config import ServerConfig
 from agentrt.runs.config import RunsConfig
@@ -34,7 +35,13 @@ def _user_texts(entries) -> list[str]:
     ]
 
 
-async def test_input_injected_before_a_lost_save_point_is_delivered_once(start_server, tmp_path, emulator):
+@pytest.mark.parametrize("point", ["after_session_write", "after_model_call_before_save_point"])
+async def test_input_injected_before_a_lost_save_point_is_delivered_once(
+    start_server, tmp_path, emulator, point: str
+):
+    # after_model_call_before_save_point: the turn's save point was deferred (decision 0050)
+    # and the next model call answered before the replica died; the new owner asks that call
+    # again with the same key, which the gateway's journal answers (never billed twice).
     mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
     emulator.script(
         [
@@ -46,8 +53,10 @@ async def test_input_injected_before_a_lost_save_point_is_delivered_once(start_s
     died = asyncio.Event()
     manager = mesh.runs_server.manager
 
+    crash_point = point
+
     def die_after_the_session_write(point: str) -> None:
-        if point == "after_session_write" and not died.is_set():
+        if point == crash_point and not died.is_set():
             died.set()
             manager._loop_task.cancel()  # the replica is gone: no lease renewal, no save
             raise asyncio.CancelledError()
@@ -89,6 +98,8 @@ async def test_input_injected_before_a_lost_save_point_is_delivered_once(start_s
     texts = _user_texts(await mesh.entries(started.session_id))
     assert texts.count("first note") == 1 and texts.count("second note") == 1
     assert run.final_output == "done after the second note"
+    asked = [body for path, body in emulator.requests if path.endswith("/responses")]
+    assert len(asked) == 3, [json.dumps(b)[-200:] for b in asked]  # each model request once
 
 
 async def test_pending_input_is_reported_when_a_run_ends(mesh):

@@ -1,7 +1,9 @@
 """Nothing is shown before it is durable; nothing is billed twice; seqs are never reused (issue 9).
 
 - A durable event (model_responded, tool_called, items_persisted, ...) reaches a subscriber
-  only once the save point that records it has committed.
+  only once the save point that records it has committed; a tool turn's save point rides on
+  the next turn's first save, and its items_persisted (the session store holds what it
+  reports) is provisional (decision 0050).
 - A replica dying right after a client saw `model_responded` leaves the response in the
   run log: the replica that takes over does not request it again, and the seqs the client
   saw keep their content; what was delivered and never written is an explicit gap.
@@ -64,6 +66,43 @@ async def test_a_durable_event_is_delivered_only_after_its_write(mesh):
     by_kind = {e.WhichOneof("payload"): e for e in events}
     assert not by_kind["model_responded"].provisional and by_kind["model_delta"].provisional
     manager.deps.hub.unsubscribe(sub)
+
+
+async def test_a_tool_turns_save_point_rides_on_the_next_turns_first_save(mesh):
+    """Decision 0050: one run-store write per tool turn; the log still records every turn."""
+    store = mesh.runs_server.manager.store
+    original = store.save
+    writes: list[list[str]] = []
+
+    async def recording_save(run_id, *, log=(), **kw):
+        log = list(log)
+        writes.append([kind for kind, _ in log])
+        return await original(run_id, log=log, **kw)
+
+    store.save = recording_save  # type: ignore[method-assign]
+    mesh.emu.script(
+        [
+            Reply(tool_calls=[ToolCallReply("list_files", "{}")]),
+            Reply(tool_calls=[ToolCallReply("list_files", "{}")]),
+            Reply(text="done"),
+        ]
+    )
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
+    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
+    assert run.final_output == "done" and run.turns == 3
+    turn_writes = [w for w in writes if w and w[0] != "input_persisted"]
+    assert turn_writes[:3] == [
+        ["model_responded", "tools_started"],
+        ["tools_finished", "turn_persisted", "model_responded", "tools_started"],
+        ["tools_finished", "turn_persisted", "model_responded"],
+    ], writes
+    logged = [(kind, payload.get("turn")) for _, kind, payload in await store.read_log(started.run_id)]
+    assert [t for kind, t in logged if kind == "turn_persisted"] == [1, 2, 3]
+    events = await mesh.events(started.run_id)  # replayed from the database: every turn's
+    persisted = [e for e in events if e.WhichOneof("payload") == "items_persisted"]
+    assert [e.turn for e in persisted if e.turn] == [1, 2, 3]
+    # shown before its record was written (the session store held the entries): provisional
+    assert [e.provisional for e in persisted if e.turn] == [True, True, False]
 
 
 def _replica(mesh, name: str) -> object:

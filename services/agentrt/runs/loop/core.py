@@ -16,6 +16,7 @@ import base64
 import contextlib
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from agentrt.runs.convert.run import injected_only
@@ -35,6 +36,21 @@ _TERMINAL_PHASE = {
     cpb.RUN_STATUS_FAILED: cpb.RUN_PHASE_FAILED,
     cpb.RUN_STATUS_CANCELED: cpb.RUN_PHASE_CANCELED,
 }
+
+
+@dataclass
+class Unsaved:
+    """A save point recorded in memory, not written yet (`ExecutorCore._defer_save_point`).
+
+    Attributes:
+        log: its run-log entries (kind, payload), in order.
+        changes: its run-row changes (RunRecord field -> value).
+        drop: ids of the injected input it consumed.
+    """
+
+    log: list[tuple[str, dict[str, Any]]]
+    changes: dict[str, Any]
+    drop: list[str]
 
 
 class LeaseLost(Exception):
@@ -80,6 +96,9 @@ class ExecutorCore:
         #: on the next save, which always comes before anything acts on them (see _defer).
         self._deferred_log: list[tuple[str, dict[str, Any]]] = []
         self._deferred_changes: dict[str, Any] = {}
+        #: A tool turn's save point not written yet (see `_defer_save_point`): its log
+        #: entries, run-row changes and consumed input, written first by the next save.
+        self._unsaved: Unsaved | None = None
         #: The session's context view as this executor last read or wrote it.
         self._context = ContextCache()
         #: The next turn's tail read, begun when a batch was written.
@@ -138,8 +157,8 @@ class ExecutorCore:
             await task
         raise Interrupted()
 
-    def _publish(self, **payload: Any) -> None:
-        self.channel.publish(self.turn, **payload)
+    def _publish(self, *, provisional: bool | None = None, **payload: Any) -> None:
+        self.channel.publish(self.turn, provisional=provisional, **payload)
 
     def _phase(self, phase: int) -> None:
         if self.r.phase != phase:
@@ -175,20 +194,44 @@ class ExecutorCore:
         self.r.state = self.r.with_state(**values)
         self._deferred_changes["state"] = self.r.state
 
+    def _defer_save_point(self, kind: str, payload: dict[str, Any], drop: list[str], **changes: Any) -> None:
+        """Leave a tool turn's save point to ride on the next save (decision 0050).
+
+        Everything recorded so far (the deferred transitions, then `kind`) becomes the
+        unsaved save point; the next `_save` writes it first, in the same transaction, and
+        a shutdown's hand-over writes it alone. The turn's batch is already in the session
+        store and idempotent, its tool calls journaled, its next model call keyed on the
+        context it is built from: a takeover before that write re-sends the calls and the
+        batch, which answer as before, and asks the model with the same key, which the
+        gateway's journal answers. The changes apply to the in-memory record now; `drop`
+        (consumed injected input) stays queued in the database until then, and this
+        executor does not consume it again (`_consumed_unsaved`).
+        """
+        self._defer(kind, payload, **changes)
+        self._unsaved = Unsaved(self._deferred_log, self._deferred_changes, list(drop))
+        self._deferred_log, self._deferred_changes = [], {}
+
+    def _consumed_unsaved(self) -> frozenset[str]:
+        """Return the ids of injected input the unsaved save point consumed (none: empty)."""
+        return frozenset(self._unsaved.drop) if self._unsaved is not None else frozenset()
+
     async def _save(self, kind: str, payload: dict[str, Any], *, final: bool = False, **changes: Any) -> None:
         """Write a transition: run row changes, log entries, the events so far; one transaction.
 
-        Deferred transitions (see `_defer`) are written first, in order. Events held until
-        a write are delivered after the commit. The event reservation moves a block past
-        the last seq, or stops at it when `final` (suspended, ended: nothing provisional
-        follows, so a later owner's seqs continue without a gap).
+        An unsaved save point (see `_defer_save_point`) and then the deferred transitions
+        (see `_defer`) are written first, in order. Events held until a write are delivered
+        after the commit. The event reservation moves a block past the last seq, or stops
+        at it when `final` (suspended, ended: nothing provisional follows, so a later
+        owner's seqs continue without a gap).
         """
-        drop = changes.pop("_drop_inputs", ())
+        unsaved = self._unsaved or Unsaved([], {}, [])
+        drop = [*unsaved.drop, *changes.pop("_drop_inputs", ())]
         events = self.channel.take()
         reserved, session_reserved = (
             (self.channel.seq, self.channel.session_seq) if final else self.channel.reservation()
         )
         changes = {
+            **unsaved.changes,
             **self._deferred_changes,
             **changes,
             "event_seq_reserved": reserved,
@@ -198,30 +241,39 @@ class ExecutorCore:
         done = await self.deps.store.save(
             self.r.run_id,
             changes=changes,
-            log=[*self._deferred_log, (kind, payload)],
+            log=[*unsaved.log, *self._deferred_log, (kind, payload)],
             events=events,
             token=self.token,
             drop_inputs=drop,
         )
         if done is None:
             raise LeaseLost()
+        self._unsaved = None
         self._deferred_log, self._deferred_changes = [], {}
         for name, value in changes.items():
             setattr(self.r, name, value)
         self.channel.flushed(events, reserved)
 
     async def _hand_over(self) -> None:
-        """Shutdown: write what was delivered but not stored, then give the lease up."""
+        """Shutdown: write what was delivered but not stored, then give the lease up.
+
+        An unsaved save point is written with it (the next owner then starts after that
+        turn); transitions deferred after it are not (the next owner redoes them).
+        """
+        unsaved = self._unsaved or Unsaved([], {}, [])
         with contextlib.suppress(Exception):
             events = self.channel.take()
             await self.deps.store.save(
                 self.r.run_id,
                 changes={
+                    **unsaved.changes,
                     "event_seq_reserved": self.channel.seq,
                     "session_seq_reserved": self.channel.session_seq,
                 },
+                log=unsaved.log,
                 events=events,
                 token=self.token,
+                drop_inputs=unsaved.drop,
             )
         await self.deps.store.release_lease(self.r.run_id, self.token)
 
@@ -302,7 +354,9 @@ class ExecutorCore:
         r = self.r
         self._tail_ahead.drop()
         phase = _TERMINAL_PHASE[status]  # type: ignore[index]
-        left = injected_only(await self.deps.store.pending_input(r.run_id))
+        consumed = self._consumed_unsaved()
+        queued = injected_only(await self.deps.store.pending_input(r.run_id))
+        left = [i for i in queued if i.get("id") not in consumed]
         if left:
             self._diagnose(
                 "injected_input_not_consumed",

@@ -8,7 +8,8 @@
   them (runs/loop/phases/batch.py) while honouring a cancel, a shutdown and the time budget; a side
   effect the tool service's death interrupted suspends the run for a reconciliation.
 - `_save_turn`: the session batch where its request was built (docs/decisions/0003),
-  with the injected input it consumes and the turn's diagnostics, then the save point.
+  with the injected input it consumes and the turn's diagnostics, then the save point
+  (of a turn that goes on, written with the next turn's first save: decision 0050).
 """
 
 from __future__ import annotations
@@ -141,6 +142,8 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
                     )
                     final = await self._raced(turn, call)  # turn 1 races the input guardrails (004 §2.6)
                     record_generation(gen, final)
+                    if self._unsaved is not None:  # the last turn's save point is not written yet
+                        self.deps.crash("after_model_call_before_save_point")
             except ContextOverflow as exc:
                 if await self._recover_overflow(turn, limits, exc, context):
                     continue  # the same turn again, on the compacted context; no turn spent
@@ -347,10 +350,15 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
         stopped run's output (the turn's last message, else its last tool output) is
         kept in the run state (`stopping_phase.STOPPED_OUTPUT`), in the same save.
 
+        The save point of a turn that goes on to its next model call, when nothing shown
+        waits for it, is not written here: it rides on the next turn's first save
+        (`_defer_save_point`, decision 0050), and its items_persisted is provisional.
+
         Returns True when injected input that extends a finishing run was consumed.
         """
         r = self.r
-        inbox = await self.deps.store.pending_input(r.run_id)
+        taken = self._consumed_unsaved()  # still queued in the database until its save point
+        inbox = [i for i in await self.deps.store.pending_input(r.run_id) if i.get("id") not in taken]
         queued = [i for i in inbox if i.get("kind") in consume]
         stops = [i for i in inbox if i.get("kind") == STOP_KIND] if stoppable else []
         entries = turn_entries(r.run_id, turn, self.agent.name, response, decision, results)
@@ -383,7 +391,20 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
                 "was built (docs/decisions/0003).",
                 foreign_entry_ids=written.branched,
             )
-        self._publish(items_persisted=pb.ItemsPersisted(last_seq=written.last_seq, entries=written.count))
+        # The save point waits for the next one when the run goes on to another model call
+        # and nothing shown so far waits for it (decision 0050); else it is written here.
+        deferred = (
+            consume == AT_SAVE_POINT
+            and not stops
+            and on_written is None
+            and not written.branched
+            and not any(x.added_tools for x in results)
+            and not self.channel.holding()
+        )
+        self._publish(
+            provisional=True if deferred else None,
+            items_persisted=pb.ItemsPersisted(last_seq=written.last_seq, entries=written.count),
+        )
         errors = r.consecutive_error_turns
         if results:
             failed = [x.is_error and x.status != cpb.TOOL_RESULT_STATUS_DENIED for x in results]
@@ -400,16 +421,21 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
             self._publish(stop_requested=pb.StopRequested(reason=str(stops[0].get("text", ""))))
             outputs = [x.content for x in results]
             self._defer_state(**{STOPPED_OUTPUT: stop_output(text_of(response.content), outputs)})
-        await self._save(
-            "turn_persisted",
-            {"turn": turn, "session_seq": written.last_seq, "entries": written.count, "injected": consumed},
-            turns=turn,
-            session_last_seq=written.last_seq,
-            consecutive_error_turns=errors,
-            answers=Answers(),
-            pending=[],
-            _drop_inputs=[*consumed, *(str(i["id"]) for i in stops)],
-        )
+        last_seq = written.last_seq
+        payload = {"turn": turn, "session_seq": last_seq, "entries": written.count, "injected": consumed}
+        changes: dict[str, Any] = {
+            "turns": turn,
+            "session_last_seq": written.last_seq,
+            "consecutive_error_turns": errors,
+            "answers": Answers(),
+            "pending": [],
+        }
+        if deferred:
+            self._defer_save_point("turn_persisted", payload, list(consumed), **changes)
+        else:
+            await self._save(
+                "turn_persisted", payload, **changes, _drop_inputs=[*consumed, *(str(i["id"]) for i in stops)]
+            )
         return (
             any(i.get("kind") in ("steer", "follow_up") and i["id"] in consumed for i in queued)
             and decision.kind == DecisionKind.FINAL
