@@ -349,6 +349,10 @@ class AnthropicMessagesProvider:
             api_key=settings.api_key, base_url=settings.base_url, max_retries=0
         )
 
+    def model_id(self, requested: str) -> str:
+        """See Provider.model_id: any name goes to the provider; "" is the default model."""
+        return requested or self.default_model
+
     async def generate(self, call: Call) -> c.ModelResponse:
         """See Provider.generate."""
         params = build_params(call, self._max_tokens)

@@ -3,7 +3,8 @@
 One model call, in order:
 1. resolve the provider and model (the request's, else the configured default);
    unknown provider -> INVALID_ARGUMENT/UNKNOWN_PROVIDER, known but not configured ->
-   FAILED_PRECONDITION/PROVIDER_NOT_CONFIGURED;
+   FAILED_PRECONDITION/PROVIDER_NOT_CONFIGURED, a model the local provider does not serve
+   -> INVALID_ARGUMENT/INVALID_VALUE (`Provider.model_id`);
 2. validate the request whole (validation.py): nothing is sent for a bad request;
 3. reserve the input tokens with the limiter (waiting at most the request's
    max_queue_wait, default from config, and never past the caller's deadline): an exact
@@ -106,7 +107,9 @@ class ModelGateway:
         """Return (provider, model id) for a request's model.
 
         Raises:
-            MeshError: INVALID_ARGUMENT/UNKNOWN_PROVIDER, FAILED_PRECONDITION/PROVIDER_NOT_CONFIGURED.
+            MeshError: INVALID_ARGUMENT/UNKNOWN_PROVIDER, FAILED_PRECONDITION/PROVIDER_NOT_CONFIGURED,
+                INVALID_ARGUMENT/INVALID_VALUE (field `model.model`) for a model the provider
+                does not serve (the local provider: decision 0047).
         """
         name = ref.provider or self._default.provider
         model = ref.model if ref.provider else (ref.model or self._default.model)
@@ -124,7 +127,7 @@ class ModelGateway:
                 "(no API key, base URL or model file)",
                 provider=name,
             )
-        return provider, model or provider.default_model
+        return provider, provider.model_id(model)
 
     def check(self, request: g.ModelRequest) -> None:
         """Resolve and validate request as a call would, sending nothing (no I/O).

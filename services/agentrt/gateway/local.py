@@ -13,6 +13,12 @@ cap still cuts it (a tiny max_output_tokens), the response is MAX_TOKENS with th
 and no tool call. A prompt that does not fit the context window is
 INVALID_ARGUMENT/CONTEXT_OVERFLOW, counted exactly with the model's tokenizer before any
 generation. Streams carry the finished reply as deltas, then the final response.
+
+It serves one model, under its names only (`model_id`, decision 0047): "" and "default",
+the configured name (`LocalSettings.default_model`, "smollm2"), and its GGUF file's name
+with or without ".gguf". Any other name is INVALID_ARGUMENT/INVALID_VALUE (field
+`model.model`), refused before the model is asked; a response names the model
+`default_model` whichever name the request used.
 """
 
 from __future__ import annotations
@@ -20,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentrt.core.errors import Reason, Status, precondition
+from agentrt.core.errors import Reason, Status, invalid, precondition, quote
 from agentrt.gateway import canonical as cn
 from agentrt.gateway import local_prompt
 from agentrt.gateway.config import LocalSettings
@@ -40,6 +47,8 @@ PROVIDER = "local"
 DEFAULT_MAX_OUTPUT_TOKENS = 768
 #: Output tokens a prompt must leave room for, or it counts as a context overflow.
 MIN_OUTPUT_TOKENS = 32
+#: The name that asks for the local model without naming it (as "" does).
+DEFAULT_ALIAS = "default"
 _STOP = ["<|im_end|>"]
 _OPEN_USER = "<|im_start|>user\n"
 
@@ -129,6 +138,31 @@ class LocalProvider:
         self._queue = asyncio.Lock()
         self._run_lock = threading.Lock()
         self._grammars: OrderedDict[str, Any] = OrderedDict()
+        file_name = os.path.basename(settings.model_path)
+        own = (settings.default_model, file_name, file_name.removesuffix(".gguf"))
+        #: The names this provider serves, in the order an error lists them (decision 0047).
+        self.model_names = tuple(dict.fromkeys(n for n in (*own, DEFAULT_ALIAS) if n))
+
+    def model_id(self, requested: str) -> str:
+        """Return `default_model` for one of the model's names (see the module docstring).
+
+        Args:
+            requested: the request's model name; "" when it named none.
+
+        Raises:
+            MeshError: INVALID_ARGUMENT/INVALID_VALUE (metadata `field` `model.model`,
+                `provider` `local`) for any other name; nothing is loaded or generated.
+        """
+        if not requested or requested in self.model_names:
+            return self.default_model
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"local: unknown model {quote(requested)}; the local provider serves one model, named "
+            + ", ".join(repr(n) for n in self.model_names)
+            + " (or no name)",
+            field="model.model",
+            provider=PROVIDER,
+        )
 
     async def warm(self) -> None:
         """Load the model and run one tiny generation (the server's ready hook calls this).

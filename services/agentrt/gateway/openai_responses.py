@@ -263,6 +263,10 @@ class OpenAIResponsesProvider:
         self._client = openai.AsyncOpenAI(api_key=settings.api_key, base_url=settings.base_url, max_retries=0)
         self.counts_tokens = hasattr(self._client.responses, "input_tokens")
 
+    def model_id(self, requested: str) -> str:
+        """See Provider.model_id: any name goes to the provider; "" is the default model."""
+        return requested or self.default_model
+
     async def generate(self, call: Call) -> c.ModelResponse:
         """See Provider.generate."""
         params = build_params(call)

@@ -60,6 +60,18 @@ class Provider(Protocol):
     counts_tokens: bool
     streams: bool
 
+    def model_id(self, requested: str) -> str:
+        """Return the model id that serves a request naming `requested` ("" = none named).
+
+        A remote provider passes any name on (its own answer refuses one it does not
+        serve); the local provider serves the names of its one model (decision 0047).
+
+        Raises:
+            MeshError: INVALID_ARGUMENT/INVALID_VALUE (metadata `field` = `model.model`) for
+                a name this provider does not serve.
+        """
+        ...
+
     async def generate(self, call: Call) -> c.ModelResponse:
         """Make one blocking call and return the canonical response.
 

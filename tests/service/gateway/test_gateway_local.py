@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import grpc
 import pytest
@@ -12,6 +13,7 @@ from gateway_helpers import EXEC_SCHEMA, user
 from agentrt.gateway.config import GatewayConfig, LocalSettings, default_local_model_path
 from agentrt.gateway.server import build_server
 from agentrt.mesh.config import ServerConfig
+from agentrt.mesh.status import details_of
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
@@ -80,3 +82,38 @@ async def test_named_tool_choice_forces_that_tool(local_gateway):
     r = (await local_gateway.Generate(pb.GenerateRequest(request=request))).response
     assert r.stop_reason == c.STOP_REASON_TOOL_USE
     assert [b.tool_use.name for b in r.content] == ["read_file"]
+
+
+async def test_a_model_name_the_local_provider_does_not_serve_is_refused(local_gateway):
+    """Decision 0047: the local model answers to its names only; any other is INVALID_ARGUMENT."""
+    request = _request()
+    request.model.model = "nonexistent-model"
+    refusals = []
+    for send in (
+        lambda: local_gateway.Generate(pb.GenerateRequest(request=request)),
+        lambda: local_gateway.CountTokens(pb.CountTokensRequest(request=request)),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await send()
+        refusals.append(info.value)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        async for _ in local_gateway.StreamGenerate(pb.StreamGenerateRequest(request=request)):
+            pass
+    refusals.append(info.value)
+    for err in refusals:
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+        reason, metadata, _ = details_of(err)
+        assert reason == "INVALID_VALUE" and metadata.get("field") == "model.model", (reason, metadata)
+        assert "'nonexistent-model'" in err.details() and "smollm2" in err.details(), err.details()
+
+    # its own names are served, and answered as the one model they name
+    path = default_local_model_path()
+    names = ["", "default", "smollm2", os.path.basename(path), os.path.splitext(os.path.basename(path))[0]]
+    for name in names:
+        request.model.model = name
+        counted = await local_gateway.CountTokens(pb.CountTokensRequest(request=request))
+        assert counted.input_tokens > 0, name
+    request.model.model = os.path.basename(path)
+    request.settings.max_output_tokens = 16
+    answered = (await local_gateway.Generate(pb.GenerateRequest(request=request))).response
+    assert answered.model == c.ModelRef(provider="local", model="smollm2")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentrt.core.errors import MeshError, Reason, Status
-from agentrt.runs.loop.failures import failure_of
+from agentrt.runs.loop.failures import failure_of, tool_refusal
 
 
 def test_gateway_limiter_refusal_that_can_never_fit_is_not_retryable():
@@ -30,3 +30,53 @@ def test_provider_rate_limit_without_retry_after_stays_retryable():
     err = MeshError(Status.RESOURCE_EXHAUSTED, Reason.RATE_LIMITED, "429", {"http_status": "429"})
     got = failure_of(err)
     assert got.kind == "rate_limited" and got.retryable
+
+
+# -- the tool service's errors for one call (decision 0046) ----------------------------------------
+
+
+def test_tool_service_refusals_before_running_are_known_outcomes_the_model_reads():
+    for err in (
+        MeshError(Status.INVALID_ARGUMENT, Reason.CALL_ID_REUSED, "another call under this id"),
+        MeshError(Status.INVALID_ARGUMENT, Reason.UNKNOWN_TOOL, "no such tool"),
+        MeshError(Status.NOT_FOUND, Reason.SANDBOX_NOT_FOUND, "no sandbox"),
+        MeshError(Status.FAILED_PRECONDITION, Reason.SANDBOX_STOPPED, "stopped"),
+        MeshError(Status.FAILED_PRECONDITION, Reason.SANDBOX_UNAVAILABLE, "no isolation"),
+        MeshError(
+            Status.FAILED_PRECONDITION,
+            Reason.WORKSPACE_NOT_WRITABLE,
+            "belongs to root",
+            {"field": "workspace"},
+        ),
+    ):
+        refused = tool_refusal(err)
+        assert refused is not None and refused.message == err.message and refused.failure is None, err
+
+
+def test_tool_service_refusals_that_also_end_the_run():
+    workspace = MeshError(
+        Status.INVALID_ARGUMENT, Reason.INVALID_VALUE, "not absolute", {"field": "workspace"}
+    )
+    refused = tool_refusal(workspace)
+    assert refused is not None and refused.failure is not None
+    assert refused.failure.kind == "invalid_workspace" and refused.failure.reason == "INVALID_VALUE"
+    creds = tool_refusal(MeshError(Status.UNAUTHENTICATED, Reason.UNAUTHENTICATED, "bad token"))
+    assert creds is not None and creds.failure is not None and creds.failure.kind == "authentication"
+    closing = MeshError(
+        Status.UNAVAILABLE, Reason.SANDBOX_UNAVAILABLE, "shutting down", retry_after_seconds=1.0
+    )
+    refused = tool_refusal(closing)
+    assert refused is not None and refused.failure is not None
+    assert refused.failure.kind == "unavailable" and refused.failure.retryable
+
+
+def test_tool_service_errors_after_a_call_may_have_started_are_unknown_outcomes():
+    for err in (
+        MeshError(Status.UNAVAILABLE, Reason.DEPENDENCY_UNAVAILABLE, "connection refused"),
+        MeshError(Status.DEADLINE_EXCEEDED, Reason.CALLER_DEADLINE, "killed"),
+        MeshError(Status.ABORTED, Reason.EXECUTION_IN_PROGRESS, "runs elsewhere"),
+        MeshError(Status.INTERNAL, Reason.INTERNAL, "stream ended without a result"),
+        MeshError(Status.RESOURCE_EXHAUSTED, Reason.INTERNAL, "received message larger than max"),
+        MeshError(Status.CANCELLED, Reason.INTERNAL, "cancelled"),
+    ):
+        assert tool_refusal(err) is None, err

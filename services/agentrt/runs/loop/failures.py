@@ -11,6 +11,9 @@ details (`cpb.FailureInfo`).
   through it (the phases name their kinds: `max_turns`, `timeout`, `refusal`,
   `handoff_failed`, `sandbox_unavailable`, ...).
 - `failure_of`: a peer's `MeshError` classified: the kind from its reason, then its status.
+- `tool_refusal`: the tool service's error for one call classified: refused before it ran
+  (`ToolCallRefused`: its outcome is known, and whether the refusal also ends the run), or
+  None (its outcome is unknown). Decision 0046.
 - `overflow_failure`, `guardrail_failure`: an overflow the run could not recover from; a
   guardrail result that ends the run (a tripwire, or an error: fail closed).
 """
@@ -138,6 +141,72 @@ def failure_of(err: MeshError) -> cpb.FailureInfo:
         _BY_STATUS.get(err.status, ("internal", False, "The run failed because of an internal error.")),
     )
     return failure(kind, message, retryable=retryable, debug=err.message, reason=str(err.reason))
+
+
+class ToolCallRefused(Exception):
+    """The tool service refused a call before running it: its outcome is known (it did not run).
+
+    Attributes:
+        message: why, in the tool service's words (the model reads them).
+        failure: the run's failure when the refusal also ends the run (a workspace no tool
+            can use, refused credentials, a tool service shutting down), else None: the
+            model reads the refusal and the run goes on.
+    """
+
+    def __init__(self, message: str, failure: cpb.FailureInfo | None = None) -> None:
+        """Carry the refusal's words and the run's failure, if it ends the run."""
+        super().__init__(message)
+        self.message = message
+        self.failure = failure
+
+
+#: ExecuteTool statuses the tool service answers only before a call runs and before anything
+#: is journaled (docs/services/tools.md "RPCs", "The journal"): bad input, an unknown sandbox
+#: or workspace, a wrong state (no usable sandbox, a stopped one, a workspace commands cannot
+#: write); the interceptor's refusals come before the handler.
+REFUSED_BEFORE_RUNNING = frozenset(
+    {
+        Status.INVALID_ARGUMENT,
+        Status.NOT_FOUND,
+        Status.FAILED_PRECONDITION,
+        Status.UNAUTHENTICATED,
+        Status.PERMISSION_DENIED,
+    }
+)
+#: UNAVAILABLE with this reason is the tool service's own answer to a call it did not run
+#: (it is shutting down, or the concurrent attempt it joined could not run; docs/errors.md).
+#: A transport failure carries no reason, and stays an unknown outcome.
+_NOT_RUN_WHEN_UNAVAILABLE = Reason.SANDBOX_UNAVAILABLE
+
+
+def tool_refusal(err: MeshError) -> ToolCallRefused | None:
+    """Classify the tool service's error for one call (ExecuteTool): refused before it ran, or unknown.
+
+    Refused (a `ToolCallRefused`): a status of REFUSED_BEFORE_RUNNING, or UNAVAILABLE/
+    SANDBOX_UNAVAILABLE. Of those, these also end the run: a refused workspace (metadata
+    `field` = `workspace`: kind `invalid_workspace`) other than WORKSPACE_NOT_WRITABLE (only
+    commands are refused there; the file tools work, so the model reads it); refused
+    credentials (UNAUTHENTICATED, PERMISSION_DENIED) and a tool service shutting down
+    (UNAVAILABLE), as `failure_of` classifies them. Every other error (UNAVAILABLE from the
+    transport, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, INTERNAL, CANCELLED, ...) may
+    come after the call started: None, its outcome is unknown. Decision 0046.
+    """
+    unavailable = err.status == Status.UNAVAILABLE and err.reason == _NOT_RUN_WHEN_UNAVAILABLE
+    if err.status not in REFUSED_BEFORE_RUNNING and not unavailable:
+        return None
+    if err.metadata.get("field") == "workspace" and err.reason != Reason.WORKSPACE_NOT_WRITABLE:
+        return ToolCallRefused(
+            err.message,
+            failure(
+                "invalid_workspace",
+                f"The run's workspace cannot be used: {err.message}",
+                debug=str(err),
+                reason=str(err.reason),
+            ),
+        )
+    if unavailable or err.status in (Status.UNAUTHENTICATED, Status.PERMISSION_DENIED):
+        return ToolCallRefused(err.message, failure_of(err))
+    return ToolCallRefused(err.message)
 
 
 def overflow_failure(exc: ContextOverflow, retries: int) -> cpb.FailureInfo:

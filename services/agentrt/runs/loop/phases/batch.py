@@ -4,8 +4,13 @@
 tool serializes the batch), and returns every result in call order, whatever the
 completion order. A tool failure is a result with is_error. Every committed call gets
 exactly one result, whatever happens:
-- a tool service that is down is an error of the run (reported for the lowest call index),
-  but its call still gets a result saying its outcome is unknown;
+- a call the tool service refused before running it (`failures.tool_refusal`: bad input, a
+  lost sandbox, a workspace commands cannot write, ...) gets "The tool service refused this
+  call: <why>" (NOT_EXECUTED, is_error): its outcome is known, it did not run. The model
+  reads it, unless the refusal also ends the run (a workspace no tool can use, refused
+  credentials): then it is an error of the run, reported for the lowest call index;
+- a tool service that is down, or a failure after the call may have started, is an error of
+  the run (lowest call index wins), and its call gets a result saying its outcome is unknown;
 - a batch killed by a cancel or the time budget (`BatchStop.kill`) answers the calls not
   started ("not executed") and cancels the running ones at the tool service
   (CancelExecution; "cancelled while running: partial effects possible");
@@ -27,7 +32,7 @@ from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.core.truncate import byte_len, text_prefix
 from agentrt.mesh import telemetry
 from agentrt.runs.convert.model import call_out
-from agentrt.runs.loop.failures import RunFailed, failure
+from agentrt.runs.loop.failures import RunFailed, ToolCallRefused, failure_of, tool_refusal
 from agentrt.runs.loop.phases.tools import Planned, runtime_result
 from agentrt.runs.observe import record_tool_result
 from agentrt.runs.peers.client import Peers
@@ -94,18 +99,36 @@ async def _execute_regaining(
     on_progress: Callable[[tpb.ToolProgress], None] | None,
     regain: Callable[[], Awaitable[None]] | None,
 ) -> cpb.ToolResult:
-    """`_execute`, regaining a lost sandbox once.
+    """`_execute`, regaining a lost sandbox once; a refusal raised as `ToolCallRefused`.
 
     When the run's sandbox was stopped or destroyed behind its back (the call was refused,
     nothing ran), `regain` creates or resumes it, then the call is sent once more.
+
+    Raises:
+        ToolCallRefused: the tool service refused the call before running it
+            (`failures.tool_refusal`), or its lost sandbox could not be had again.
+        MeshError: any other error of the tool service: the call's outcome is unknown.
     """
     try:
+        try:
+            return await _execute(peers, tenant, request, on_progress)
+        except MeshError as err:
+            if regain is None or not request.sandbox_id or err.reason not in SANDBOX_LOST:
+                raise
+            lost = err
+        try:
+            await regain()
+        except RunFailed as failed:
+            raise ToolCallRefused(f"{lost.message}; {failed.failure.message}", failed.failure) from failed
+        except MeshError as err:
+            again = f"{lost.message}; it could not be had again: {err.message}"
+            raise ToolCallRefused(again, failure_of(err)) from err
         return await _execute(peers, tenant, request, on_progress)
     except MeshError as err:
-        if regain is None or not request.sandbox_id or err.reason not in SANDBOX_LOST:
+        refused = tool_refusal(err)
+        if refused is None:
             raise
-    await regain()
-    return await _execute(peers, tenant, request, on_progress)
+        raise refused from err
 
 
 def _progress_relay(call_id: str, sink: ProgressSink) -> Callable[[tpb.ToolProgress], None]:
@@ -230,6 +253,13 @@ def not_run(
     return BatchResult(out, failure)
 
 
+def refused_result(call: Call, refused: ToolCallRefused) -> cpb.ToolResult:
+    """The result of a call the tool service refused before running it (it did not run; decision 0046)."""
+    return runtime_result(
+        call, f"The tool service refused this call: {refused.message}", cpb.TOOL_RESULT_STATUS_NOT_EXECUTED
+    )
+
+
 def unknown_outcome_result(call: Call, err: BaseException) -> cpb.ToolResult:
     """The result of a call whose execution failed in the infrastructure (outcome unknown)."""
     message = err.message if isinstance(err, MeshError) else str(err)
@@ -285,8 +315,9 @@ async def execute_calls(
 
     Returns:
         A BatchResult: every planned call has exactly one result, also when the batch was
-        killed or a call failed in the infrastructure (then `failure` is set and that
-        call's result says its outcome is unknown).
+        killed, a call was refused (its result says so; `failure` is set when the refusal
+        ends the run) or a call failed in the infrastructure (then `failure` is set and
+        that call's result says its outcome is unknown).
 
     Raises:
         Abandoned: the batch was abandoned; the calls run on in the tool service.
@@ -339,8 +370,10 @@ async def execute_calls(
             else:
                 try:
                     result = call.result()
-                except MeshError as err:
-                    result = _refusal_result(p, err)
+                except ToolCallRefused as refused:
+                    if refused.failure is not None:
+                        raise  # it ends the run: answered below, with the batch's failure
+                    result = refused_result(p.call, refused)
         result.call_id, result.name = p.call.call_id, p.call.name
         on_result(result)
         return result
@@ -369,8 +402,12 @@ async def execute_calls(
             if error is None and not tasks[i].cancelled():
                 out.append(tasks[i].result())
                 continue
-            failure = failure or error or Abandoned()
-            result = unknown_outcome_result(p.call, error or Abandoned())
+            if isinstance(error, ToolCallRefused) and error.failure is not None:
+                failure = failure or RunFailed(error.failure)
+                result = refused_result(p.call, error)
+            else:
+                failure = failure or error or Abandoned()
+                result = unknown_outcome_result(p.call, error or Abandoned())
             on_result(result)
             out.append(result)
         else:
@@ -378,22 +415,6 @@ async def execute_calls(
             on_result(p.result)
             out.append(p.result)
     return BatchResult(out, failure, stop.why if stop.mode == "kill" else "")
-
-
-def _refusal_result(p: Planned, err: MeshError) -> cpb.ToolResult:
-    """Answer a call the tool service refused as the caller's mistake; re-raise the rest."""
-    if err.metadata.get("field") == "workspace":
-        raise RunFailed(
-            failure(
-                "invalid_workspace",
-                f"The run's workspace cannot be used: {err.message}",
-                debug=str(err),
-                reason=str(err.reason),
-            )
-        ) from err
-    if err.status not in (Status.INVALID_ARGUMENT, Status.FAILED_PRECONDITION, Status.NOT_FOUND):
-        raise err
-    return runtime_result(p.call, f"The tool could not run: {err.message}", cpb.TOOL_RESULT_STATUS_ERROR)
 
 
 async def _kill(
