@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
+from agentrt.client.events import events_of  # noqa: E402
 from agentrt.v1 import common_pb2 as cpb  # noqa: E402
 from agentrt.v1 import run_service_pb2 as pb  # noqa: E402
 from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply  # noqa: E402
@@ -85,8 +86,9 @@ async def measure() -> dict[str, Any]:
             t0 = time.monotonic()
             started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input=f"shape:{shape}"))
             events = []
-            async for msg in mesh.runs.StreamRunEvents(pb.StreamRunEventsRequest(run_id=started.run_id)):
-                events.append(msg.event)
+            request = pb.StreamRunEventsRequest(run_id=started.run_id, batch_events=True)
+            async for msg in mesh.runs.StreamRunEvents(request):
+                events.extend(events_of(msg))
             run_ms = (time.monotonic() - t0) * 1000
             done = [e.run_completed for e in events if e.WhichOneof("payload") == "run_completed"]
             if not done or done[0].status != cpb.RUN_STATUS_COMPLETED:

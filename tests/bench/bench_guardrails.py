@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
+from agentrt.client.events import events_of  # noqa: E402
 from agentrt.v1 import common_pb2 as cpb  # noqa: E402
 from agentrt.v1 import run_service_pb2 as pb  # noqa: E402
 from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply  # noqa: E402
@@ -63,7 +64,8 @@ async def _mesh(tmp: pathlib.Path, emu: ProviderEmulator, servers: list[Any]) ->
 
 
 async def _events(mesh: Any, run_id: str) -> list[pb.RunEvent]:
-    return [m.event async for m in mesh.runs.StreamRunEvents(pb.StreamRunEventsRequest(run_id=run_id))]
+    request = pb.StreamRunEventsRequest(run_id=run_id, batch_events=True)
+    return [e async for m in mesh.runs.StreamRunEvents(request) for e in events_of(m)]
 
 
 async def turn_cost(guardrails: list[pb.Guardrail]) -> float:

@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
+from agentrt.client.events import events_of  # noqa: E402
 from agentrt.core.compaction import SUMMARY_INSTRUCTIONS  # noqa: E402
 from agentrt.v1 import common_pb2 as cpb  # noqa: E402
 from agentrt.v1 import run_service_pb2 as pb  # noqa: E402
@@ -89,8 +90,9 @@ async def measure() -> dict[str, Any]:
         )
         started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent, input="read", workspace=str(work)))
         events = []
-        async for msg in mesh.runs.StreamRunEvents(pb.StreamRunEventsRequest(run_id=started.run_id)):
-            events.append(msg.event)
+        request = pb.StreamRunEventsRequest(run_id=started.run_id, batch_events=True)
+        async for msg in mesh.runs.StreamRunEvents(request):
+            events.extend(events_of(msg))
         done = [e.run_completed for e in events if e.WhichOneof("payload") == "run_completed"]
         if not done or done[0].status != cpb.RUN_STATUS_COMPLETED:
             raise RuntimeError(f"the run did not complete: {done}")

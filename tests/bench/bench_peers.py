@@ -49,6 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
+from agentrt.client.events import events_of  # noqa: E402
 from agentrt.v1 import common_pb2 as cpb  # noqa: E402
 from agentrt.v1 import run_service_pb2 as pb  # noqa: E402
 
@@ -169,10 +170,11 @@ async def _agentrt_runs(runs_addr: str, emu: Emulator, work: pathlib.Path, n: in
                 pb.StartRunRequest(agent=agent, input=f"bench {i}", workspace=str(work))
             )
             status = None
-            stream = client.run_service.StreamRunEvents(pb.StreamRunEventsRequest(run_id=started.run_id))
-            async for msg in stream:
-                if msg.event.WhichOneof("payload") == "run_completed":
-                    status = msg.event.run_completed.status
+            request = pb.StreamRunEventsRequest(run_id=started.run_id, batch_events=True)
+            async for msg in client.run_service.StreamRunEvents(request):
+                for event in events_of(msg):
+                    if event.WhichOneof("payload") == "run_completed":
+                        status = event.run_completed.status
             if status != 3:
                 raise RuntimeError(f"agentrt run {i} did not complete (status {status})")
             if i >= WARMUP:

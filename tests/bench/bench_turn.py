@@ -64,6 +64,7 @@ import openai
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
+from agentrt.client.events import events_of  # noqa: E402
 from agentrt.v1 import run_service_pb2 as pb  # noqa: E402
 from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply  # noqa: E402
 
@@ -108,8 +109,8 @@ async def _read_stream(runs: Any, run_id: str) -> list[pb.RunEvent]:
     out: list[pb.RunEvent] = []
 
     async def read() -> None:
-        async for msg in runs.StreamRunEvents(pb.StreamRunEventsRequest(run_id=run_id)):
-            out.append(msg.event)
+        async for msg in runs.StreamRunEvents(pb.StreamRunEventsRequest(run_id=run_id, batch_events=True)):
+            out.extend(events_of(msg))
 
     await asyncio.wait_for(read(), 60)
     return out

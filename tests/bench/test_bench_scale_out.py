@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from scale_helpers import ZONE, Responder, ScaledMesh  # noqa: E402
 
 from agentrt.client.channels import open_channel  # noqa: E402
+from agentrt.client.events import events_of  # noqa: E402
 from agentrt.v1 import common_pb2 as cpb  # noqa: E402
 from agentrt.v1 import run_service_pb2 as pb  # noqa: E402
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -61,9 +62,11 @@ def _mesh_cpu_s(mesh: ScaledMesh) -> float:
 async def _run_to_end(stub: pb_grpc.RunServiceStub, run_id: str) -> int:
     """Follow a run's event stream to its run_completed; return its status."""
     status = cpb.RUN_STATUS_UNSPECIFIED
-    async for message in stub.StreamRunEvents(pb.StreamRunEventsRequest(run_id=run_id), timeout=600):
-        if message.event.HasField("run_completed"):
-            status = message.event.run_completed.status
+    request = pb.StreamRunEventsRequest(run_id=run_id, batch_events=True)
+    async for message in stub.StreamRunEvents(request, timeout=600):
+        for event in events_of(message):
+            if event.HasField("run_completed"):
+                status = event.run_completed.status
     return status
 
 

@@ -1,7 +1,8 @@
 /**
  * Following a run's (or a session's) events with automatic resume (seed 004 §2.11).
  *
- * `followEvents` opens StreamRunEvents after a seq and yields every event in order. When the
+ * `followEvents` opens StreamRunEvents after a seq (asking for batched messages: the events a run
+ * publishes together share one; `eventsOf` unpacks a message) and yields every event in order. When the
  * stream breaks (the connection drops, the server restarts or drains) it reopens the stream
  * with the last seq it yielded, so the server replays exactly the rest: nothing is repeated,
  * nothing is skipped. What the server can no longer deliver arrives as an event whose payload
@@ -12,7 +13,7 @@
 import { Code } from "@connectrpc/connect";
 import type { Client } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
-import type { RunEvent } from "./gen/agentrt/v1/run_service_pb.js";
+import type { RunEvent, StreamRunEventsResponse } from "./gen/agentrt/v1/run_service_pb.js";
 import { RunService, StreamRunEventsRequestSchema } from "./gen/agentrt/v1/run_service_pb.js";
 import { AgentrtError, toAgentrtError } from "./errors.js";
 
@@ -41,6 +42,11 @@ export interface FollowOptions {
   onReconnect?: (info: Reconnect) => void;
   /** Aborting ends the iteration (it then returns without an error). */
   signal?: AbortSignal;
+}
+
+/** The events one StreamRunEvents message carries, in seq order: `event`, then `moreEvents`. */
+export function eventsOf(message: StreamRunEventsResponse): RunEvent[] {
+  return message.event === undefined ? [] : [message.event, ...message.moreEvents];
 }
 
 /**
@@ -80,29 +86,31 @@ export async function* followEvents(
         runId: target.runId ?? "",
         sessionId: target.sessionId ?? "",
         afterSeq: cursor,
+        batchEvents: true,
       });
       for await (const message of runs.streamRunEvents(request, { signal: options.signal })) {
-        const event = message.event;
-        if (event === undefined || ended) {
-          continue;
-        }
-        if (event.payload.case === "gap") {
-          // A gap carries seq = its lastGood; a lastGood below the cursor is a reset of the
-          // timeline, which is followed again from there.
-          if (event.payload.value.lastGood < cursor) {
-            cursor = event.payload.value.lastGood;
+        for (const event of eventsOf(message)) {
+          if (ended) {
+            continue;
           }
+          if (event.payload.case === "gap") {
+            // A gap carries seq = its lastGood; a lastGood below the cursor is a reset of the
+            // timeline, which is followed again from there.
+            if (event.payload.value.lastGood < cursor) {
+              cursor = event.payload.value.lastGood;
+            }
+            yield event;
+            continue;
+          }
+          if (event.seq <= cursor) {
+            continue; // a replay overlapping what was already yielded
+          }
+          cursor = event.seq;
+          failures = 0;
           yield event;
-          continue;
-        }
-        if (event.seq <= cursor) {
-          continue; // a replay overlapping what was already yielded
-        }
-        cursor = event.seq;
-        failures = 0;
-        yield event;
-        if (isRun && event.payload.case === "streamEnd") {
-          ended = true; // the server closes the stream next; reading on ends it with OK
+          if (isRun && event.payload.case === "streamEnd") {
+            ended = true; // the server closes the stream next; reading on ends it with OK
+          }
         }
       }
       if (ended) {

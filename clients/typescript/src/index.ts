@@ -8,7 +8,7 @@
 export { AgentrtClient, TENANT_HEADER, metadataInterceptor } from "./client.js";
 export type { ClientOptions, Decision, ExternalResult, StartRunInit } from "./client.js";
 export { AgentrtError, ERROR_DOMAIN, codeName, reasonFromName, toAgentrtError } from "./errors.js";
-export { followEvents } from "./events.js";
+export { eventsOf, followEvents } from "./events.js";
 export type { EventTarget, FollowOptions, Reconnect } from "./events.js";
 export { ErrorReason } from "./gen/agentrt/v1/error_reason_pb.js";
 export { Code } from "@connectrpc/connect";

@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from agentrt.cli.render import RunRenderer, visible
 from agentrt.client.channels import MeshClient
+from agentrt.client.events import events_of
 from agentrt.mesh.status import reason_of
 from agentrt.v1 import common_pb2, run_service_pb2
 
@@ -129,28 +130,30 @@ async def follow_run(
                 await _send_resume(client, resume, console)
                 resume = None
             stream = client.run_service.StreamRunEvents(
-                run_service_pb2.StreamRunEventsRequest(run_id=started.run_id, after_seq=last_seq)
+                run_service_pb2.StreamRunEventsRequest(
+                    run_id=started.run_id, after_seq=last_seq, batch_events=True
+                )
             )
             async for message in stream:
-                event = message.event
-                if event.HasField("gap"):
-                    # A gap carries seq = its last_good, at or below our cursor; a last_good
-                    # below the cursor is a reset of the timeline, which starts again after it.
-                    renderer.show(event)
+                for event in events_of(message):
+                    if event.HasField("gap"):
+                        # A gap carries seq = its last_good, at or below our cursor; a last_good
+                        # below the cursor is a reset of the timeline, which starts again after it.
+                        renderer.show(event)
+                        events.append(event)
+                        last_seq = min(last_seq, event.gap.last_good)
+                        continue
+                    if event.seq <= last_seq:
+                        continue  # a replay overlapping what we already have
+                    last_seq, failures = event.seq, 0
                     events.append(event)
-                    last_seq = min(last_seq, event.gap.last_good)
-                    continue
-                if event.seq <= last_seq:
-                    continue  # a replay overlapping what we already have
-                last_seq, failures = event.seq, 0
-                events.append(event)
-                renderer.show(event)
-                if event.HasField("run_suspended"):
-                    resume = await _resume_request(started.run_id, event.run_suspended, approver)
-                    await _send_resume(client, resume, console)
-                    resume = None
-                if event.HasField("stream_end"):
-                    ended = True  # the server closes the stream next; reading on ends it with OK
+                    renderer.show(event)
+                    if event.HasField("run_suspended"):
+                        resume = await _resume_request(started.run_id, event.run_suspended, approver)
+                        await _send_resume(client, resume, console)
+                        resume = None
+                    if event.HasField("stream_end"):
+                        ended = True  # the server closes the stream next; reading on ends it with OK
             if not ended:
                 failures += 1
                 if failures > MAX_RECONNECTS:

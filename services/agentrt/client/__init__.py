@@ -11,7 +11,7 @@
 
 from agentrt.client.channels import MeshClient, grpc_target, open_channel
 from agentrt.client.errors import AgentrtError, to_agentrt_error
-from agentrt.client.events import Reconnect, follow_events
+from agentrt.client.events import Reconnect, events_of, follow_events
 from agentrt.client.facade import AgentrtClient
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "AgentrtError",
     "MeshClient",
     "Reconnect",
+    "events_of",
     "follow_events",
     "grpc_target",
     "open_channel",

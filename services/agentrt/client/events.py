@@ -1,6 +1,7 @@
 """Following a run's (or a session's) events with automatic resume (seed 004 §2.11).
 
-`follow_events` opens StreamRunEvents after a seq and yields every event in order. When the
+`follow_events` opens StreamRunEvents after a seq (asking for batched messages: the events a
+run publishes together share one; `events_of` unpacks a message) and yields every event in order. When the
 stream breaks (the connection drops, the server restarts or drains) it reopens it with the
 last seq it yielded, so the server replays exactly the rest: nothing is repeated, nothing is
 skipped. What the server can no longer deliver arrives as an event whose payload is `gap`
@@ -24,6 +25,14 @@ from agentrt.v1 import run_service_pb2, run_service_pb2_grpc
 RECONNECT_CODES = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.ABORTED}
 )
+
+
+def events_of(message: run_service_pb2.StreamRunEventsResponse) -> list[run_service_pb2.RunEvent]:
+    """Return the events one StreamRunEvents message carries, in seq order.
+
+    One (`event`), or with `batch_events` requested, `event` and then `more_events`.
+    """
+    return [message.event, *message.more_events] if message.more_events else [message.event]
 
 
 @dataclass(frozen=True)
@@ -76,25 +85,25 @@ async def follow_events(
     while True:
         error: AgentrtError | None = None
         request = run_service_pb2.StreamRunEventsRequest(
-            run_id=run_id, session_id=session_id, after_seq=cursor
+            run_id=run_id, session_id=session_id, after_seq=cursor, batch_events=True
         )
         try:
             async for message in runs.StreamRunEvents(request):
-                event = message.event
-                if ended:
-                    continue
-                if event.HasField("gap"):
-                    # A gap carries seq = its last_good; a last_good below the cursor is a
-                    # reset of the timeline, followed again from there.
-                    cursor = min(cursor, event.gap.last_good)
+                for event in events_of(message):
+                    if ended:
+                        continue
+                    if event.HasField("gap"):
+                        # A gap carries seq = its last_good; a last_good below the cursor is a
+                        # reset of the timeline, followed again from there.
+                        cursor = min(cursor, event.gap.last_good)
+                        yield event
+                        continue
+                    if event.seq <= cursor:
+                        continue  # a replay overlapping what was already yielded
+                    cursor, failures = event.seq, 0
                     yield event
-                    continue
-                if event.seq <= cursor:
-                    continue  # a replay overlapping what was already yielded
-                cursor, failures = event.seq, 0
-                yield event
-                if run_id and event.HasField("stream_end"):
-                    ended = True  # the server closes the stream next; reading on ends it with OK
+                    if run_id and event.HasField("stream_end"):
+                        ended = True  # the server closes the stream next; reading on ends it with OK
             if ended:
                 return
         except grpc.RpcError as exc:

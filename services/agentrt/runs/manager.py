@@ -24,7 +24,7 @@ from agentrt.core.ids import new_id, valid_id
 from agentrt.runs.domain import RunRecord, StoredEvent
 from agentrt.runs.events.build import run_started_events
 from agentrt.runs.events.hub import run_topic, session_topic
-from agentrt.runs.events.stream import follow
+from agentrt.runs.events.stream import follow_batches
 from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.lifecycle.child_runs import ChildRuns
 from agentrt.runs.lifecycle.control import RunControl
@@ -313,8 +313,8 @@ class RunManager(RunControl):
             )
         return session.session_id, session.last_seq
 
-    async def events(self, tenant: str, req: pb.StreamRunEventsRequest) -> AsyncIterator[pb.RunEvent]:
-        """Follow a run's or a session's events after req.after_seq (see stream.follow).
+    async def events(self, tenant: str, req: pb.StreamRunEventsRequest) -> AsyncIterator[list[pb.RunEvent]]:
+        """Follow a run's or a session's events after req.after_seq, in batches (stream.follow_batches).
 
         Raises:
             MeshError: INVALID_ARGUMENT (MISSING_FIELD, INVALID_VALUE when both ids are set
@@ -337,8 +337,8 @@ class RunManager(RunControl):
                 again = await self.store.get_run(record.run_id)
                 return again is None or again.finished
 
-            return follow(self.deps.hub, run_topic(record.run_id), read_run, req.after_seq,
-                          poll_seconds=self.poll_seconds, head=run_head, ended=run_ended)  # fmt: skip
+            return follow_batches(self.deps.hub, run_topic(record.run_id), read_run, req.after_seq,
+                                  poll_seconds=self.poll_seconds, head=run_head, ended=run_ended)  # fmt: skip
         if not req.session_id:
             raise invalid(Reason.MISSING_FIELD, "run_id or session_id is required", field="run_id")
         if not valid_id(req.session_id):
@@ -351,5 +351,6 @@ class RunManager(RunControl):
         async def session_head() -> int:
             return await self.store.session_head(tenant, session.session_id)
 
-        return follow(self.deps.hub, session_topic(tenant, session.session_id), read_session, req.after_seq,
-                      poll_seconds=self.poll_seconds, head=session_head)  # fmt: skip
+        topic = session_topic(tenant, session.session_id)
+        return follow_batches(self.deps.hub, topic, read_session, req.after_seq,
+                              poll_seconds=self.poll_seconds, head=session_head)  # fmt: skip

@@ -16,6 +16,7 @@ from agentrt.core.ids import valid_id
 from agentrt.mesh.context import current_tenant
 from agentrt.runs.convert.run import run_out
 from agentrt.runs.domain import Resume
+from agentrt.runs.events.stream import MAX_BATCH_BYTES, batched
 from agentrt.runs.manager import RunManager
 from agentrt.runs.spec import admission
 from agentrt.v1 import run_service_pb2 as pb
@@ -96,12 +97,20 @@ class RunServicer(pb_grpc.RunServiceServicer):
     ) -> AsyncIterator[pb.StreamRunEventsResponse]:
         """Stream events after after_seq; a run's stream ends after stream_end.
 
+        With batch_events, the events at hand together share a message (`event`, then
+        `more_events`, at most MAX_BATCH_BYTES of them); else one event per message.
+
         Raises INVALID_ARGUMENT (MISSING_FIELD, INVALID_VALUE, INVALID_ID), NOT_FOUND
         (RUN_NOT_FOUND, SESSION_NOT_FOUND).
         """
-        events = await self.m.events(current_tenant(), request)
-        async for event in events:
-            yield pb.StreamRunEventsResponse(event=event)
+        batches = await self.m.events(current_tenant(), request)
+        async for batch in batches:
+            if not request.batch_events:
+                for event in batch:
+                    yield pb.StreamRunEventsResponse(event=event)
+                continue
+            for part in batched(batch, MAX_BATCH_BYTES):
+                yield pb.StreamRunEventsResponse(event=part[0], more_events=part[1:])
 
     async def ResumeRun(
         self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext

@@ -21,6 +21,7 @@ from typing import TypeVar
 import grpc
 
 from agentrt.client.channels import MeshClient
+from agentrt.client.events import events_of
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import TENANT_HEADER
 from agentrt.mesh.status import from_rpc_error, reason_of
@@ -225,11 +226,13 @@ class Peers:
             MeshError: the stream failed (the caller reconnects with the last seq it saw).
         """
         call = self.client.run_service.StreamRunEvents(
-            rpb.StreamRunEventsRequest(run_id=run_id, after_seq=after_seq), metadata=_md(tenant)
+            rpb.StreamRunEventsRequest(run_id=run_id, after_seq=after_seq, batch_events=True),
+            metadata=_md(tenant),
         )
         try:
             async for message in call:
-                yield message.event
+                for event in events_of(message):
+                    yield event
         except grpc.aio.AioRpcError as err:
             raise from_rpc_error(err) from err
         finally:

@@ -546,20 +546,24 @@ class ListRunsResponse(_message.Message):
     def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class StreamRunEventsRequest(_message.Message):
-    __slots__ = ("run_id", "session_id", "after_seq")
+    __slots__ = ("run_id", "session_id", "after_seq", "batch_events")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    BATCH_EVENTS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     session_id: str
     after_seq: int
-    def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+    batch_events: bool
+    def __init__(self, run_id: _Optional[str] = ..., session_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., batch_events: _Optional[bool] = ...) -> None: ...
 
 class StreamRunEventsResponse(_message.Message):
-    __slots__ = ("event",)
+    __slots__ = ("event", "more_events")
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    MORE_EVENTS_FIELD_NUMBER: _ClassVar[int]
     event: RunEvent
-    def __init__(self, event: _Optional[_Union[RunEvent, _Mapping]] = ...) -> None: ...
+    more_events: _containers.RepeatedCompositeFieldContainer[RunEvent]
+    def __init__(self, event: _Optional[_Union[RunEvent, _Mapping]] = ..., more_events: _Optional[_Iterable[_Union[RunEvent, _Mapping]]] = ...) -> None: ...
 
 class RunEvent(_message.Message):
     __slots__ = ("seq", "run_id", "time", "turn", "provisional", "run_started", "phase_changed", "turn_started", "model_delta", "model_responded", "tool_called", "tool_progressed", "tool_returned", "run_suspended", "items_persisted", "diagnostic", "run_completed", "gap", "stream_end", "run_resumed", "handoff_requested", "child_run_linked", "guardrail_result", "stop_requested", "tools_disclosed")

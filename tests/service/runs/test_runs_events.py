@@ -108,3 +108,34 @@ async def test_negative_after_seq_is_invalid(mesh, after):
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await mesh.events("run_x", after_seq=after)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and reason_of(info.value) == "INVALID_VALUE"
+
+
+async def _messages(mesh, run_id: str, batch: bool) -> list[pb.StreamRunEventsResponse]:
+    request = pb.StreamRunEventsRequest(run_id=run_id, batch_events=batch)
+    return [msg async for msg in mesh.runs.StreamRunEvents(request)]
+
+
+async def test_batched_messages_carry_the_same_timeline_in_fewer_messages(mesh):
+    script_two_turns(mesh.emu)
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
+    # live: the response, its phase change and its tool call are released together after
+    # the save that logs them, so one message carries them
+    live = await _messages(mesh, started.run_id, batch=True)
+    unpacked = [e for m in live for e in (m.event, *m.more_events)]
+    assert [e.seq for e in unpacked] == list(range(1, len(unpacked) + 1))
+    assert unpacked[-1].WhichOneof("payload") == "stream_end"
+    assert any(
+        [e.WhichOneof("payload") for e in (m.event, *m.more_events)][:1] == ["model_responded"]
+        and "tool_called" in [e.WhichOneof("payload") for e in m.more_events]
+        for m in live
+    )
+    assert len(live) < len(unpacked)
+    # replayed: the same timeline as one event per message, which is what a client that
+    # did not ask for batches gets (more_events stays empty)
+    single = await _messages(mesh, started.run_id, batch=False)
+    assert all(not m.more_events for m in single)
+    assert [m.event.SerializeToString() for m in single] == [e.SerializeToString() for e in unpacked]
+    replayed = await _messages(mesh, started.run_id, batch=True)
+    assert [e.SerializeToString() for m in replayed for e in (m.event, *m.more_events)] == [
+        e.SerializeToString() for e in unpacked
+    ]

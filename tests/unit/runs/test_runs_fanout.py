@@ -229,3 +229,14 @@ async def test_wake_all_pokes_every_topic():
     subs = [hub.subscribe(run_topic("a")), hub.subscribe(session_topic("t", "s"))]
     hub.wake_all()
     assert [await s.next(None) for s in subs] == [None, None]
+
+
+def test_a_batch_is_cut_at_its_byte_bound_and_a_large_event_travels_alone():
+    from agentrt.runs.events.stream import batched
+
+    small = [pb.RunEvent(seq=i, turn_started=pb.TurnStarted(turn=1)) for i in range(1, 4)]
+    big = pb.RunEvent(seq=4, model_delta=pb.ModelDelta(text="x" * 5000))
+    parts = batched([*small, big, *small], max_bytes=1000)
+    assert [[e.seq for e in p] for p in parts] == [[1, 2, 3], [4], [1, 2, 3]]
+    assert batched(small[:1], max_bytes=1) == [small[:1]]
+    assert sum(len(p) for p in batched(small * 100, max_bytes=64)) == 300

@@ -87,6 +87,22 @@ class Subscription:
         self._last_offered = seq
         self._wake.set()
 
+    def consecutive(self, seq: int) -> list[tuple[int, pb.RunEvent]]:
+        """Pop the buffered events that follow `seq` without a hole, in order; never waits.
+
+        Stops at the first item that does not continue the run of seqs (a GapMarker, a
+        hole): `next` returns it. What a publisher's burst buffered is one answer.
+        """
+        out: list[tuple[int, pb.RunEvent]] = []
+        while self._items:
+            head = self._items[0]
+            if isinstance(head, GapMarker) or head[0] != seq + 1:
+                break
+            out.append(head)
+            self._items.popleft()
+            seq = head[0]
+        return out
+
     async def next(self, timeout: float | None) -> tuple[int, pb.RunEvent] | GapMarker | None:
         """Return the next buffered item, waiting up to timeout seconds (None: no bound).
 

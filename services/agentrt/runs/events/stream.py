@@ -44,6 +44,26 @@ Ended = Callable[[], Awaitable[bool]]
 
 #: (seq in the topic's timeline, the event as the topic carries it)
 Item = tuple[int, pb.RunEvent]
+#: Bytes of events one StreamRunEvents message carries at most with batch_events (a single
+#: larger event still travels, alone): well under the 4 MiB a gRPC client accepts by default.
+MAX_BATCH_BYTES = 1 << 20
+
+
+def batched(events: list[pb.RunEvent], max_bytes: int = MAX_BATCH_BYTES) -> list[list[pb.RunEvent]]:
+    """Split events, in order, into runs of at most max_bytes serialized (each run non-empty)."""
+    if len(events) == 1:
+        return [events]
+    parts: list[list[pb.RunEvent]] = []
+    size = 0
+    for event in events:
+        n = event.ByteSize()
+        if parts and size + n <= max_bytes:
+            parts[-1].append(event)
+            size += n
+        else:
+            parts.append([event])
+            size = n
+    return parts
 
 
 def _items(topic: Topic, stored: list[StoredEvent]) -> list[Item]:
@@ -70,7 +90,27 @@ async def follow(
     head: Head = _zero,
     ended: Ended = _never,
 ) -> AsyncIterator[pb.RunEvent]:
-    """Yield the topic's events after after_seq (see the module docstring).
+    """Yield the topic's events after after_seq, one at a time (see `follow_batches`)."""
+    batches = follow_batches(hub, topic, read, after_seq, poll_seconds=poll_seconds, head=head, ended=ended)
+    async for batch in batches:
+        for event in batch:
+            yield event
+
+
+async def follow_batches(
+    hub: EventHub,
+    topic: Topic,
+    read: Reader,
+    after_seq: int,
+    *,
+    poll_seconds: float | None = 1.0,
+    head: Head = _zero,
+    ended: Ended = _never,
+) -> AsyncIterator[list[pb.RunEvent]]:
+    """Yield the topic's events after after_seq, in batches (see the module docstring).
+
+    A batch is what is at hand at once: a replay's read, or the live events a publisher's
+    burst buffered together (`Subscription.consecutive`), with the gap events among them.
 
     Args:
         hub: the process's event hub.
@@ -83,8 +123,9 @@ async def follow(
         ended: whether the topic's producer has ended for good.
 
     Yields:
-        RunEvents in seq order; EventGap events where events cannot be delivered. For a run
-        topic the iteration ends after the stream_end event.
+        Non-empty lists of RunEvents, in seq order across lists; EventGap events where
+        events cannot be delivered. For a run topic the iteration ends after the batch
+        holding the stream_end event.
     """
     sub = hub.subscribe(topic)
     is_run = topic[0] == "run"
@@ -102,13 +143,14 @@ async def follow(
         return sorted(merged.items(), key=lambda kv: kv[0])
 
     cursor = after_seq
+    out: list[pb.RunEvent] = []
     try:
         batch = await replay(cursor, None)
         if cursor > 0 and not batch:
             at_cursor = await replay(cursor - 1, cursor)
             if not at_cursor and cursor > await head():
                 # The cursor is ahead of the whole timeline: a reset, not a continuation.
-                yield gap_event(0, cursor, 1, run_id)
+                out.append(gap_event(0, cursor, 1, run_id))
                 cursor = 0
                 batch = await replay(cursor, None)
             elif at_cursor and is_run and at_cursor[0][1].WhichOneof("payload") == "stream_end":
@@ -118,11 +160,15 @@ async def follow(
                 if seq <= cursor:
                     continue
                 if seq > cursor + 1:
-                    yield gap_event(cursor, seq - cursor - 1, seq, run_id)
-                yield event
+                    out.append(gap_event(cursor, seq - cursor - 1, seq, run_id))
+                out.append(event)
                 cursor = seq
                 if is_run and event.WhichOneof("payload") == "stream_end":
+                    yield out
                     return
+            if out:
+                yield out
+                out = []
             item = await sub.next(poll_seconds)
             if item is None:
                 batch = await replay(cursor, None)
@@ -130,11 +176,11 @@ async def follow(
                 batch = await replay(cursor, item.next - 1 if item.next else None)
                 if not batch and not item.next and is_run and not hub.is_open(run_id) and await ended():
                     # Dropped, not in storage, and nothing will ever follow to carry it.
-                    yield gap_event(cursor, item.dropped, 0, run_id, at_end=True)
+                    yield [gap_event(cursor, item.dropped, 0, run_id, at_end=True)]
                     return
             elif item[0] > cursor + 1:
-                batch = [*(await replay(cursor, item[0] - 1)), item]
+                batch = [*(await replay(cursor, item[0] - 1)), item, *sub.consecutive(item[0])]
             else:
-                batch = [item]
+                batch = [item, *sub.consecutive(item[0])]
     finally:
         hub.unsubscribe(sub)
