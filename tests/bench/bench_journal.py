@@ -33,8 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "service" / "gateway"))
 
-from conftest import emulator_config  # noqa: E402
-from gateway_helpers import model_request, user  # noqa: E402
+from gateway_helpers import emulator_config, model_request, user  # noqa: E402
 
 from agentrt.gateway.server import build_server  # noqa: E402
 from agentrt.v1 import gateway_service_pb2 as pb  # noqa: E402

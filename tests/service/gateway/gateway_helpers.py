@@ -1,11 +1,45 @@
-"""Request builders shared by the gateway service tests."""
+"""Helpers shared by the gateway service tests: the emulator's config and request builders.
+
+Test modules import these from here, never from conftest.py (fixtures only): with several
+test directories in one pytest call, `conftest` in sys.modules may be another directory's
+(docs/decisions/0048-test-helpers-not-in-conftest.md).
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from agentrt.gateway.config import GatewayConfig, LocalSettings, ProviderSettings
+from agentrt.mesh.config import ServerConfig
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as pb
+from tests.emulators.providers import ProviderEmulator
+
+#: The remote adapters every behavior test runs against.
+REMOTE = ["openai", "openai-chat", "anthropic"]
 
 EXEC_SCHEMA = '{"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}'
+
+
+def emulator_config(emu: ProviderEmulator, *, metrics_port: int = 0, **overrides: object) -> GatewayConfig:
+    """Return a GatewayConfig whose remote providers all point at emu (local off).
+
+    metrics_port: the server's /metrics port (0 = none).
+    """
+    openai = ProviderSettings(
+        enabled=True, api_key="test-key", base_url=emu.base_url + "/v1", default_model="gpt-emu"
+    )
+    config = GatewayConfig(
+        server=ServerConfig(port=0, metrics_port=metrics_port),
+        openai=openai,
+        openai_chat=replace(openai, default_model="chat-emu"),
+        anthropic=ProviderSettings(True, "test-key", emu.base_url, "claude-emu"),
+        local=LocalSettings(model_path=""),
+        default_model="openai:gpt-emu",
+        initial_backoff_seconds=0.01,
+        max_backoff_seconds=0.05,
+    )
+    return replace(config, **overrides)  # type: ignore[arg-type]
 
 
 def user(text: str) -> c.Message:

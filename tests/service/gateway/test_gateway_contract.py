@@ -11,8 +11,7 @@ import json
 
 import grpc
 import pytest
-from conftest import REMOTE
-from gateway_helpers import generate, model_request, user
+from gateway_helpers import REMOTE, generate, model_request, user
 
 from agentrt.mesh.status import reason_of
 from agentrt.v1 import common_pb2 as c

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import emulator_config
-from gateway_helpers import generate
+from gateway_helpers import emulator_config, generate
 
 from agentrt.gateway.server import build_server
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc

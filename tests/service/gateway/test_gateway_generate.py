@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import REMOTE
-from gateway_helpers import calls, generate, kinds, user
+from gateway_helpers import REMOTE, calls, generate, kinds, user
 
 from agentrt.mesh.status import details_of, reason_of
 from agentrt.v1 import common_pb2 as c

@@ -13,8 +13,7 @@ from __future__ import annotations
 import uuid
 
 import grpc
-from conftest import emulator_config
-from gateway_helpers import model_request, user
+from gateway_helpers import emulator_config, model_request, user
 
 from agentrt.gateway.server import build_server
 from agentrt.v1 import gateway_service_pb2 as pb

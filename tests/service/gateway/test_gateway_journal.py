@@ -15,8 +15,7 @@ from dataclasses import replace
 
 import grpc
 import pytest
-from conftest import emulator_config
-from gateway_helpers import model_request, user
+from gateway_helpers import emulator_config, model_request, user
 
 from agentrt.gateway.journal import State
 from agentrt.gateway.journal.sql import SqlJournalStore

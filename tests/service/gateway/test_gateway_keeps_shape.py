@@ -12,8 +12,7 @@ import json
 
 import grpc
 import pytest
-from conftest import REMOTE
-from gateway_helpers import calls, generate, model_request, user
+from gateway_helpers import REMOTE, calls, generate, model_request, user
 
 from agentrt.gateway.errors import classify
 from agentrt.gateway.metrics import error_origin

@@ -10,8 +10,7 @@ from dataclasses import replace
 
 import grpc
 import pytest
-from conftest import emulator_config
-from gateway_helpers import generate, model_request
+from gateway_helpers import emulator_config, generate, model_request
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentrt.gateway.config import GatewayConfig

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import REMOTE, emulator_config
-from gateway_helpers import calls, model_request, user
+from gateway_helpers import REMOTE, calls, emulator_config, model_request, user
 
 from agentrt.gateway.anthropic_messages import AnthropicMessagesProvider
 from agentrt.gateway.errors import ProviderError

@@ -6,8 +6,7 @@ import json
 
 import grpc
 import pytest
-from conftest import emulator_config
-from gateway_helpers import generate, model_request, user
+from gateway_helpers import emulator_config, generate, model_request, user
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.gateway.server import build_server

@@ -6,8 +6,7 @@ import asyncio
 
 import grpc
 import pytest
-from conftest import REMOTE
-from gateway_helpers import calls, model_request
+from gateway_helpers import REMOTE, calls, model_request
 
 from agentrt.mesh.status import reason_of
 from agentrt.v1 import common_pb2 as c

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import REMOTE
-from gateway_helpers import calls, model_request
+from gateway_helpers import REMOTE, calls, model_request
 
 from agentrt.mesh.status import details_of, reason_of
 from agentrt.v1 import common_pb2 as c

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import emulator_config
-from gateway_helpers import generate, model_request
+from gateway_helpers import emulator_config, generate, model_request
 from opentelemetry.trace import SpanKind, StatusCode
 
 from agentrt.gateway.server import build_server

@@ -12,8 +12,7 @@ from dataclasses import replace
 
 import grpc
 import pytest
-from conftest import REMOTE, emulator_config
-from gateway_helpers import generate, model_request, user
+from gateway_helpers import REMOTE, emulator_config, generate, model_request, user
 
 from agentrt.gateway.limiter import AdaptiveTokenLimiter, LimiterKey, LimiterSettings
 from agentrt.gateway.limiter.count import input_token_bound

@@ -15,8 +15,7 @@ from collections.abc import AsyncIterator, Awaitable
 
 import grpc
 import pytest
-from conftest import emulator_config
-from gateway_helpers import generate
+from gateway_helpers import emulator_config, generate
 
 from agentrt.gateway.limiter import AdaptiveTokenLimiter, LimiterKey, LimiterSettings, Reservation
 from agentrt.gateway.limiter.postgres import PostgresStore

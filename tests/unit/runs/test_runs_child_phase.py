@@ -1,4 +1,4 @@
-"""The pure parts of agents as tools (runs/loop/phases/child.py, runs/lifecycle/child_runs.py; 004 §2.8)."""
+"""The pure parts of agents as tools (runs/loop/phases/child/, runs/lifecycle/child_runs.py; 004 §2.8)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from agentrt.core.errors import MeshError
 from agentrt.runs.domain import Resume, RunRecord
 from agentrt.runs.lifecycle.child_runs import split
 from agentrt.runs.loop.phases import child as child_phase
+from agentrt.runs.loop.phases.child import calls as child_calls
 from agentrt.runs.spec.start import check_idempotency_key
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -98,15 +99,15 @@ def test_a_childs_events_become_progress_lines_of_the_call():
     called = pb.RunEvent(
         tool_called=pb.ToolCalled(call=cpb.ToolCall(name="write_file", arguments='{"path": "a"}'))
     )
-    assert child_phase._progress_line("helper", called) == '[helper] -> write_file {"path": "a"}\n'
+    assert child_calls._progress_line("helper", called) == '[helper] -> write_file {"path": "a"}\n'
     long_args = pb.RunEvent(tool_called=pb.ToolCalled(call=cpb.ToolCall(name="w", arguments="x" * 500)))
-    assert len(child_phase._progress_line("helper", long_args)) < 260
+    assert len(child_calls._progress_line("helper", long_args)) < 260
     returned = pb.RunEvent(
         tool_returned=pb.ToolReturned(result=cpb.ToolResult(name="w", status=cpb.TOOL_RESULT_STATUS_DENIED))
     )
-    assert child_phase._progress_line("helper", returned) == "[helper] <- w denied\n"
+    assert child_calls._progress_line("helper", returned) == "[helper] <- w denied\n"
     chunk = pb.RunEvent(tool_progressed=pb.ToolProgressed(text="out\n"))
-    assert child_phase._progress_line("helper", chunk) == "out\n"
+    assert child_calls._progress_line("helper", chunk) == "out\n"
     waits = pb.RunEvent(run_suspended=pb.RunSuspended(pending_calls=[pending("c1")]))
-    assert child_phase._progress_line("helper", waits) == "[helper] waits for an answer: exec_command\n"
-    assert child_phase._progress_line("helper", pb.RunEvent(model_delta=pb.ModelDelta(text="hi"))) == ""
+    assert child_calls._progress_line("helper", waits) == "[helper] waits for an answer: exec_command\n"
+    assert child_calls._progress_line("helper", pb.RunEvent(model_delta=pb.ModelDelta(text="hi"))) == ""

@@ -1,11 +1,12 @@
 """The adaptive input-token limiter the gateway calls (seed 002 "Model Client Throughput").
 
-`AdaptiveTokenLimiter` applies the rules of rules.py over a `LimiterStore`: the
-in-process one (memory.py, the embedded default), PostgreSQL (postgres.py) or
-Redis (redis.py), the last two shared by every gateway replica. It owns the waiting
-(polling the store, with jitter, until the request fits or its wait ends) and the errors;
-the store owns the state and makes each step atomic. `build_limiter` picks the store by
-config. The package re-exports its names with those of rules.py.
+`AdaptiveTokenLimiter` applies the rules of rules.py over a `LimiterStore`: the in-process
+one (memory.py, the embedded default), PostgreSQL (postgres.py) or Redis (redis.py), the
+last two shared by every gateway replica. It owns the waiting (polling the store, with
+jitter, until the request fits or its wait ends) and when a request is refused
+(refusals.py builds the errors); the store owns the state and makes each step atomic.
+`build_limiter` picks the store by config. The package re-exports its names with those of
+rules.py.
 
 Every call into the store is bounded (`LimiterSettings.store_timeout_seconds`), and a
 reservation attempt also by what is left of the request's admission wait (never less than
@@ -43,7 +44,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agentrt.core.errors import MeshError, Reason, Status
+from agentrt.core.errors import MeshError
+from agentrt.gateway.limiter.refusals import OverBudget, refusal, spent, unavailable
 from agentrt.gateway.limiter.rules import (
     BACKENDS,
     DEFAULT_TENANT,
@@ -61,10 +63,6 @@ log = logging.getLogger("agentrt.gateway")
 MIN_ATTEMPT_SECONDS = 0.5
 #: Buckets of (tenant, provider, model) remembered per limiter (beyond it, computed each time).
 _BUCKET_CACHE_ENTRIES = 4096
-
-
-class OverBudget(MeshError):
-    """A request larger than its bucket's current (or maximum) budget."""
 
 
 class TokenLimiter(Protocol):
@@ -166,7 +164,8 @@ class AdaptiveTokenLimiter:
         tokens = max(0, int(tokens))
         bucket = self._bucket(key)
         if tokens > s.max_tokens:
-            raise self._refusal(
+            raise refusal(
+                s,
                 key,
                 tokens,
                 s.max_tokens,
@@ -193,8 +192,8 @@ class AdaptiveTokenLimiter:
                     continue
                 if last is not None:
                     # The store answered before; what ran out is this request's wait.
-                    raise self._spent(key, tokens, last, max_wait_seconds) from exc
-                raise _unavailable(
+                    raise spent(s, key, tokens, last, max_wait_seconds) from exc
+                raise unavailable(
                     f"did not answer within the {max(0.0, max_wait_seconds):g} s admission wait "
                     f"({late} attempt{'' if late == 1 else 's'} of up to {bound:g} s)"
                 ) from exc
@@ -202,7 +201,8 @@ class AdaptiveTokenLimiter:
             if attempt.admitted:
                 return Reservation(key, tokens, self.clock() - start, bucket, entry_id)
             if tokens > attempt.budget_tokens:
-                raise self._refusal(
+                raise refusal(
+                    s,
                     key,
                     tokens,
                     attempt.budget_tokens,
@@ -219,7 +219,7 @@ class AdaptiveTokenLimiter:
                 )
             remaining = deadline - self.clock()
             if attempt.wait_seconds > remaining or remaining <= 0:
-                raise self._spent(key, tokens, attempt, max_wait_seconds)
+                raise spent(s, key, tokens, attempt, max_wait_seconds)
             pause = max(attempt.wait_seconds, s.poll_seconds * 0.5) + self.rand() * s.poll_seconds
             await self.sleep(min(remaining, pause))
 
@@ -309,49 +309,12 @@ class AdaptiveTokenLimiter:
             raise
         except Exception as exc:  # noqa: BLE001 - fail closed: without the store no budget holds
             log.warning("limiter store unreachable for %s", bucket, exc_info=True)
-            raise _unavailable(f"is unreachable ({type(exc).__name__})") from exc
+            raise unavailable(f"is unreachable ({type(exc).__name__})") from exc
         used = attempt.used_tokens + (tokens if attempt.admitted else 0)
         pending = attempt.pending_tokens + (tokens if attempt.admitted else 0)
         self._seen[bucket] = self._state(key, bucket, attempt.budget_tokens, used, pending)
         self._seen_at[bucket] = self.clock()
         return attempt
-
-    def _spent(self, key: LimiterKey, tokens: int, attempt: Attempt, max_wait_seconds: float) -> MeshError:
-        s = self.settings
-        return self._refusal(
-            key,
-            tokens,
-            attempt.budget_tokens,
-            max(attempt.wait_seconds, s.poll_seconds),
-            MeshError,
-            f"input-token budget of {attempt.budget_tokens} per {s.window_seconds:g} s is spent; "
-            f"{tokens} tokens do not fit within the {max(0.0, max_wait_seconds):g} s admission wait",
-        )
-
-    def _refusal(
-        self,
-        key: LimiterKey,
-        tokens: int,
-        budget: int,
-        retry_after: float | None,
-        kind: type[MeshError],
-        detail: str,
-    ) -> MeshError:
-        family = self.settings.family(key.model)
-        return kind(
-            Status.RESOURCE_EXHAUSTED,
-            Reason.RATE_LIMITED,
-            f"gateway input-token limit of {key.provider}:{family}: the request {detail}",
-            {
-                "limiter": "gateway",
-                "provider": key.provider,
-                "model_family": family,
-                "requested_tokens": str(tokens),
-                "budget_tokens": str(budget),
-                "window_seconds": f"{self.settings.window_seconds:g}",
-            },
-            retry_after_seconds=retry_after,
-        )
 
 
 def _changed(
@@ -368,17 +331,6 @@ def _changed(
         seen.pending_tokens if pending is None else pending,
         seen.window_seconds,
         seen.age_seconds,
-    )
-
-
-def _unavailable(what: str) -> MeshError:
-    """UNAVAILABLE/DEPENDENCY_UNAVAILABLE for a store that failed (RetryInfo 1 s)."""
-    return MeshError(
-        Status.UNAVAILABLE,
-        Reason.DEPENDENCY_UNAVAILABLE,
-        f"the rate-limit store {what}; try again",
-        {"limiter": "gateway"},
-        retry_after_seconds=1.0,
     )
 
 

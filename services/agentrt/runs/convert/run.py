@@ -69,7 +69,7 @@ def run_out(r: RunRecord) -> pb.Run:
     disclosed = r.state.get("disclosure")  # runs/loop/phases/disclosure.py
     if disclosed:
         run.disclosed_tools.extend(json.loads(str(disclosed)).get("disclosed", []))
-    # agents as tools (runs/loop/phases/child.py): the parent link, the children, nested usage
+    # agents as tools (runs/loop/phases/child/): the parent link, the children, nested usage
     run.parent_run_id = str(r.state.get("parent_run_id", ""))
     run.parent_call_id = str(r.state.get("parent_call_id", ""))
     run.child_run_ids.extend(str(x) for x in r.state.get("child_run_ids", []))

@@ -1,6 +1,6 @@
 """The manager's half of agents as tools: child runs across requests (004 §2.8, §2.2 step 6; 002 run tree).
 
-The executor's half is runs/loop/phases/child.py. Here:
+The executor's half is runs/loop/phases/child/. Here:
 
 - `ChildRuns` is the executor's `ChildHost`: it spawns a new child in this process (so the
   lease loop renews its lease) and cancels a child wherever it runs (`RunManager.cancel`).
@@ -66,7 +66,7 @@ class ChildRuns:
         self.m = manager
 
     def spawn_child(self, record: RunRecord, stored: list[StoredEvent]) -> None:
-        """Execute a child run just inserted with this replica's lease (runs/loop/phases/child.py start)."""
+        """Execute a child run just inserted with this replica's lease (runs/loop/phases/child/ start)."""
         self.m.deps.metrics.runs_started.inc()
         self.m.spawn(record, record.fencing_token, stored[-1].seq, stored[-1].session_seq)
 

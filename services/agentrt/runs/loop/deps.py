@@ -72,7 +72,7 @@ class Deps:
 
     `crash` is called at each of CRASH_POINTS (a no-op unless a crash test asked for it);
     `metrics` are the replica's run series (its server's registry; a private one by default);
-    `children` is the manager's side of agent tools (runs/loop/phases/child.py ChildHost: spawn a
+    `children` is the manager's side of agent tools (runs/loop/phases/child/ ChildHost: spawn a
     child run here, cancel one), set by the RunManager.
     """
 

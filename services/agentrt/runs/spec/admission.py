@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 
 from agentrt.core.errors import Reason, invalid
 from agentrt.runs.spec import validation
+from agentrt.runs.spec.fields import AGENT_NAME, TOOL_NAME
 from agentrt.v1 import run_service_pb2 as pb
 
 #: Looks a registered agent up: (name, version; 0 = latest) -> the spec, or None.
@@ -69,7 +70,7 @@ def check_resume_results(req: pb.ResumeRunRequest) -> None:
                 field=f"{where}.added_tools",
             )
         for j, name in enumerate(result.added_tools):
-            if not validation.TOOL_NAME.match(name):
+            if not TOOL_NAME.match(name):
                 raise invalid(
                     Reason.INVALID_VALUE,
                     f"{where}.added_tools[{j}] must match [a-zA-Z0-9_-]{{1,64}}",
@@ -117,7 +118,7 @@ async def check_start(req: pb.StartRunRequest, lookup: AgentLookup) -> None:
     spec: pb.AgentSpec | None = None
     field = "agent"
     if req.agent_name:
-        if validation.AGENT_NAME.match(req.agent_name) and req.agent_version >= 0:
+        if AGENT_NAME.match(req.agent_name) and req.agent_version >= 0:
             spec, field = await lookup(req.agent_name, req.agent_version), "agent_name"
     elif req.HasField("agent"):
         spec = req.agent

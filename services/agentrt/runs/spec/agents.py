@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,11 +30,10 @@ from agentrt.core.errors import MeshError, Reason, invalid
 from agentrt.core.policy import PatternError, validate_patterns
 from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
 from agentrt.runs.spec import validation
+from agentrt.runs.spec.fields import AGENT_NAME, TOOL_NAME
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
-AGENT_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
-TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 DEFAULT_AGENT_NAME = "agent"
 #: Providers the gateway routes (mirrors agentrt.gateway.gateway.KNOWN_PROVIDERS; a unit
 #: test keeps the two equal without the run loop importing the gateway).

@@ -8,9 +8,7 @@ or a registered one again at StartRun). It checks, changing nothing:
 - handoffs (004 §2.4): `handoffs` names and `handoff_targets` well formed, no target twice,
   no handoff to the agent itself, tool names distinct from the agent's tools, at most 32;
 - agent tools (004 §2.8): agent name and version, no `spec` or command policy;
-- guardrails (004 §2.6): names, stages, input mode, exactly one kind; pattern guardrails'
-  patterns compile under the command policy's rules (`core.policy`, reused through
-  `core.guardrails.check_pattern_rule`); model guardrails' prompt and model;
+- guardrails (004 §2.6): runs/spec/guardrails.py;
 - the output strategy, error handlers (a fallback of a structured agent matches its
   schema), and a run sandbox (as ToolService.CreateSandbox would check it).
 
@@ -26,17 +24,15 @@ from collections.abc import Sequence
 
 from agentrt.core import handoffs as handoffs_core
 from agentrt.core import jsontext
-from agentrt.core.errors import MeshError, Reason, invalid, missing
-from agentrt.core.guardrails import PatternRule, check_pattern_rule
-from agentrt.core.policy import PatternError
+from agentrt.core.errors import Reason, missing
 from agentrt.core.structured import FINAL_OUTPUT_TOOL, Requested, native_conflict
 from agentrt.core.tool_args import Validate
 from agentrt.runs.spec import schemas
+from agentrt.runs.spec.fields import AGENT_NAME, TOOL_NAME, bad
+from agentrt.runs.spec.guardrails import validate_guardrails
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 
-AGENT_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
-TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 #: The tool service's rules for a sandbox's environment names and docker fields
 #: (tools/sandbox/manager.py; a unit test keeps the two equal without runs importing tools).
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -46,21 +42,11 @@ DOCKER_FIELDS = {
     "network": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
 }
 MAX_HANDOFFS = 32
-MAX_GUARDRAILS = 16
 MAX_DESCRIPTION = 4096
 MAX_KEEP_TURNS = 1000
-MAX_PROMPT = 16384
-MAX_JUDGE_TOKENS = 8192
-MAX_REPLACEMENT = 65536
-MAX_TRIP_MESSAGE = 1024
 MAX_FALLBACK = 65536
 MAX_ENV = 256
 MAX_ENV_BYTES = 65536
-TOOL_STAGES = (pb.GUARDRAIL_STAGE_TOOL_INPUT, pb.GUARDRAIL_STAGE_TOOL_OUTPUT)
-
-
-def _bad(message: str, field: str, reason: Reason = Reason.INVALID_VALUE, **meta: str) -> MeshError:
-    return invalid(reason, message, field=field, **meta)
 
 
 def validate_contract(
@@ -84,12 +70,12 @@ def validate_contract(
         _agent_tool(tool, f"{field}.tools[{i}]", known_providers)
     handoff_names = _handoffs(spec, field, taken)
     if spec.output_json_schema and FINAL_OUTPUT_TOOL in taken + handoff_names:
-        raise _bad(
+        raise bad(
             f"{FINAL_OUTPUT_TOOL!r} is the final-output tool of an agent with an output schema; "
             "name the tool or handoff otherwise",
             f"{field}.tools",
         )
-    _guardrails(spec.guardrails, f"{field}.guardrails", known_providers, tool_scope=False)
+    validate_guardrails(spec.guardrails, f"{field}.guardrails", known_providers, tool_scope=False)
     _output_strategy(spec, field, has_tools=bool(taken or handoff_names))
     _error_handlers(spec, field)
     if spec.HasField("sandbox"):
@@ -105,48 +91,48 @@ def _schemas(spec: pb.AgentSpec, field: str) -> None:
         if tool.spec.parameters_json_schema:
             where = f"{field}.tools[{i}].spec.parameters_json_schema"
             if not schemas.is_object_schema(schemas.check_schema(tool.spec.parameters_json_schema, where)):
-                raise _bad(f"{where} must describe an object (tool arguments are a JSON object)", where)
+                raise bad(f"{where} must describe an object (tool arguments are a JSON object)", where)
 
 
 def _agent_tool(tool: pb.AgentTool, where: str, known_providers: Sequence[str]) -> None:
     if tool.agent_name:
         if not AGENT_NAME.match(tool.agent_name):
-            raise _bad(
+            raise bad(
                 f"{where}.agent_name must match [a-zA-Z0-9_.-]{{1,64}}",
                 f"{where}.agent_name",
                 Reason.INVALID_AGENT,
             )
         if tool.HasField("spec"):
-            raise _bad(
+            raise bad(
                 f'{where}.spec is not for an agent tool (its arguments are {{"input": string}})',
                 f"{where}.spec",
             )
         if tool.command_policy.allow or tool.command_policy.deny:
-            raise _bad(
+            raise bad(
                 f"{where}.command_policy is for exec_command, not an agent tool", f"{where}.command_policy"
             )
         if len(tool.description) > MAX_DESCRIPTION:
-            raise _bad(
+            raise bad(
                 f"{where}.description is longer than {MAX_DESCRIPTION} characters", f"{where}.description"
             )
     else:
         if tool.agent_version:
-            raise _bad(f"{where}.agent_version needs agent_name", f"{where}.agent_version")
+            raise bad(f"{where}.agent_version needs agent_name", f"{where}.agent_version")
         if tool.description:
-            raise _bad(
+            raise bad(
                 f"{where}.description is for agent tools (a client-declared tool describes itself "
                 "in spec.description)",
                 f"{where}.description",
             )
     if tool.agent_version < 0:
-        raise _bad(f"{where}.agent_version must be >= 0", f"{where}.agent_version")
+        raise bad(f"{where}.agent_version must be >= 0", f"{where}.agent_version")
     if tool.terminates_run and tool.spec.external:
-        raise _bad(
+        raise bad(
             f"{where}.terminates_run is for catalog and agent tools; a client-declared tool asks "
             "per result (ToolResult.terminate)",
             f"{where}.terminates_run",
         )
-    _guardrails(tool.guardrails, f"{where}.guardrails", known_providers, tool_scope=True)
+    validate_guardrails(tool.guardrails, f"{where}.guardrails", known_providers, tool_scope=True)
 
 
 def _handoffs(spec: pb.AgentSpec, field: str, taken: Sequence[str]) -> list[str]:
@@ -156,7 +142,7 @@ def _handoffs(spec: pb.AgentSpec, field: str, taken: Sequence[str]) -> list[str]
     ]
     entries += [(f"{field}.handoff_targets[{i}]", h) for i, h in enumerate(spec.handoff_targets)]
     if len(entries) > MAX_HANDOFFS:
-        raise _bad(f"{len(entries)} handoffs, more than {MAX_HANDOFFS}", f"{field}.handoff_targets")
+        raise bad(f"{len(entries)} handoffs, more than {MAX_HANDOFFS}", f"{field}.handoff_targets")
     targets: set[tuple[str, int]] = set()
     names: list[str] = []
     for where, h in entries:
@@ -164,129 +150,42 @@ def _handoffs(spec: pb.AgentSpec, field: str, taken: Sequence[str]) -> list[str]
         if not h.agent_name:
             raise missing(name_field)
         if not AGENT_NAME.match(h.agent_name):
-            raise _bad(f"{name_field} must match [a-zA-Z0-9_.-]{{1,64}}", name_field, Reason.INVALID_AGENT)
+            raise bad(f"{name_field} must match [a-zA-Z0-9_.-]{{1,64}}", name_field, Reason.INVALID_AGENT)
         if spec.name and h.agent_name == spec.name:
-            raise _bad(f"{name_field}: an agent cannot hand off to itself", name_field)
+            raise bad(f"{name_field}: an agent cannot hand off to itself", name_field)
         if h.agent_version < 0:
-            raise _bad(f"{where}.agent_version must be >= 0", f"{where}.agent_version")
+            raise bad(f"{where}.agent_version must be >= 0", f"{where}.agent_version")
         if (h.agent_name, h.agent_version) in targets:
-            raise _bad(f"{name_field}: agent {h.agent_name!r} is a handoff target twice", name_field)
+            raise bad(f"{name_field}: agent {h.agent_name!r} is a handoff target twice", name_field)
         targets.add((h.agent_name, h.agent_version))
         tool_name = h.tool_name or handoffs_core.default_tool_name(h.agent_name)
         if h.tool_name and not TOOL_NAME.match(h.tool_name):
-            raise _bad(f"{where}.tool_name must match [a-zA-Z0-9_-]{{1,64}}", f"{where}.tool_name")
+            raise bad(f"{where}.tool_name must match [a-zA-Z0-9_-]{{1,64}}", f"{where}.tool_name")
         if tool_name in taken or tool_name in names:
-            raise _bad(
+            raise bad(
                 f"{where}: the handoff's tool name {tool_name!r} is already a tool or handoff of the "
                 "agent (set tool_name)",
                 f"{where}.tool_name",
             )
         names.append(tool_name)
         if len(h.tool_description) > MAX_DESCRIPTION:
-            raise _bad(
+            raise bad(
                 f"{where}.tool_description is longer than {MAX_DESCRIPTION} characters",
                 f"{where}.tool_description",
             )
         if h.input_json_schema:
             schema_field = f"{where}.input_json_schema"
             if not schemas.is_object_schema(schemas.check_schema(h.input_json_schema, schema_field)):
-                raise _bad(
+                raise bad(
                     f"{schema_field} must describe an object (handoff input is a JSON object)", schema_field
                 )
         keep = h.input_filter.keep_last_turns
         if not 0 <= keep <= MAX_KEEP_TURNS:
-            raise _bad(
+            raise bad(
                 f"{where}.input_filter.keep_last_turns must be 0..{MAX_KEEP_TURNS}",
                 f"{where}.input_filter.keep_last_turns",
             )
     return names
-
-
-def _guardrails(
-    guardrails: Sequence[pb.Guardrail], where: str, known_providers: Sequence[str], *, tool_scope: bool
-) -> None:
-    if len(guardrails) > MAX_GUARDRAILS:
-        raise _bad(f"{len(guardrails)} guardrails, more than {MAX_GUARDRAILS}", where)
-    seen: set[str] = set()
-    for i, g in enumerate(guardrails):
-        at = f"{where}[{i}]"
-        if not AGENT_NAME.match(g.name):
-            raise _bad(f"{at}.name must match [a-zA-Z0-9_.-]{{1,64}}", f"{at}.name")
-        if g.name in seen:
-            raise _bad(f"guardrail {g.name!r} is declared twice", f"{at}.name")
-        seen.add(g.name)
-        _stages(g, at, tool_scope)
-        kind = g.WhichOneof("kind")
-        if kind is None:
-            raise missing(f"{at}.kind")
-        if kind == "pattern":
-            _pattern(g, f"{at}.pattern")
-        else:
-            _model_guardrail(g.model, f"{at}.model", known_providers)
-
-
-def _stages(g: pb.Guardrail, at: str, tool_scope: bool) -> None:
-    if not g.stages:
-        raise missing(f"{at}.stages")
-    if len(set(g.stages)) != len(g.stages):
-        raise _bad(f"{at}.stages names a stage twice", f"{at}.stages")
-    for j, stage in enumerate(g.stages):
-        if stage == pb.GUARDRAIL_STAGE_UNSPECIFIED or stage not in pb.GuardrailStage.values():
-            raise _bad(f"{at}.stages[{j}] {stage} is not a GuardrailStage", f"{at}.stages[{j}]")
-        if tool_scope and stage not in TOOL_STAGES:
-            raise _bad(
-                f"{at}.stages[{j}]: a tool's guardrails inspect tool_input and tool_output only",
-                f"{at}.stages[{j}]",
-            )
-    if g.input_mode not in pb.GuardrailInputMode.values():
-        raise _bad(f"{at}.input_mode {g.input_mode} is not a GuardrailInputMode", f"{at}.input_mode")
-    if g.input_mode and pb.GUARDRAIL_STAGE_INPUT not in g.stages:
-        raise _bad(f"{at}.input_mode is for the input stage only", f"{at}.input_mode")
-
-
-def _pattern(g: pb.Guardrail, at: str) -> None:
-    p = g.pattern
-    if not p.patterns:
-        raise missing(f"{at}.patterns")
-    if p.on_match not in (
-        pb.GUARDRAIL_DECISION_UNSPECIFIED,
-        pb.GUARDRAIL_DECISION_TRIP,
-        pb.GUARDRAIL_DECISION_REPLACE,
-    ):
-        raise _bad(f"{at}.on_match must be TRIP or REPLACE", f"{at}.on_match")
-    try:
-        check_pattern_rule(PatternRule(g.name, tuple(p.patterns)))
-    except PatternError as exc:
-        path = f"{at}.patterns" if exc.index < 0 else f"{at}.patterns[{exc.index}]"
-        detail = exc.error if exc.index < 0 else f'pattern "{exc.pattern}": {exc.error}'
-        raise _bad(f"guardrail {g.name!r}: {path}: {detail}", path, pattern=exc.pattern) from None
-    if p.on_match == pb.GUARDRAIL_DECISION_REPLACE:
-        if not p.replacement:
-            raise missing(f"{at}.replacement")
-        if len(p.replacement) > MAX_REPLACEMENT:
-            raise _bad(f"{at}.replacement is longer than {MAX_REPLACEMENT} characters", f"{at}.replacement")
-        if p.message:
-            raise _bad(f"{at}.message is for TRIP (a REPLACE's text is its replacement)", f"{at}.message")
-    else:
-        if p.replacement:
-            raise _bad(f"{at}.replacement is for on_match REPLACE", f"{at}.replacement")
-        if len(p.message) > MAX_TRIP_MESSAGE:
-            raise _bad(f"{at}.message is longer than {MAX_TRIP_MESSAGE} characters", f"{at}.message")
-
-
-def _model_guardrail(m: pb.ModelGuardrail, at: str, known_providers: Sequence[str]) -> None:
-    if not m.prompt.strip():
-        raise missing(f"{at}.prompt")
-    if len(m.prompt) > MAX_PROMPT:
-        raise _bad(f"{at}.prompt is longer than {MAX_PROMPT} characters", f"{at}.prompt")
-    if m.model.provider and m.model.provider not in known_providers:
-        raise _bad(
-            f"{at}.model.provider {m.model.provider!r} is not one of {', '.join(known_providers)}",
-            f"{at}.model.provider",
-            Reason.INVALID_AGENT,
-        )
-    if not 0 <= m.max_output_tokens <= MAX_JUDGE_TOKENS:
-        raise _bad(f"{at}.max_output_tokens must be 0..{MAX_JUDGE_TOKENS}", f"{at}.max_output_tokens")
 
 
 _STRATEGIES = {
@@ -305,11 +204,11 @@ def requested_strategy(spec: pb.AgentSpec) -> Requested:
 def _output_strategy(spec: pb.AgentSpec, field: str, *, has_tools: bool) -> None:
     where = f"{field}.output_strategy"
     if spec.output_strategy not in _STRATEGIES:
-        raise _bad(f"{where} {spec.output_strategy} is not an OutputStrategy", where)
+        raise bad(f"{where} {spec.output_strategy} is not an OutputStrategy", where)
     if spec.output_strategy and not spec.output_json_schema:
-        raise _bad(f"{where} needs an output_json_schema", where)
+        raise bad(f"{where} needs an output_json_schema", where)
     if native_conflict(requested_strategy(spec), spec.model.provider, has_tools=has_tools):
-        raise _bad(
+        raise bad(
             f"{where} NATIVE: provider {spec.model.provider!r} cannot combine a response format with "
             "tools; use AUTO or TOOL",
             where,
@@ -334,15 +233,15 @@ def _error_handlers(spec: pb.AgentSpec, field: str) -> None:
         h: pb.ErrorHandler = getattr(handlers, name)
         at = f"{field}.error_handlers.{name}"
         if h.action not in pb.ErrorHandlerAction.values():
-            raise _bad(f"{at}.action {h.action} is not an ErrorHandlerAction", f"{at}.action")
+            raise bad(f"{at}.action {h.action} is not an ErrorHandlerAction", f"{at}.action")
         if h.action != pb.ERROR_HANDLER_ACTION_FALLBACK:
             if h.fallback_message:
-                raise _bad(f"{at}.fallback_message is for action FALLBACK", f"{at}.fallback_message")
+                raise bad(f"{at}.fallback_message is for action FALLBACK", f"{at}.fallback_message")
             continue
         if not h.fallback_message:
             raise missing(f"{at}.fallback_message")
         if len(h.fallback_message) > MAX_FALLBACK:
-            raise _bad(
+            raise bad(
                 f"{at}.fallback_message is longer than {MAX_FALLBACK} characters", f"{at}.fallback_message"
             )
         if spec.output_json_schema:
@@ -353,10 +252,10 @@ def _fallback_matches(text: str, check: Validate | None, at: str) -> None:
     try:
         value = jsontext.loads(text)
     except (ValueError, RecursionError):
-        raise _bad(f"{at} must be JSON matching the agent's output schema", at, Reason.INVALID_JSON) from None
+        raise bad(f"{at} must be JSON matching the agent's output schema", at, Reason.INVALID_JSON) from None
     problems = check(value) if check is not None else ()
     if problems:
-        raise _bad(f"{at} does not match the output schema: {problems[0].describe()}", at)
+        raise bad(f"{at} does not match the output schema: {problems[0].describe()}", at)
 
 
 def validate_sandbox(box: pb.RunSandbox, at: str) -> None:
@@ -368,34 +267,34 @@ def validate_sandbox(box: pb.RunSandbox, at: str) -> None:
             network on a backend other than docker).
     """
     if box.backend not in tpb.SandboxBackend.values():
-        raise _bad(f"{at}.backend {box.backend} is not a SandboxBackend", f"{at}.backend")
+        raise bad(f"{at}.backend {box.backend} is not a SandboxBackend", f"{at}.backend")
     docker = box.backend == tpb.SANDBOX_BACKEND_DOCKER
     for name in ("image", "user", "network"):
         value = getattr(box, name)
         if value and not docker:
-            raise _bad(
+            raise bad(
                 f"{at}.{name} is for the docker backend only", f"{at}.{name}", Reason.UNSUPPORTED_CAPABILITY
             )
         if value and not DOCKER_FIELDS[name].match(value):
-            raise _bad(f"{at}.{name} {value[:64]!r} is malformed", f"{at}.{name}")
+            raise bad(f"{at}.{name} {value[:64]!r} is malformed", f"{at}.{name}")
     if box.network == "host":
-        raise _bad(
+        raise bad(
             f'{at}.network "host" is refused: a sandbox does not share the host\'s network', f"{at}.network"
         )
     if len(box.env) > MAX_ENV:
-        raise _bad(f"{at}.env has {len(box.env)} variables, more than {MAX_ENV}", f"{at}.env")
+        raise bad(f"{at}.env has {len(box.env)} variables, more than {MAX_ENV}", f"{at}.env")
     size = 0
     for key, value in sorted(box.env.items()):
         if not ENV_NAME.match(key):
-            raise _bad(f"{at}.env name {key[:64]!r} must match [A-Za-z_][A-Za-z0-9_]{{0,127}}", f"{at}.env")
+            raise bad(f"{at}.env name {key[:64]!r} must match [A-Za-z_][A-Za-z0-9_]{{0,127}}", f"{at}.env")
         if "\x00" in value:
-            raise _bad(f"{at}.env[{key}] must not contain NUL", f"{at}.env")
+            raise bad(f"{at}.env[{key}] must not contain NUL", f"{at}.env")
         size += len(key.encode()) + len(value.encode())
     if size > MAX_ENV_BYTES:
-        raise _bad(f"{at}.env holds {size} bytes, more than {MAX_ENV_BYTES}", f"{at}.env")
+        raise bad(f"{at}.env holds {size} bytes, more than {MAX_ENV_BYTES}", f"{at}.env")
     for name in ("cpu_seconds", "memory_bytes", "file_size_bytes", "open_files"):
         if getattr(box.limits, name) < 0:
-            raise _bad(f"{at}.limits.{name} must be >= 0", f"{at}.limits.{name}")
+            raise bad(f"{at}.limits.{name} must be >= 0", f"{at}.limits.{name}")
 
 
 def handoff_targets(spec: pb.AgentSpec) -> list[handoffs_core.Target]:

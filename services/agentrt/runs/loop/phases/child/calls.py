@@ -1,36 +1,10 @@
-"""Agents as tools in the run loop: a call starts a child run (004 §2.8, §2.2 step 6, §2.7f; 002 run tree).
+"""Agent-tool calls in a tool phase: their child runs started, followed, waited on (004 §2.8, §2.2 step 6).
 
-An AgentTool naming a registered agent is offered as `{"input": string}` (runs/spec/agents.py);
-the pure rules are `core/agent_tools.py`. This module is the executor's half:
-
-- `start(ex, planned)`, once the tool phase logged `tools_started`: every agent-tool call that
-  runs gets its child run, found or created. A child is a real run (own run id, own hidden
-  session serving the parent's, the child agent's spec resolved fresh from the registry, the
-  parent's workspace) whose row carries the idempotency key `child_key(parent, call)`: a
-  control character no client key may hold, so a resume or takeover that starts the batch
-  again finds the same child rather than starting another. New links are one fenced save of
-  the parent (`children_linked` in its log, the child's id appended to its `child_run_ids`
-  state, a durable `child_run_linked` event); a new child is spawned (the manager's
-  `ChildHost`, so its lease is renewed like every run's) when its call runs in the batch,
-  inside the call's span, so the child's spans join the parent's trace under it.
-- `ChildCalls.run`, inside the batch (runs/loop/phases/batch.py): waits for the child's end or its
-  suspension, following its events (live from the hub, polling storage for other replicas);
-  its tool activity reaches the parent's stream as `tool_progressed` of the call. A finished
-  child is the call's result (`agent_tools.child_result`; a failed or canceled child is an
-  error result, never a failed parent) with `child_run_id` and the child's total usage as
-  `nested_usage`. A kill of the batch (cancel, time budget) cancels the child; an abandon
-  (shutdown, lease lost) lets it run on.
-- A suspended child suspends the parent too (004 §2.2 step 6): the parent's pending calls are
-  the child's, each with `run_id` (the run that waits) and `parent_call_id` (the parent's
-  call); `child_pending` in the parent's state maps each child to the call ids it shows.
-  Completed siblings keep their results through the tool service's journal; the child's
-  call is withheld (no tool_returned). runs/lifecycle/child_runs.py routes the answers and wakes the
-  parent; its batch then starts again and finds the child running or finished.
-- `fold`: the results' nested usage joins the run's total and its nested part
-  (`RunUsage.add_nested`), written with `tools_finished`, so it is counted exactly once.
-
-Everything lives in the run log and rows (no state in memory outlives a wait), so a kill -9
-between the pause and the approval loses nothing.
+The executor's half of agents as tools (the package docstring, runs/loop/phases/child/, has
+the whole picture; the records both halves share are records.py): `start` finds or creates
+and links the child run of every agent-tool call that runs, `ChildCalls.run` follows one
+inside the batch until it ends or suspends, and `suspend` pauses the parent on its
+suspended children.
 """
 
 from __future__ import annotations
@@ -50,22 +24,25 @@ from agentrt.runs.events.hub import run_topic
 from agentrt.runs.events.stream import follow
 from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.loop.phases.batch import Abandoned, BatchStop, ProgressRelay
+from agentrt.runs.loop.phases.child.records import (
+    CHILD_DEPTH,
+    CHILD_PENDING,
+    CHILD_RUN_IDS,
+    PARENT_CALL_ID,
+    PARENT_RUN_ID,
+    annotated,
+    child_key,
+    finished_result,
+)
 from agentrt.runs.loop.phases.tools import Planned, runtime_result
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 
-#: State keys. A child's: PARENT_RUN_ID, PARENT_CALL_ID. A parent's: CHILD_RUN_IDS (in order
-#: of start), NESTED (the nested part of its usage, `Tokens.to_dict`), CHILD_PENDING
-#: ({child run id: [call ids]}, while it is suspended on children).
-PARENT_RUN_ID, PARENT_CALL_ID = "parent_run_id", "parent_call_id"
-#: A child's nesting depth (1 = a top-level run's child), in its state; absent = 0 (no parent).
-CHILD_DEPTH = "child_depth"
 #: How deep child runs may nest: a call at this depth gets an error result, no child starts.
 #: Without it an agent that calls itself (or two that call each other) nests without end.
 MAX_CHILD_DEPTH = 8
-CHILD_RUN_IDS, NESTED, CHILD_PENDING = "child_run_ids", "nested_usage", "child_pending"
 #: Longest wait before a follower of a child re-reads storage, seconds (another replica's child).
 POLL_S = 0.5
 #: Most characters of a child's tool arguments shown in a progress line.
@@ -74,15 +51,6 @@ ARGS_SHOWN = 200
 STREAM = "stdout"
 #: How long a canceled child may take to record its end before the parent answers the call, seconds.
 CANCEL_WAIT_S = 10.0
-
-
-def child_key(parent_run_id: str, call_id: str) -> str:
-    """Return the idempotency key of the child run of (parent run, call).
-
-    It opens with U+001E, a control character StartRun refuses in a client's key, so a
-    client can never take (or guess its way into) a child's key.
-    """
-    return f"\x1echild:{parent_run_id}:{call_id}"
 
 
 class ChildHost(Protocol):
@@ -108,48 +76,6 @@ class _Child:
 
 def _error(p: Planned, text: str) -> cpb.ToolResult:
     return runtime_result(p.call, text, cpb.TOOL_RESULT_STATUS_ERROR)
-
-
-def finished_result(call_id: str, name: str, child: RunRecord) -> cpb.ToolResult:
-    """Return the call's result from its finished child (004 §2.8; 002 RunLink)."""
-    status: dict[int, str] = {cpb.RUN_STATUS_COMPLETED: "completed", cpb.RUN_STATUS_CANCELED: "canceled"}
-    message = child.failure.message if child.failure is not None else ""
-    content, is_error = agent_tools.child_result(
-        status.get(child.status, "failed"), child.final_output, message
-    )
-    code = cpb.TOOL_RESULT_STATUS_OK
-    if is_error:
-        code = (
-            cpb.TOOL_RESULT_STATUS_INTERRUPTED
-            if child.status == cpb.RUN_STATUS_CANCELED
-            else cpb.TOOL_RESULT_STATUS_ERROR
-        )
-    result = cpb.ToolResult(
-        call_id=call_id,
-        name=name,
-        content=content,
-        is_error=is_error,
-        status=code,  # type: ignore[arg-type]
-        summary=content.split("\n")[0][:120],
-        child_run_id=child.run_id,
-    )
-    result.nested_usage.CopyFrom(child.usage)
-    return result
-
-
-def annotated(child: RunRecord) -> list[pb.PendingCall]:
-    """Return a suspended child's pending calls as its parent shows them (run_id, parent_call_id).
-
-    A grandchild's call keeps its own run_id (the run that waits) and parent_call_id.
-    """
-    out = []
-    for p in child.pending:
-        q = pb.PendingCall()
-        q.CopyFrom(p)
-        if not q.run_id:
-            q.run_id, q.parent_call_id = child.run_id, str(child.state.get(PARENT_CALL_ID, ""))
-        out.append(q)
-    return out
 
 
 class ChildCalls:
@@ -385,34 +311,6 @@ async def _create(
     )  # fmt: skip
     stored_record, stored = await deps.store.insert_run(record, run_started_events(record))
     return stored_record, stored
-
-
-def fold(
-    usage: cpb.Usage, state: dict[str, Any], results: Sequence[cpb.ToolResult]
-) -> tuple[cpb.Usage, dict[str, Any]]:
-    """Fold the results' nested usage into the run's (004 §2.7f, §2.8); ({} when none).
-
-    Returns:
-        (the run's new total usage, the state values to write: NESTED), or (usage, {})
-        when no result carries nested usage.
-    """
-    spent = agent_tools.Tokens()
-    for x in results:
-        if x.HasField("nested_usage"):
-            spent = spent + _tokens(x.nested_usage)
-    if spent == agent_tools.Tokens():
-        return usage, {}
-    before = agent_tools.RunUsage(_tokens(usage), agent_tools.Tokens.from_dict(state.get(NESTED, {})))
-    after = before.add_nested(spent)
-    total = cpb.Usage(**after.total.to_dict())
-    return total, {NESTED: after.nested.to_dict()}
-
-
-def _tokens(u: cpb.Usage) -> agent_tools.Tokens:
-    return agent_tools.Tokens(
-        max(0, u.input_tokens), max(0, u.output_tokens), max(0, u.cached_input_tokens),
-        max(0, u.reasoning_tokens), max(0, u.requests),
-    )  # fmt: skip
 
 
 async def suspend(ex: Any, turn: int, calls: ChildCalls, also: Sequence[pb.PendingCall] = ()) -> None:
