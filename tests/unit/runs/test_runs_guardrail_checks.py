@@ -1,4 +1,4 @@
-"""The loop's guardrail rules without servers (runs/loop/phases/guardrail_checks.py, runs/events/build.py).
+"""The loop's guardrail rules without servers (runs/loop/phases/guardrails/checks.py, runs/events/build.py).
 
 The two orders are driven with scripted guardrails (futures the test resolves), so what runs
 when is observed, not timed.
@@ -12,8 +12,8 @@ import json
 from agentrt.core.guardrails import CANCELLED_TEXT, SCOPE_AGENT, SCOPE_TOOL, Decision, Result, Stage
 from agentrt.runs.events import build as events
 from agentrt.runs.loop import failures
-from agentrt.runs.loop.phases import guardrail_checks as gc
-from agentrt.runs.loop.phases import guardrail_log as gl
+from agentrt.runs.loop.phases.guardrails import checks as gc
+from agentrt.runs.loop.phases.guardrails import log as gl
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb

@@ -23,7 +23,7 @@ continue / final / fail. A context overflow compacts and retries the same turn w
 still gives every committed call exactly one result, written before the terminal event.
 
 The executor is layered: runs/loop/core.py (state, fenced writes, events, the end),
-runs/loop/housekeeping.py (compaction, overflow recovery), runs/loop/phases/guardrail_log.py
+runs/loop/housekeeping.py (compaction, overflow recovery), runs/loop/phases/guardrails/log.py
 and guardrails.py (the guardrail stages), phases/sandbox.py (the run's sandbox),
 runs/loop/turns.py (the phases of a turn), and this module (the loop). Events: nothing is
 delivered before the write that records it has committed, except the provisional kinds
@@ -62,8 +62,9 @@ from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.loop.phases import stopping as stopping_phase
 from agentrt.runs.loop.phases import structured as structured_phase
 from agentrt.runs.loop.phases.batch import BatchResult
+from agentrt.runs.loop.phases.savepoint import AT_FINAL, AT_SAVE_POINT
 from agentrt.runs.loop.phases.structured import Verdict
-from agentrt.runs.loop.turns import AT_FINAL, AT_SAVE_POINT, CANCELLED, TurnSteps
+from agentrt.runs.loop.turns import CANCELLED, TurnSteps
 from agentrt.runs.peers.streams import RUN_CALLS, RunCalls
 from agentrt.runs.spec.agents import limits_of
 from agentrt.v1 import common_pb2 as cpb

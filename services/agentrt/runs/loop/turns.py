@@ -7,9 +7,10 @@
 - `_tool_phase`: plan the calls; a call that waits pauses the whole turn; otherwise run
   them (runs/loop/phases/batch.py) while honouring a cancel, a shutdown and the time budget; a side
   effect the tool service's death interrupted suspends the run for a reconciliation.
-- `_save_turn`: the session batch where its request was built (docs/decisions/0003),
-  with the injected input it consumes and the turn's diagnostics, then the save point
-  (of a turn that goes on, written with the next turn's first save: decision 0050).
+- `_save_turn` (runs/loop/phases/savepoint.py): the session batch where its request was
+  built (docs/decisions/0003), with the injected input it consumes and the turn's
+  diagnostics, then the save point (of a turn that goes on, written with the next turn's
+  first save: decision 0050).
 """
 
 from __future__ import annotations
@@ -17,52 +18,40 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import Callable
 from typing import Any
 
 from agentrt.core.decide import Decision, DecisionKind, decide, mint_call_id
 from agentrt.core.errors import MeshError
-from agentrt.core.stopping import stop_output
 from agentrt.mesh import telemetry
-from agentrt.runs.convert.model import call_out, kind_out, response_in, text_of
-from agentrt.runs.convert.run import STOP_KIND
-from agentrt.runs.domain import Answers
+from agentrt.runs.convert.model import call_out, kind_out, response_in
 from agentrt.runs.loop import failures, reconcile
 from agentrt.runs.loop.core import Interrupted, b64
 from agentrt.runs.loop.failures import ContextOverflow, RunFailed
 from agentrt.runs.loop.persistence import (
-    attach_diagnostics,
-    injected_entry,
     input_entry,
     repair_session,
-    turn_entries,
     write_batch,
 )
 from agentrt.runs.loop.phases import child as child_phase
 from agentrt.runs.loop.phases import disclosure as disclosure_phase
-from agentrt.runs.loop.phases import guardrail_checks
-from agentrt.runs.loop.phases import handoff as handoff_phase
 from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.loop.phases import structured as structured_phase
 from agentrt.runs.loop.phases.batch import Abandoned, BatchResult, BatchStop, execute_calls
-from agentrt.runs.loop.phases.guardrails import GuardrailSteps
+from agentrt.runs.loop.phases.guardrails import checks as guardrail_checks
+from agentrt.runs.loop.phases.guardrails.steps import GuardrailSteps
 from agentrt.runs.loop.phases.sandbox import SandboxSteps
-from agentrt.runs.loop.phases.stopping import STOPPED_OUTPUT
+from agentrt.runs.loop.phases.savepoint import SavePointSteps
 from agentrt.runs.loop.phases.tools import pending_calls, plan_calls
 from agentrt.runs.observe import record_generation, record_request
 from agentrt.runs.spec.agents import Limits, command_policies, offered_specs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
-from agentrt.v1 import session_service_pb2 as spb
 
 #: Why a killed tool batch ended, as its results say.
 CANCELLED, OUT_OF_TIME = "run cancelled", "the run's time budget ran out"
-#: Injection kinds consumed at a save point that continues, and at a final output (004 §2.11b).
-AT_SAVE_POINT = ("steer", "next_turn")
-AT_FINAL = ("steer", "follow_up")
 
 
-class TurnSteps(SandboxSteps, GuardrailSteps):
+class TurnSteps(SandboxSteps, GuardrailSteps, SavePointSteps):
     """The phases of a turn (see the module docstring)."""
 
     def _recorded_response(self, recorded: dict[str, dict[str, Any]]) -> cpb.ModelResponse | None:
@@ -70,11 +59,6 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
         if payload is None:
             return None
         return cpb.ModelResponse.FromString(base64.b64decode(payload["response"]))
-
-    @property
-    def agent(self) -> pb.AgentSpec:
-        """The snapshot whose turn it is: the entry agent, or the last handoff's target."""
-        return handoff_phase.current_agent(self.r.state, self.r.agent)
 
     def _decide(self, turn: int, response: cpb.ModelResponse) -> Decision:
         single = self.agent.tool_call_mode == pb.TOOL_CALL_MODE_SINGLE
@@ -326,117 +310,3 @@ class TurnSteps(SandboxSteps, GuardrailSteps):
             stopping.cancel()
             if not batch.done():
                 batch.cancel()
-
-    async def _save_turn(
-        self,
-        turn: int,
-        response: cpb.ModelResponse,
-        decision: Decision,
-        results: list[cpb.ToolResult],
-        consume: tuple[str, ...],
-        extra: list[spb.Entry] | None = None,
-        on_written: Callable[[int], None] | None = None,
-        stoppable: bool = False,
-    ) -> bool:
-        """Write the turn's batch and reach the save point (004 §2.3a).
-
-        `extra` entries (the runtime's own messages, e.g. a recovery prompt) follow the
-        turn's entries and come before the injected input it consumes. `on_written` is
-        called with the batch's last session seq once it is written, before the save
-        point, so what it defers is recorded with the save point (a handoff's switch); not
-        when a StopAfterTurn is honored here, since stopping at a handoff keeps control.
-        `stoppable`: the turn would take another turn, so a queued StopAfterTurn is
-        honored here: the stop leaves the queue, `stop_requested` is published and the
-        stopped run's output (the turn's last message, else its last tool output) is
-        kept in the run state (`stopping_phase.STOPPED_OUTPUT`), in the same save.
-
-        The save point of a turn that goes on to its next model call, when nothing shown
-        waits for it, is not written here: it rides on the next turn's first save
-        (`_defer_save_point`, decision 0050), and its items_persisted is provisional.
-
-        Returns True when injected input that extends a finishing run was consumed.
-        """
-        r = self.r
-        taken = self._consumed_unsaved()  # still queued in the database until its save point
-        inbox = [i for i in await self.deps.store.pending_input(r.run_id) if i.get("id") not in taken]
-        queued = [i for i in inbox if i.get("kind") in consume]
-        stops = [i for i in inbox if i.get("kind") == STOP_KIND] if stoppable else []
-        entries = turn_entries(r.run_id, turn, self.agent.name, response, decision, results)
-        entries += extra or []
-        entries += [injected_entry(r.run_id, turn, self.agent.name, i["text"], i["id"]) for i in queued]
-        attach_diagnostics(entries, self._unbatched)
-        seq, leaf = self._request_at
-        # A finishing turn's batch needs no next turn's tail (queued input that extends the
-        # run is read by that turn itself).
-        ahead = consume != AT_FINAL
-        written = await write_batch(
-            self.deps.peers,
-            r.tenant,
-            r.session_id,
-            entries,
-            seq,
-            request_leaf=leaf or None,
-            with_tail=self._context.loaded and ahead,
-        )
-        self.deps.crash("after_session_write")
-        if on_written is not None and not stops:  # stopping at a handoff: control stays (004 §2.3c)
-            on_written(written.last_seq)
-        self._unbatched = []
-        self._wrote(written.stored, written.tail, read_ahead=ahead)
-        if written.branched:
-            self._diagnose(
-                "session_branched",
-                f"{len(written.branched)} entr{'y' if len(written.branched) == 1 else 'ies'} another writer "
-                "appended during the turn stay on a sibling branch; the turn was written where its request "
-                "was built (docs/decisions/0003).",
-                foreign_entry_ids=written.branched,
-            )
-        # The save point waits for the next one when the run goes on to another model call
-        # and nothing shown so far waits for it (decision 0050); else it is written here.
-        deferred = (
-            consume == AT_SAVE_POINT
-            and not stops
-            and on_written is None
-            and not written.branched
-            and not any(x.added_tools for x in results)
-            and not self.channel.holding()
-        )
-        self._publish(
-            provisional=True if deferred else None,
-            items_persisted=pb.ItemsPersisted(last_seq=written.last_seq, entries=written.count),
-        )
-        errors = r.consecutive_error_turns
-        if results:
-            failed = [x.is_error and x.status != cpb.TOOL_RESULT_STATUS_DENIED for x in results]
-            errors = errors + 1 if all(failed) else 0
-        self._bytes_since += sum(len(x.content.encode()) for x in results)
-        if any(x.added_tools for x in results):
-            record, disclosed = disclosure_phase.disclose(self.agent, r.state, results)
-            for event in disclosed:
-                self._publish(tools_disclosed=event)
-            if disclosed:
-                self._defer_state(**{disclosure_phase.DISCLOSURE: record})
-        consumed = written.injected  # what the session holds, not what this attempt meant to write
-        if stops:
-            self._publish(stop_requested=pb.StopRequested(reason=str(stops[0].get("text", ""))))
-            outputs = [x.content for x in results]
-            self._defer_state(**{STOPPED_OUTPUT: stop_output(text_of(response.content), outputs)})
-        last_seq = written.last_seq
-        payload = {"turn": turn, "session_seq": last_seq, "entries": written.count, "injected": consumed}
-        changes: dict[str, Any] = {
-            "turns": turn,
-            "session_last_seq": written.last_seq,
-            "consecutive_error_turns": errors,
-            "answers": Answers(),
-            "pending": [],
-        }
-        if deferred:
-            self._defer_save_point("turn_persisted", payload, list(consumed), **changes)
-        else:
-            await self._save(
-                "turn_persisted", payload, **changes, _drop_inputs=[*consumed, *(str(i["id"]) for i in stops)]
-            )
-        return (
-            any(i.get("kind") in ("steer", "follow_up") and i["id"] in consumed for i in queued)
-            and decision.kind == DecisionKind.FINAL
-        )

@@ -4,6 +4,6 @@ The model half (`model`: the request, the call, the turn's keys), the tool phase
 partition; `batch`: execution through the tool service; `sandbox`: the run's sandbox in it;
 `child`: agents as tools), and a module per concern of the turn contract: `handoff`,
 `structured` (structured output), `stopping` (stopping early, error handlers),
-`disclosure` (deferred tools), `guardrails` + `guardrail_checks`. The executor
+`disclosure` (deferred tools), `guardrails/` (the stages: `steps`, `checks`, `log`). The executor
 (runs/loop/executor.py) composes them through runs/loop/turns.py.
 """

@@ -105,7 +105,7 @@ def model_call_key(run_id: str, turn: int, context_seq: int, context_leaf: str) 
 def judge_call_key(run_id: str, log_key: str, scope: str, index: int, name: str) -> str:
     """Return the model-call key of a model guardrail's judge call (decision 0019 addendum).
 
-    `log_key` is the stage decision's run-log key (`guardrail_log.key_of`: stage, turn,
+    `log_key` is the stage decision's run-log key (`guardrails.log.key_of`: stage, turn,
     call, input mode), `scope` SCOPE_AGENT or SCOPE_TOOL, `index` the guardrail's place in
     the stage's checks (0-based) and `name` its name: every replica that consults this
     guardrail for this decision sends the same key, so a takeover's repeat is answered from

@@ -1,6 +1,6 @@
 """A guardrail stage's decision in the run log: consulted once, recorded before it is acted on (004 §2.6).
 
-`GuardrailLog` is the executor's layer under the stages (runs/loop/phases/guardrails.py,
+`GuardrailLog` is the executor's layer under the stages (runs/loop/phases/guardrails/steps.py,
 `GuardrailSteps`). Every consulted guardrail leaves a durable `guardrail_result` event and
 a run-log entry (`LOG_KIND`, keyed by `key_of`: stage, turn, call and input mode), written
 in one save before the verdict is acted on (`_record`); a resume or a takeover reads the
@@ -26,7 +26,13 @@ from agentrt.runs.loop.failures import RunFailed, guardrail_failure
 from agentrt.runs.loop.housekeeping import Housekeeping
 from agentrt.runs.loop.phases import handoff as handoff_phase
 from agentrt.runs.loop.phases import model as turnmod
-from agentrt.runs.loop.phases.guardrail_checks import Consulted, consult, ending, run_parallel, run_sequential
+from agentrt.runs.loop.phases.guardrails.checks import (
+    Consulted,
+    consult,
+    ending,
+    run_parallel,
+    run_sequential,
+)
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 

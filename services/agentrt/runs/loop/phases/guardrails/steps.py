@@ -32,7 +32,7 @@ consults):
   verdict (`_quiet_outputs`), so the stream never shows what a guardrail replaced.
 
 Every stage's decision is consulted once and kept in the run log before it is acted on
-(runs/loop/phases/guardrail_log.py, `GuardrailLog`: `_stage`, `_consult_stage`, `_record`,
+(runs/loop/phases/guardrails/log.py, `GuardrailLog`: `_stage`, `_consult_stage`, `_record`,
 `_decided`), so a resume or a takeover reads it instead of asking again. A result that ends
 the run (a tripwire, or an error: fail closed) fails it with `failures.guardrail_failure`.
 """
@@ -51,7 +51,7 @@ from agentrt.core.input_race import Ending, InputRace
 from agentrt.core.truncate import truncate
 from agentrt.runs.loop.failures import RunFailed, guardrail_failure
 from agentrt.runs.loop.phases import model as turnmod
-from agentrt.runs.loop.phases.guardrail_checks import (
+from agentrt.runs.loop.phases.guardrails.checks import (
     INPUT_REPLACED,
     Consulted,
     consult,
@@ -64,7 +64,7 @@ from agentrt.runs.loop.phases.guardrail_checks import (
     tool_checks,
     tool_subjects,
 )
-from agentrt.runs.loop.phases.guardrail_log import GuardrailLog, key_of
+from agentrt.runs.loop.phases.guardrails.log import GuardrailLog, key_of
 from agentrt.runs.loop.phases.tools import Planned, runtime_result
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
