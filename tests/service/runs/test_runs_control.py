@@ -35,17 +35,15 @@ def _user_texts(entries) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("point", ["after_session_write", "after_model_call_before_save_point"])
+@pytest.mark.parametrize("point", ["after_session_write", "before_background_save_point"])
 async def test_input_injected_before_a_lost_save_point_is_delivered_once(
     start_server, tmp_path, emulator, point: str
 ):
-    # after_model_call_before_save_point: the turn's save point was deferred (decision 0050)
-    # and the next model call answered before the replica died; the new owner asks that call
-    # again with the same key, which the gateway's journal answers (never billed twice).
+    # before_background_save_point: the turn's save point, written beside the next model
+    # call (decision 0050), is lost; that call is made, and the replica dies before its next
+    # save. The new owner asks it again with the same key, which the gateway's journal
+    # answers (never billed twice).
     mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
-    # Two tool turns: the crash point after_model_call_before_save_point fires at the first
-    # model call whose previous turn's save point was deferred (a turn that had a diagnostic
-    # to show, e.g. a model retry under load, writes its save point at once).
     emulator.script(
         [
             Reply(tool_calls=[ToolCallReply("exec_command", json.dumps({"cmd": "sleep 0.5; echo ok"}))]),

@@ -72,22 +72,19 @@ class RunChannel:
     _stored_upto: int = 0
     _extending: asyncio.Task[None] | None = None
 
-    def publish(self, turn: int, *, provisional: bool | None = None, **payload: object) -> StoredEvent:
+    def publish(self, turn: int, **payload: object) -> StoredEvent:
         """Number one event; deliver it now (provisional, within the reservation) or hold it.
 
         payload is one RunEvent oneof field, e.g.
         ``channel.publish(2, turn_started=pb.TurnStarted(turn=2))``. Whether the event is
         provisional follows from its kind (PROVISIONAL), and a planning phase change is
-        provisional too (it opens a turn like turn_started); `provisional=True` makes
-        another kind provisional (an items_persisted whose save point is deferred: what it
-        reports is durable in the session store, its record in the run log comes later).
+        provisional too (it opens a turn like turn_started).
         """
         kind = next(iter(payload))
         phase = payload.get("phase_changed")
-        if provisional is None:
-            provisional = kind in PROVISIONAL or (
-                isinstance(phase, pb.PhaseChanged) and phase.phase == cpb.RUN_PHASE_PLANNING
-            )
+        provisional = kind in PROVISIONAL or (
+            isinstance(phase, pb.PhaseChanged) and phase.phase == cpb.RUN_PHASE_PLANNING
+        )
         self.seq += 1
         self.session_seq += 1
         event = pb.RunEvent(
@@ -107,10 +104,6 @@ class RunChannel:
             if provisional:
                 self._ask_for_more()
         return stored
-
-    def holding(self) -> bool:
-        """Whether an event waits for the next save point (a subscriber has not seen it)."""
-        return bool(self._held)
 
     def take(self) -> list[StoredEvent]:
         """Return the events not yet written (the caller writes them at its save point)."""

@@ -40,7 +40,7 @@ _TERMINAL_PHASE = {
 
 @dataclass
 class Unsaved:
-    """A save point recorded in memory, not written yet (`ExecutorCore._defer_save_point`).
+    """A save point recorded in memory, not written yet (`ExecutorCore._save_in_background`).
 
     Attributes:
         log: its run-log entries (kind, payload), in order.
@@ -96,9 +96,11 @@ class ExecutorCore:
         #: on the next save, which always comes before anything acts on them (see _defer).
         self._deferred_log: list[tuple[str, dict[str, Any]]] = []
         self._deferred_changes: dict[str, Any] = {}
-        #: A tool turn's save point not written yet (see `_defer_save_point`): its log
-        #: entries, run-row changes and consumed input, written first by the next save.
+        #: A tool turn's save point not written yet (see `_save_in_background`): its log
+        #: entries, run-row changes and consumed input.
         self._unsaved: Unsaved | None = None
+        #: The task writing it (`_written` waits for it).
+        self._writing: asyncio.Future[None] | None = None
         #: The session's context view as this executor last read or wrote it.
         self._context = ContextCache()
         #: The next turn's tail read, begun when a batch was written.
@@ -129,6 +131,11 @@ class ExecutorCore:
             self._halting.set()
 
     async def _extend(self, seq: int, session_seq: int) -> bool:
+        # After a background save point in flight: its reservation is lower, and must not
+        # land after this one. Its failure is the next save's to raise.
+        writing = self._writing
+        if writing is not None:
+            await asyncio.wait({writing})
         return await self.deps.store.reserve(self.r.run_id, self.token, seq, session_seq)
 
     async def _interruptible(self, awaitable: Any, *, finish_on_shutdown: bool = False) -> Any:
@@ -157,8 +164,8 @@ class ExecutorCore:
             await task
         raise Interrupted()
 
-    def _publish(self, *, provisional: bool | None = None, **payload: Any) -> None:
-        self.channel.publish(self.turn, provisional=provisional, **payload)
+    def _publish(self, **payload: Any) -> None:
+        self.channel.publish(self.turn, **payload)
 
     def _phase(self, phase: int) -> None:
         if self.r.phase != phase:
@@ -194,22 +201,59 @@ class ExecutorCore:
         self.r.state = self.r.with_state(**values)
         self._deferred_changes["state"] = self.r.state
 
-    def _defer_save_point(self, kind: str, payload: dict[str, Any], drop: list[str], **changes: Any) -> None:
-        """Leave a tool turn's save point to ride on the next save (decision 0050).
+    def _save_in_background(
+        self, kind: str, payload: dict[str, Any], drop: list[str], **changes: Any
+    ) -> None:
+        """Write a tool turn's save point beside the next model call (decision 0050).
 
         Everything recorded so far (the deferred transitions, then `kind`) becomes the
-        unsaved save point; the next `_save` writes it first, in the same transaction, and
-        a shutdown's hand-over writes it alone. The turn's batch is already in the session
-        store and idempotent, its tool calls journaled, its next model call keyed on the
-        context it is built from: a takeover before that write re-sends the calls and the
-        batch, which answer as before, and asks the model with the same key, which the
-        gateway's journal answers. The changes apply to the in-memory record now; `drop`
-        (consumed injected input) stays queued in the database until then, and this
-        executor does not consume it again (`_consumed_unsaved`).
+        *unsaved* save point, written by a task of its own; the next `_save` (and the
+        reservation's extension, and a hand-over) waits for it first, so writes stay in
+        order, and its failure (a lost lease) surfaces there. The turn's batch is already in
+        the session store and idempotent, its tool calls journaled, and the next model call
+        keyed on the context it is built from: a takeover before the write re-sends the
+        calls and the batch, which answer as before, and asks the model with the same key,
+        which the gateway's journal answers. The changes apply to the in-memory record now;
+        `drop` (consumed injected input) stays queued in the database until the write, and
+        this executor does not consume it again (`_consumed_unsaved`). Held events (the
+        turn's items_persisted) go out when the write commits, as after any save.
         """
         self._defer(kind, payload, **changes)
-        self._unsaved = Unsaved(self._deferred_log, self._deferred_changes, list(drop))
+        changes = {**self._deferred_changes, "phase": self.r.phase}
+        self._unsaved = Unsaved(self._deferred_log, changes, list(drop))
         self._deferred_log, self._deferred_changes = [], {}
+        self._writing = asyncio.ensure_future(self._write_unsaved())
+
+    async def _write_unsaved(self) -> None:
+        """The background write of the unsaved save point (see `_save_in_background`)."""
+        unsaved = self._unsaved
+        if unsaved is None:
+            return
+        self.deps.crash("before_background_save_point")
+        events = self.channel.take()
+        reserved, session_reserved = self.channel.reservation()
+        done = await self.deps.store.save(
+            self.r.run_id,
+            changes={
+                **unsaved.changes,
+                "event_seq_reserved": reserved,
+                "session_seq_reserved": session_reserved,
+            },
+            log=unsaved.log,
+            events=events,
+            token=self.token,
+            drop_inputs=unsaved.drop,
+        )
+        if done is None:
+            raise LeaseLost()
+        self._unsaved = None
+        self.channel.flushed(events, reserved)
+
+    async def _written(self) -> None:
+        """Wait for the background save point, if one is in flight; raise what it raised."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            await writing
 
     def _consumed_unsaved(self) -> frozenset[str]:
         """Return the ids of injected input the unsaved save point consumed (none: empty)."""
@@ -218,20 +262,19 @@ class ExecutorCore:
     async def _save(self, kind: str, payload: dict[str, Any], *, final: bool = False, **changes: Any) -> None:
         """Write a transition: run row changes, log entries, the events so far; one transaction.
 
-        An unsaved save point (see `_defer_save_point`) and then the deferred transitions
-        (see `_defer`) are written first, in order. Events held until a write are delivered
-        after the commit. The event reservation moves a block past the last seq, or stops
-        at it when `final` (suspended, ended: nothing provisional follows, so a later
-        owner's seqs continue without a gap).
+        A background save point in flight (see `_save_in_background`) is waited for first;
+        then the deferred transitions (see `_defer`) are written first, in order. Events held
+        until a write are delivered after the commit. The event reservation moves a block
+        past the last seq, or stops at it when `final` (suspended, ended: nothing provisional
+        follows, so a later owner's seqs continue without a gap).
         """
-        unsaved = self._unsaved or Unsaved([], {}, [])
-        drop = [*unsaved.drop, *changes.pop("_drop_inputs", ())]
+        await self._written()
+        drop = changes.pop("_drop_inputs", ())
         events = self.channel.take()
         reserved, session_reserved = (
             (self.channel.seq, self.channel.session_seq) if final else self.channel.reservation()
         )
         changes = {
-            **unsaved.changes,
             **self._deferred_changes,
             **changes,
             "event_seq_reserved": reserved,
@@ -241,14 +284,13 @@ class ExecutorCore:
         done = await self.deps.store.save(
             self.r.run_id,
             changes=changes,
-            log=[*unsaved.log, *self._deferred_log, (kind, payload)],
+            log=[*self._deferred_log, (kind, payload)],
             events=events,
             token=self.token,
             drop_inputs=drop,
         )
         if done is None:
             raise LeaseLost()
-        self._unsaved = None
         self._deferred_log, self._deferred_changes = [], {}
         for name, value in changes.items():
             setattr(self.r, name, value)
@@ -257,9 +299,12 @@ class ExecutorCore:
     async def _hand_over(self) -> None:
         """Shutdown: write what was delivered but not stored, then give the lease up.
 
-        An unsaved save point is written with it (the next owner then starts after that
-        turn); transitions deferred after it are not (the next owner redoes them).
+        A background save point in flight is waited for; one that failed is written with it
+        (the next owner then starts after that turn); transitions deferred after it are not
+        (the next owner redoes them).
         """
+        with contextlib.suppress(BaseException):
+            await self._written()
         unsaved = self._unsaved or Unsaved([], {}, [])
         with contextlib.suppress(Exception):
             events = self.channel.take()

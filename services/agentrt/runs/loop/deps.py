@@ -27,15 +27,15 @@ log = logging.getLogger("agentrt.runs")
 
 #: Points at which a crash test may have the process kill itself (RunsConfig.crash_points):
 #: right after the save that records a model response; after a turn's session batch is
-#: written and before the save point records it; after a model call answered while the
-#: previous turn's save point is still unsaved (decision 0050); after a compaction summary is logged and
+#: written and before the save point records it; when a save point written beside the next
+#: model call is about to be written (decision 0050); after a compaction summary is logged and
 #: before its checkpoint is appended; after a guardrail's tripwire is recorded and before
 #: the run's failure is; after a child run was resumed by ResumeRun and before its parent's
 #: view of it is refreshed (agents as tools: the lease loop repairs the parent).
 CRASH_POINTS = (
     "after_model_responded",
     "after_session_write",
-    "after_model_call_before_save_point",
+    "before_background_save_point",
     "after_compaction_summary",
     "after_child_resumed",
     "after_guardrail_tripped",

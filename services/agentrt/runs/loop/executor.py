@@ -158,6 +158,8 @@ class RunExecutor(TurnSteps):
                 ),
             )
         finally:
+            with contextlib.suppress(BaseException):  # a background save point still in flight
+                await self._written()
             self.deps.hub.close(self.channel)
 
     # -- persistence helpers ---------------------------------------------------------------

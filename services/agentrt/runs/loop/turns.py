@@ -9,8 +9,8 @@
   effect the tool service's death interrupted suspends the run for a reconciliation.
 - `_save_turn` (runs/loop/phases/savepoint.py): the session batch where its request was
   built (docs/decisions/0003), with the injected input it consumes and the turn's
-  diagnostics, then the save point (of a turn that goes on, written with the next turn's
-  first save: decision 0050).
+  diagnostics, then the save point (of a turn that goes on, written beside the next model
+  call: decision 0050).
 """
 
 from __future__ import annotations
@@ -126,8 +126,6 @@ class TurnSteps(SandboxSteps, GuardrailSteps, SavePointSteps):
                     )
                     final = await self._raced(turn, call)  # turn 1 races the input guardrails (004 §2.6)
                     record_generation(gen, final)
-                    if self._unsaved is not None:  # the last turn's save point is not written yet
-                        self.deps.crash("after_model_call_before_save_point")
             except ContextOverflow as exc:
                 if await self._recover_overflow(turn, limits, exc, context):
                     continue  # the same turn again, on the compacted context; no turn spent

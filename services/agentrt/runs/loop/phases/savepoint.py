@@ -2,9 +2,9 @@
 
 `SavePointSteps._save_turn` writes the turn's entries where its request was built
 (docs/decisions/0003), with the injected input it consumes and the turn's diagnostics, then
-records the save point: at once, or (a tool turn that goes on to its next model call, when
-nothing shown waits for a write) with the next turn's first save (`_defer_save_point`,
-runs/loop/core.py). It also honors a queued StopAfterTurn and discloses deferred tools.
+records the save point: at once, or (a tool turn that goes on to its next model call) in
+the background, beside that call (`_save_in_background`, runs/loop/core.py). It also honors
+a queued StopAfterTurn and discloses deferred tools.
 """
 
 from __future__ import annotations
@@ -62,9 +62,8 @@ class SavePointSteps(ExecutorCore):
         stopped run's output (the turn's last message, else its last tool output) is
         kept in the run state (`stopping_phase.STOPPED_OUTPUT`), in the same save.
 
-        The save point of a turn that goes on to its next model call, when nothing shown
-        waits for it, is not written here: it rides on the next turn's first save
-        (`_defer_save_point`, decision 0050), and its items_persisted is provisional.
+        The save point of a turn that goes on to its next model call is written beside that
+        call, not before it (`_save_in_background`, decision 0050): the next save waits for it.
 
         Returns True when injected input that extends a finishing run was consumed.
         """
@@ -103,20 +102,10 @@ class SavePointSteps(ExecutorCore):
                 "was built (docs/decisions/0003).",
                 foreign_entry_ids=written.branched,
             )
-        # The save point waits for the next one when the run goes on to another model call
-        # and nothing shown so far waits for it (decision 0050); else it is written here.
-        deferred = (
-            consume == AT_SAVE_POINT
-            and not stops
-            and on_written is None
-            and not written.branched
-            and not any(x.added_tools for x in results)
-            and not self.channel.holding()
-        )
-        self._publish(
-            provisional=True if deferred else None,
-            items_persisted=pb.ItemsPersisted(last_seq=written.last_seq, entries=written.count),
-        )
+        # A turn that goes on to its next model call writes its save point beside that call
+        # (decision 0050); else it is written here, before anything follows.
+        background = consume == AT_SAVE_POINT and not stops
+        self._publish(items_persisted=pb.ItemsPersisted(last_seq=written.last_seq, entries=written.count))
         errors = r.consecutive_error_turns
         if results:
             failed = [x.is_error and x.status != cpb.TOOL_RESULT_STATUS_DENIED for x in results]
@@ -142,8 +131,8 @@ class SavePointSteps(ExecutorCore):
             "answers": Answers(),
             "pending": [],
         }
-        if deferred:
-            self._defer_save_point("turn_persisted", payload, list(consumed), **changes)
+        if background:
+            self._save_in_background("turn_persisted", payload, list(consumed), **changes)
         else:
             await self._save(
                 "turn_persisted", payload, **changes, _drop_inputs=[*consumed, *(str(i["id"]) for i in stops)]

@@ -1644,10 +1644,8 @@ export type RunEvent = Message<"agentrt.v1.RunEvent"> & {
    * dies before its next save point may not have recorded it, and the replica that takes
    * over continues after it, reporting the lost range as a gap. A provisional event is
    * superseded by a durable one (model_delta by model_responded, tool_progressed and
-   * tool_returned by items_persisted). The items_persisted of a tool turn that goes on to
-   * its next model call is provisional too: the session store holds what it reports, and
-   * the run log records it with the next turn's first save (model_responded). Every other
-   * event describes something already in the run log when it is delivered.
+   * tool_returned by items_persisted). Every other event describes something already
+   * in the run log when it is delivered.
    *
    * @generated from field: bool provisional = 5;
    */
