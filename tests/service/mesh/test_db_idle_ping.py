@@ -29,9 +29,10 @@ async def _backend_pid(database: dbmod.Database) -> int:
 
 
 async def _terminate(pid: int) -> None:
+    """Terminate a backend and return once it has exited (PostgreSQL 14+: the timeout form waits)."""
     admin = await asyncpg.connect(PG_DSN)
     try:
-        await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        assert await admin.fetchval("SELECT pg_terminate_backend($1, 10000)", pid)
     finally:
         await admin.close()
 

@@ -28,18 +28,24 @@ from tests.stores import PG_DSN, PG_URL, pg_reachable
 
 
 async def _terminate(pid: int) -> None:
+    """Terminate a backend and return once it has exited (PostgreSQL 14+: the timeout form waits)."""
     admin = await asyncpg.connect(PG_DSN)
     try:
-        await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        assert await admin.fetchval("SELECT pg_terminate_backend($1, 10000)", pid)
     finally:
         await admin.close()
 
 
-async def _raw_pid(database: dbmod.Database) -> int:
-    """pg_backend_pid() as the hot paths send a statement: autocommit, on the asyncpg connection."""
+async def _raw(database: dbmod.Database) -> tuple[int, Any]:
+    """(pg_backend_pid(), the asyncpg connection), sent as the hot paths send a statement:
+    autocommit, on the driver's connection."""
     async with database.autocommit() as conn:
-        raw = await conn.get_raw_connection()
-        return int(await raw.driver_connection.fetchval("SELECT pg_backend_pid()"))
+        driver = (await conn.get_raw_connection()).driver_connection
+        return int(await driver.fetchval("SELECT pg_backend_pid()")), driver
+
+
+async def _raw_pid(database: dbmod.Database) -> int:
+    return (await _raw(database))[0]
 
 
 @pytest.fixture
@@ -97,8 +103,14 @@ async def test_a_connection_terminated_in_the_pool_is_replaced_without_a_ping(da
         return bool(real_ping(dbapi_connection))
 
     monkeypatch.setattr(dialect, "do_ping", counted)
-    first = await _raw_pid(database)
+    first, driver = await _raw(database)
     await _terminate(first)
+
+    async def seen_closed() -> None:
+        while not driver.is_closed():  # the client reads the server's close on its event loop
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(seen_closed(), 10)
     second = await _raw_pid(database)  # no error: the driver knew it closed, the pool replaced it
     async with database.read() as conn:
         third = int(await conn.scalar(sa.text("SELECT pg_backend_pid()")))
