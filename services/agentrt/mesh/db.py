@@ -5,9 +5,9 @@
   in `BEGIN IMMEDIATE` transactions serialized by an asyncio lock, so two writers never
   interleave (seq minting stays atomic) and never fail on a lock upgrade; reads use a
   separate pool and see the last committed state.
-- PostgreSQL: one pool, whose connections are pinged at checkout only after sitting idle
-  (`PING_IDLE_S`); `write()` is an ordinary transaction (services add advisory locks
-  where they mint sequence numbers).
+- PostgreSQL: one pool, which never hands out a connection the server closed (mesh/pg_pool.py,
+  decision 0044: the driver's own flag at checkout, a ping only after sitting idle); `write()`
+  is an ordinary transaction (services add advisory locks where they mint sequence numbers).
 `write()` and `read()` yield an AsyncConnection inside a transaction that commits on exit
 and rolls back on error: one database transaction per save point.
 
@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -56,9 +55,10 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy import Connection, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError, OperationalError
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
+from agentrt.mesh import pg_pool
 from agentrt.mesh.transient import retry_transient
 
 
@@ -101,38 +101,6 @@ def _sqlite_pragmas(engine: Engine, immediate: bool, busy_timeout_ms: int = 10_0
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-
-#: A pooled PostgreSQL connection idle longer than this is pinged before use, seconds.
-PING_IDLE_S = 10.0
-
-
-def _ping_when_idle(engine: Engine) -> None:
-    """Ping a pooled connection at checkout only when it sat idle past PING_IDLE_S.
-
-    SQLAlchemy's `pool_pre_ping` pings at every checkout: three round trips (BEGIN, a
-    statement, ROLLBACK) before each transaction of a hot path (decision 0025's measurement).
-    A connection that was in use moments ago is as alive as a ping would say; one that sat
-    idle (a server restarted, a proxy dropped it) is checked, and a dead one is replaced
-    (DisconnectionError: the pool opens another). A connection that dies between the
-    check and its use fails that transaction as before (retry_transient, save_with_retries).
-    """
-
-    @event.listens_for(engine, "checkin")
-    def _checkin(_dbapi_connection: Any, record: Any) -> None:
-        record.info["agentrt_idle_since"] = time.monotonic()
-
-    @event.listens_for(engine, "checkout")
-    def _checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        since = record.info.get("agentrt_idle_since")
-        if since is None or time.monotonic() - since < PING_IDLE_S:
-            return
-        try:
-            engine.dialect.do_ping(dbapi_connection)
-        except Exception as exc:  # noqa: BLE001 - any failure means: use another connection
-            raise DisconnectionError(
-                f"a pooled connection idle for {time.monotonic() - since:.0f}s is gone"
-            ) from exc
 
 
 class Database:
@@ -191,7 +159,7 @@ class Database:
                 max_overflow=max_overflow,
                 connect_args=dict(connect_args or {}),
             )
-            _ping_when_idle(self._write_engine.sync_engine)
+            pg_pool.guard_checkout(self._write_engine.sync_engine)
             self._read_engine = self._write_engine
             self._sync_write = self._sync_read = None
             self._write_pool = self._read_pool = None
@@ -236,6 +204,10 @@ class Database:
 
         For hot one-statement operations whose locks must not outlive the statement (a
         transaction's COMMIT is another round trip, during which its row locks stay held).
+        A connection the driver found closed on the way (callers send statements on the
+        asyncpg connection itself, past SQLAlchemy's disconnect handling) is dropped, not
+        returned to the pool (decision 0044). A failed statement is not run again here: its
+        outcome may be unknown, which only the caller can resolve.
 
         Raises:
             RuntimeError: on SQLite (its writes must go through `write()`'s lock).
@@ -243,8 +215,14 @@ class Database:
         if self._write_lock is not None:
             raise RuntimeError("autocommit() is for PostgreSQL; SQLite writes go through write()")
         async with self._write_engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
-            yield conn
+            try:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+            finally:
+                if not conn.invalidated and not conn.closed:
+                    raw = await conn.get_raw_connection()
+                    if pg_pool.driver_closed(raw.dbapi_connection):
+                        await conn.invalidate()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
@@ -260,12 +238,16 @@ class Database:
         inline attempt found the lock taken (see the module docstring); with `offload`, or
         on `:memory:`, only on the write thread. Serialized with `write()`.
 
+        On PostgreSQL a run of fn that failed because its connection was lost (the server
+        closed it: mesh/pg_pool.py `connection_lost`) before COMMIT was sent runs once more on
+        a fresh connection: nothing of it committed (decision 0044). A failure at COMMIT,
+        or a second loss, is raised.
+
         Returns:
             What fn returned.
         """
         if self._sync_write is None or self._write_pool is None:
-            async with self.write() as conn:
-                return await conn.run_sync(fn)
+            return await pg_pool.once_more(self.write, lambda conn: conn.run_sync(fn))
         assert self._write_lock is not None
         if self._inline_write is not None and not offload and not self._write_lock.locked():
             ran, value = self._inline(self._inline_write, "write", fn)
@@ -344,21 +326,22 @@ class Database:
     ) -> T:
         """Run `await body(conn)` as one writing transaction (see the module docstring).
 
+        On PostgreSQL a body whose connection was lost before COMMIT runs once more (see
+        write_sync); on SQLite a body may run again too, so it must be safe to repeat.
+
         Raises:
             Whatever body raises (the transaction is rolled back).
         """
         if self._sync_write is None:
-            async with self.write() as conn:
-                return await body(conn)
+            return await pg_pool.once_more(self.write, body)
         return await self.write_sync(lambda conn: _drive(body(_SyncBacked(conn))), offload=offload)  # type: ignore[arg-type]
 
     async def read_tx(
         self, body: Callable[[AsyncConnection], Coroutine[Any, Any, T]], *, offload: bool = False
     ) -> T:
-        """Run `await body(conn)` in one read transaction (see write_tx)."""
+        """Run `await body(conn)` in one read transaction (see write_tx and read_sync)."""
         if self._sync_read is None:
-            async with self.read() as conn:
-                return await body(conn)
+            return await retry_transient(lambda: pg_pool.once_more(self.read, body), what="read")
         return await self.read_sync(lambda conn: _drive(body(_SyncBacked(conn))), offload=offload)  # type: ignore[arg-type]
 
     async def close(self) -> None:

@@ -3,7 +3,8 @@
 The manager owns the executors running in this process (one asyncio task per run), the
 lease renewal (runs/lifecycle/lease_keeper.py, a task of its own: every third of the lease it renews
 the leases it holds; a lost lease stops the executor silently; a cancellation requested on
-another replica is honoured here) and the housekeeping loop, which at the same period
+another replica is honoured here), the start (the runs held in this replica's own name by an
+earlier process are taken back at once, decision 0045) and the housekeeping loop, which at the same period
 fails suspended runs whose time budget ran out (004 §2.9: the budget holds while a
 run waits, too), then takes over RUNNING runs whose lease expired (a dead replica's, or
 one resumed elsewhere and not claimed) and continues them from their log.
@@ -72,8 +73,15 @@ class RunManager(RunControl):
     # -- process lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Take over expired runs, then keep leases alive in the background."""
-        await self.takeover()
+        """Take back this replica id's runs and take over expired ones; then keep leases alive.
+
+        A replica id names one live process at a time (docs/operations.md): a lease held in
+        this id's name when this process starts is an earlier process's (killed, or restarted
+        in place), so it is taken at once rather than after it expires. The takeover bumps
+        the fencing token, as every takeover does, so a zombie of that process could write
+        nothing more (decision 0045).
+        """
+        await self.takeover(own=True)
         self._loop_task = asyncio.create_task(self._lease_loop(), name="agentrt-runs-leases")
 
     async def stop(self, grace_s: float = 5.0) -> None:
@@ -161,10 +169,14 @@ class RunManager(RunControl):
             ended.append(run_id)
         return ended
 
-    async def takeover(self) -> list[str]:
-        """Continue RUNNING runs whose lease expired; return the ids taken over."""
+    async def takeover(self, own: bool = False) -> list[str]:
+        """Continue RUNNING runs whose lease expired; return the ids taken over.
+
+        With `own` (at start only: nothing of this process holds a lease yet), also the runs
+        whose lease is held in this replica's name, live or not (see `start`).
+        """
         taken = []
-        for run_id in await self.store.expired_runs():
+        for run_id in await self.store.expired_runs(self.deps.owner if own else ""):
             if run_id in self._executors or run_id in self._claiming:
                 continue
             before = await self.store.get_run(run_id)

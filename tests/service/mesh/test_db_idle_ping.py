@@ -1,20 +1,24 @@
 """PostgreSQL pool: a connection that sat idle is pinged at checkout and replaced when dead.
 
-mesh.db pings a pooled connection only when it was idle past PING_IDLE_S (a ping at every
-checkout cost three round trips per transaction). A real PostgreSQL backend is terminated
-(`pg_terminate_backend`, what a server restart or a proxy's drop does) while its connection
-sits in the pool: past the idle bound the next transaction is served on a new connection
-without an error; within it (no ping) the transaction meets the dead connection, which is
-what the transient retries above the pool exist for.
+mesh/pg_pool.py pings a pooled connection only when it was idle past PING_IDLE_S (a ping at
+every checkout cost three round trips per transaction, decision 0025). A real PostgreSQL
+backend is terminated (`pg_terminate_backend`, what a server restart or a proxy's drop
+does) while its connection sits in the pool: past the idle bound the next transaction is
+served on a new connection without an error. Within it nothing is sent before the
+transaction; a close the driver saw is caught without a round trip
+(test_db_stale_connections.py).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import asyncpg
 import pytest
 import sqlalchemy as sa
 
 from agentrt.mesh import db as dbmod
+from agentrt.mesh import pg_pool
 from tests.needs import unavailable
 from tests.stores import PG_DSN, PG_URL, pg_reachable
 
@@ -25,9 +29,10 @@ async def _backend_pid(database: dbmod.Database) -> int:
 
 
 async def _terminate(pid: int) -> None:
+    """Terminate a backend and return once it has exited (PostgreSQL 14+: the timeout form waits)."""
     admin = await asyncpg.connect(PG_DSN)
     try:
-        await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        assert await admin.fetchval("SELECT pg_terminate_backend($1, 10000)", pid)
     finally:
         await admin.close()
 
@@ -41,18 +46,32 @@ async def database():
     await database.close()
 
 
+def _count_pings(database: dbmod.Database, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    pings: list[int] = []
+    dialect = database._write_engine.sync_engine.dialect
+    real = dialect.do_ping
+
+    def counted(dbapi_connection: Any) -> bool:
+        pings.append(1)
+        return bool(real(dbapi_connection))
+
+    monkeypatch.setattr(dialect, "do_ping", counted)
+    return pings
+
+
 async def test_an_idle_dead_connection_is_replaced_at_checkout(database, monkeypatch):
-    monkeypatch.setattr(dbmod, "PING_IDLE_S", 0.0)  # every checkout counts as after a long idle
+    monkeypatch.setattr(pg_pool, "PING_IDLE_S", 0.0)  # every checkout counts as after a long idle
+    pings = _count_pings(database, monkeypatch)
     first = await _backend_pid(database)
     await _terminate(first)
-    second = await _backend_pid(database)  # no error: pinged, found dead, replaced
+    second = await _backend_pid(database)  # no error: found dead, replaced
     assert second != first
+    await _backend_pid(database)
+    assert pings  # an idle connection the driver still thinks open is pinged
 
 
 async def test_a_recently_used_connection_is_not_pinged(database, monkeypatch):
-    monkeypatch.setattr(dbmod, "PING_IDLE_S", 3600.0)
-    first = await _backend_pid(database)
-    await _terminate(first)
-    with pytest.raises(sa.exc.DBAPIError):  # used as is: the dead connection fails the transaction
-        await _backend_pid(database)
-    assert await _backend_pid(database) != first  # and the pool replaced it afterwards
+    monkeypatch.setattr(pg_pool, "PING_IDLE_S", 3600.0)
+    pings = _count_pings(database, monkeypatch)
+    pids = {await _backend_pid(database) for _ in range(5)}
+    assert len(pids) == 1 and pings == []  # one connection, used as is: no round trip added

@@ -4,7 +4,8 @@ A run is owned by one replica through its row's lease (owner, expiry, fencing to
 write of an owner is fenced by its token (runs/storage/store.py `save`); here: taking a lease that is
 free, expired or already ours (the token goes up), renewing the leases an owner still holds
 (owner and token must match: a renewal never revives a lease another replica took), giving
-one up, and the scans that find RUNNING runs with an expired lease and SUSPENDED runs past
+one up, and the scans that find RUNNING runs with an expired lease (or, for a replica that
+starts, held in its own name by an earlier process: decision 0045) and SUSPENDED runs past
 their time budget. `lease_overlaps` reads the run log's tokens to prove no lease was held by
 two replicas at once.
 """
@@ -132,14 +133,19 @@ class LeaseRows:
             )
             return [r[0] for r in rows]
 
-    async def expired_runs(self) -> list[str]:
-        """Return ids of RUNNING runs whose lease has expired (takeover candidates)."""
+    async def expired_runs(self, own: str = "") -> list[str]:
+        """Return ids of RUNNING runs whose lease has expired (takeover candidates).
+
+        With `own` (a replica id), also those whose lease, live or not, is held in that name:
+        what a replica starting under that id takes back at once (decision 0045).
+        """
         now = time.time()
+        lapsed = RunRow.lease_expires_s < now
+        if own:
+            lapsed = or_(lapsed, RunRow.lease_owner == own)
         async with self.db.read() as conn:
             rows = await conn.execute(
-                select(RunRow.run_id).where(
-                    RunRow.status == cpb.RUN_STATUS_RUNNING, RunRow.lease_expires_s < now
-                )
+                select(RunRow.run_id).where(RunRow.status == cpb.RUN_STATUS_RUNNING, lapsed)
             )
             return [r[0] for r in rows]
 
