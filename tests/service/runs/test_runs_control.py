@@ -35,14 +35,10 @@ def _user_texts(entries) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("point", ["after_session_write", "before_background_save_point"])
+@pytest.mark.parametrize("point", ["after_session_write"])
 async def test_input_injected_before_a_lost_save_point_is_delivered_once(
     start_server, tmp_path, emulator, point: str
 ):
-    # before_background_save_point: the turn's save point, written beside the next model
-    # call (decision 0050), is lost; that call is made, and the replica dies before its next
-    # save. The new owner asks it again with the same key, which the gateway's journal
-    # answers (never billed twice).
     mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
     emulator.script(
         [

@@ -1,8 +1,7 @@
 """Nothing is shown before it is durable; nothing is billed twice; seqs are never reused (issue 9).
 
 - A durable event (model_responded, tool_called, items_persisted, ...) reaches a subscriber
-  only once the save point that records it has committed; a tool turn's save point is written
-  beside the next model call, which does not wait for it (decision 0050).
+  only once the save point that records it has committed.
 - A replica dying right after a client saw `model_responded` leaves the response in the
   run log: the replica that takes over does not request it again, and the seqs the client
   saw keep their content; what was delivered and never written is an explicit gap.
@@ -65,48 +64,6 @@ async def test_a_durable_event_is_delivered_only_after_its_write(mesh):
     by_kind = {e.WhichOneof("payload"): e for e in events}
     assert not by_kind["model_responded"].provisional and by_kind["model_delta"].provisional
     manager.deps.hub.unsubscribe(sub)
-
-
-async def test_a_tool_turns_save_point_is_written_beside_the_next_model_call(mesh):
-    """Decision 0050: the next model call does not wait for the save point; nothing else does."""
-    store = mesh.runs_server.manager.store
-    original = store.save
-    gate, blocked = asyncio.Event(), asyncio.Event()
-
-    async def gated_save(run_id, *, log=(), **kw):
-        log = list(log)
-        if [kind for kind, _ in log] == ["tools_finished", "turn_persisted"] and not blocked.is_set():
-            blocked.set()
-            await gate.wait()  # turn 1's save point, held
-        return await original(run_id, log=log, **kw)
-
-    store.save = gated_save  # type: ignore[method-assign]
-    mesh.emu.script(
-        [
-            Reply(tool_calls=[ToolCallReply("list_files", "{}")]),
-            Reply(tool_calls=[ToolCallReply("list_files", "{}")]),
-            Reply(text="done"),
-        ]
-    )
-    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
-    await asyncio.wait_for(blocked.wait(), WAIT_S)
-
-    async def asked_twice() -> bool:
-        return sum(1 for path, _ in mesh.emu.requests if path.endswith("/responses")) >= 2
-
-    await until(asked_twice, "turn 2's model call while turn 1's save point is held")
-    logged = [(kind, payload.get("turn")) for _, kind, payload in await store.read_log(started.run_id)]
-    assert ("turn_persisted", 1) not in logged and ("model_responded", 2) not in logged
-    gate.set()
-    run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_COMPLETED)
-    assert run.final_output == "done" and run.turns == 3
-    logged = [(kind, payload.get("turn")) for _, kind, payload in await store.read_log(started.run_id)]
-    assert [t for kind, t in logged if kind == "turn_persisted"] == [1, 2, 3]
-    # written in order: turn 1's save point before turn 2's response
-    assert logged.index(("turn_persisted", 1)) < logged.index(("model_responded", 2))
-    events = await mesh.events(started.run_id)
-    persisted = [e for e in events if e.WhichOneof("payload") == "items_persisted" and e.turn]
-    assert [e.turn for e in persisted] == [1, 2, 3] and not any(e.provisional for e in persisted)
 
 
 def _replica(mesh, name: str) -> object:

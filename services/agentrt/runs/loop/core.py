@@ -16,7 +16,6 @@ import base64
 import contextlib
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from agentrt.runs.convert.run import injected_only
@@ -36,21 +35,6 @@ _TERMINAL_PHASE = {
     cpb.RUN_STATUS_FAILED: cpb.RUN_PHASE_FAILED,
     cpb.RUN_STATUS_CANCELED: cpb.RUN_PHASE_CANCELED,
 }
-
-
-@dataclass
-class Unsaved:
-    """A save point recorded in memory, not written yet (`ExecutorCore._save_in_background`).
-
-    Attributes:
-        log: its run-log entries (kind, payload), in order.
-        changes: its run-row changes (RunRecord field -> value).
-        drop: ids of the injected input it consumed.
-    """
-
-    log: list[tuple[str, dict[str, Any]]]
-    changes: dict[str, Any]
-    drop: list[str]
 
 
 class LeaseLost(Exception):
@@ -96,11 +80,6 @@ class ExecutorCore:
         #: on the next save, which always comes before anything acts on them (see _defer).
         self._deferred_log: list[tuple[str, dict[str, Any]]] = []
         self._deferred_changes: dict[str, Any] = {}
-        #: A tool turn's save point not written yet (see `_save_in_background`): its log
-        #: entries, run-row changes and consumed input.
-        self._unsaved: Unsaved | None = None
-        #: The task writing it (`_written` waits for it).
-        self._writing: asyncio.Future[None] | None = None
         #: The session's context view as this executor last read or wrote it.
         self._context = ContextCache()
         #: The next turn's tail read, begun when a batch was written.
@@ -131,11 +110,6 @@ class ExecutorCore:
             self._halting.set()
 
     async def _extend(self, seq: int, session_seq: int) -> bool:
-        # After a background save point in flight: its reservation is lower, and must not
-        # land after this one. Its failure is the next save's to raise.
-        writing = self._writing
-        if writing is not None:
-            await asyncio.wait({writing})
         return await self.deps.store.reserve(self.r.run_id, self.token, seq, session_seq)
 
     async def _interruptible(self, awaitable: Any, *, finish_on_shutdown: bool = False) -> Any:
@@ -201,74 +175,14 @@ class ExecutorCore:
         self.r.state = self.r.with_state(**values)
         self._deferred_changes["state"] = self.r.state
 
-    def _save_in_background(
-        self, kind: str, payload: dict[str, Any], drop: list[str], **changes: Any
-    ) -> None:
-        """Write a tool turn's save point beside the next model call (decision 0050).
-
-        Everything recorded so far (the deferred transitions, then `kind`) becomes the
-        *unsaved* save point, written by a task of its own; the next `_save` (and the
-        reservation's extension, and a hand-over) waits for it first, so writes stay in
-        order, and its failure (a lost lease) surfaces there. The turn's batch is already in
-        the session store and idempotent, its tool calls journaled, and the next model call
-        keyed on the context it is built from: a takeover before the write re-sends the
-        calls and the batch, which answer as before, and asks the model with the same key,
-        which the gateway's journal answers. The changes apply to the in-memory record now;
-        `drop` (consumed injected input) stays queued in the database until the write, and
-        this executor does not consume it again (`_consumed_unsaved`). Held events (the
-        turn's items_persisted) go out when the write commits, as after any save.
-        """
-        self._defer(kind, payload, **changes)
-        changes = {**self._deferred_changes, "phase": self.r.phase}
-        self._unsaved = Unsaved(self._deferred_log, changes, list(drop))
-        self._deferred_log, self._deferred_changes = [], {}
-        self._writing = asyncio.ensure_future(self._write_unsaved())
-
-    async def _write_unsaved(self) -> None:
-        """The background write of the unsaved save point (see `_save_in_background`)."""
-        unsaved = self._unsaved
-        if unsaved is None:
-            return
-        self.deps.crash("before_background_save_point")
-        events = self.channel.take()
-        reserved, session_reserved = self.channel.reservation()
-        done = await self.deps.store.save(
-            self.r.run_id,
-            changes={
-                **unsaved.changes,
-                "event_seq_reserved": reserved,
-                "session_seq_reserved": session_reserved,
-            },
-            log=unsaved.log,
-            events=events,
-            token=self.token,
-            drop_inputs=unsaved.drop,
-        )
-        if done is None:
-            raise LeaseLost()
-        self._unsaved = None
-        self.channel.flushed(events, reserved)
-
-    async def _written(self) -> None:
-        """Wait for the background save point, if one is in flight; raise what it raised."""
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            await writing
-
-    def _consumed_unsaved(self) -> frozenset[str]:
-        """Return the ids of injected input the unsaved save point consumed (none: empty)."""
-        return frozenset(self._unsaved.drop) if self._unsaved is not None else frozenset()
-
     async def _save(self, kind: str, payload: dict[str, Any], *, final: bool = False, **changes: Any) -> None:
         """Write a transition: run row changes, log entries, the events so far; one transaction.
 
-        A background save point in flight (see `_save_in_background`) is waited for first;
-        then the deferred transitions (see `_defer`) are written first, in order. Events held
-        until a write are delivered after the commit. The event reservation moves a block
-        past the last seq, or stops at it when `final` (suspended, ended: nothing provisional
+        Deferred transitions (see `_defer`) are written first, in order. Events held until
+        a write are delivered after the commit. The event reservation moves a block past
+        the last seq, or stops at it when `final` (suspended, ended: nothing provisional
         follows, so a later owner's seqs continue without a gap).
         """
-        await self._written()
         drop = changes.pop("_drop_inputs", ())
         events = self.channel.take()
         reserved, session_reserved = (
@@ -297,28 +211,17 @@ class ExecutorCore:
         self.channel.flushed(events, reserved)
 
     async def _hand_over(self) -> None:
-        """Shutdown: write what was delivered but not stored, then give the lease up.
-
-        A background save point in flight is waited for; one that failed is written with it
-        (the next owner then starts after that turn); transitions deferred after it are not
-        (the next owner redoes them).
-        """
-        with contextlib.suppress(BaseException):
-            await self._written()
-        unsaved = self._unsaved or Unsaved([], {}, [])
+        """Shutdown: write what was delivered but not stored, then give the lease up."""
         with contextlib.suppress(Exception):
             events = self.channel.take()
             await self.deps.store.save(
                 self.r.run_id,
                 changes={
-                    **unsaved.changes,
                     "event_seq_reserved": self.channel.seq,
                     "session_seq_reserved": self.channel.session_seq,
                 },
-                log=unsaved.log,
                 events=events,
                 token=self.token,
-                drop_inputs=unsaved.drop,
             )
         await self.deps.store.release_lease(self.r.run_id, self.token)
 
@@ -399,9 +302,7 @@ class ExecutorCore:
         r = self.r
         self._tail_ahead.drop()
         phase = _TERMINAL_PHASE[status]  # type: ignore[index]
-        consumed = self._consumed_unsaved()
-        queued = injected_only(await self.deps.store.pending_input(r.run_id))
-        left = [i for i in queued if i.get("id") not in consumed]
+        left = injected_only(await self.deps.store.pending_input(r.run_id))
         if left:
             self._diagnose(
                 "injected_input_not_consumed",

@@ -27,15 +27,13 @@ log = logging.getLogger("agentrt.runs")
 
 #: Points at which a crash test may have the process kill itself (RunsConfig.crash_points):
 #: right after the save that records a model response; after a turn's session batch is
-#: written and before the save point records it; when a save point written beside the next
-#: model call is about to be written (decision 0050); after a compaction summary is logged and
+#: written and before the save point records it; after a compaction summary is logged and
 #: before its checkpoint is appended; after a guardrail's tripwire is recorded and before
 #: the run's failure is; after a child run was resumed by ResumeRun and before its parent's
 #: view of it is refreshed (agents as tools: the lease loop repairs the parent).
 CRASH_POINTS = (
     "after_model_responded",
     "after_session_write",
-    "before_background_save_point",
     "after_compaction_summary",
     "after_child_resumed",
     "after_guardrail_tripped",
@@ -72,7 +70,7 @@ class Deps:
 
     `crash` is called at each of CRASH_POINTS (a no-op unless a crash test asked for it);
     `metrics` are the replica's run series (its server's registry; a private one by default);
-    `children` is the manager's side of agent tools (runs/loop/phases/child/ ChildHost: spawn a
+    `children` is the manager's side of agent tools (runs/loop/phases/child.py ChildHost: spawn a
     child run here, cancel one), set by the RunManager.
     """
 

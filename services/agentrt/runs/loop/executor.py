@@ -158,8 +158,6 @@ class RunExecutor(TurnSteps):
                 ),
             )
         finally:
-            with contextlib.suppress(BaseException):  # a background save point still in flight
-                await self._written()
             self.deps.hub.close(self.channel)
 
     # -- persistence helpers ---------------------------------------------------------------

@@ -9,8 +9,7 @@
   effect the tool service's death interrupted suspends the run for a reconciliation.
 - `_save_turn` (runs/loop/phases/savepoint.py): the session batch where its request was
   built (docs/decisions/0003), with the injected input it consumes and the turn's
-  diagnostics, then the save point (of a turn that goes on, written beside the next model
-  call: decision 0050).
+  diagnostics, then the save point.
 """
 
 from __future__ import annotations

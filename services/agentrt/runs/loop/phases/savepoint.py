@@ -1,10 +1,12 @@
-"""A turn's save point: its session batch, then the run-log write (004 §2.3a; decision 0050).
+"""A turn's save point: its session batch, then the run-log write (004 §2.3a).
 
 `SavePointSteps._save_turn` writes the turn's entries where its request was built
 (docs/decisions/0003), with the injected input it consumes and the turn's diagnostics, then
-records the save point: at once, or (a tool turn that goes on to its next model call) in
-the background, beside that call (`_save_in_background`, runs/loop/core.py). It also honors
-a queued StopAfterTurn and discloses deferred tools.
+records the save point (run row, run log and events in one fenced transaction) before
+anything follows: the fenced write is also what tells a replica that lost its run (a
+takeover) to stop before it asks the model again (decision 0050 records why it is not
+written beside the next model call). It also honors a queued StopAfterTurn and discloses
+deferred tools.
 """
 
 from __future__ import annotations
@@ -62,14 +64,10 @@ class SavePointSteps(ExecutorCore):
         stopped run's output (the turn's last message, else its last tool output) is
         kept in the run state (`stopping_phase.STOPPED_OUTPUT`), in the same save.
 
-        The save point of a turn that goes on to its next model call is written beside that
-        call, not before it (`_save_in_background`, decision 0050): the next save waits for it.
-
         Returns True when injected input that extends a finishing run was consumed.
         """
         r = self.r
-        taken = self._consumed_unsaved()  # still queued in the database until its save point
-        inbox = [i for i in await self.deps.store.pending_input(r.run_id) if i.get("id") not in taken]
+        inbox = await self.deps.store.pending_input(r.run_id)
         queued = [i for i in inbox if i.get("kind") in consume]
         stops = [i for i in inbox if i.get("kind") == STOP_KIND] if stoppable else []
         entries = turn_entries(r.run_id, turn, self.agent.name, response, decision, results)
@@ -102,9 +100,6 @@ class SavePointSteps(ExecutorCore):
                 "was built (docs/decisions/0003).",
                 foreign_entry_ids=written.branched,
             )
-        # A turn that goes on to its next model call writes its save point beside that call
-        # (decision 0050); else it is written here, before anything follows.
-        background = consume == AT_SAVE_POINT and not stops
         self._publish(items_persisted=pb.ItemsPersisted(last_seq=written.last_seq, entries=written.count))
         errors = r.consecutive_error_turns
         if results:
@@ -131,12 +126,9 @@ class SavePointSteps(ExecutorCore):
             "answers": Answers(),
             "pending": [],
         }
-        if background:
-            self._save_in_background("turn_persisted", payload, list(consumed), **changes)
-        else:
-            await self._save(
-                "turn_persisted", payload, **changes, _drop_inputs=[*consumed, *(str(i["id"]) for i in stops)]
-            )
+        await self._save(
+            "turn_persisted", payload, **changes, _drop_inputs=[*consumed, *(str(i["id"]) for i in stops)]
+        )
         return (
             any(i.get("kind") in ("steer", "follow_up") and i["id"] in consumed for i in queued)
             and decision.kind == DecisionKind.FINAL
