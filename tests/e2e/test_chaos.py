@@ -51,9 +51,7 @@ from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-#: Crash points no event shows: the replica kills itself there (AGENTRT_RUNS_CRASH_POINTS).
-SELF_KILLED = ("after_session_write",)
-POINTS = ("model_responded", "tool_running", "tool_returned", "approval", *SELF_KILLED)
+POINTS = ("model_responded", "tool_running", "tool_returned", "approval", "after_session_write")
 
 
 class Cells:
@@ -127,9 +125,9 @@ async def _get_run(addresses: list[str], run_id: str) -> pb.Run:
 async def test_chaos_matrix(chaos: ChaosMesh, tmp_path, point: str, mode: str):
     cell = f"{point}-{mode}".replace("_", "")
     a = chaos.replicas["a"]
-    if point in SELF_KILLED:  # a replica that kills itself at that point
+    if point == "after_session_write":  # a replica that kills itself at that point
         chaos.kill(a)
-        a = chaos.restart(a, {"AGENTRT_RUNS_CRASH_POINTS": point})
+        a = chaos.restart(a, {"AGENTRT_RUNS_CRASH_POINTS": "after_session_write"})
     b = chaos.replicas.get("b")
     if mode == "second" and (b is None or b.proc is None or b.proc.poll() is not None):
         b = chaos.spawn("runs", "b", new_port(), {"AGENTRT_RUNS_REPLICA_ID": "b"})
@@ -148,7 +146,7 @@ async def test_chaos_matrix(chaos: ChaosMesh, tmp_path, point: str, mode: str):
 
         await _until(running, "the command to run")
         chaos.kill(a)
-    elif point in SELF_KILLED:  # nothing shows it: the replica dies on its own
+    elif point == "after_session_write":  # nothing shows it: the replica dies on its own
         await follower.follow(a.address)
         assert a.proc is not None and a.proc.wait(STATE_TIMEOUT) == -9
     else:

@@ -14,7 +14,6 @@ import json
 import os
 
 import grpc
-import pytest
 
 from agentrt.mesh.config import ServerConfig
 from agentrt.runs.config import RunsConfig
@@ -35,10 +34,7 @@ def _user_texts(entries) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("point", ["after_session_write"])
-async def test_input_injected_before_a_lost_save_point_is_delivered_once(
-    start_server, tmp_path, emulator, point: str
-):
+async def test_input_injected_before_a_lost_save_point_is_delivered_once(start_server, tmp_path, emulator):
     mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
     emulator.script(
         [
@@ -50,10 +46,8 @@ async def test_input_injected_before_a_lost_save_point_is_delivered_once(
     died = asyncio.Event()
     manager = mesh.runs_server.manager
 
-    crash_point = point
-
     def die_after_the_session_write(point: str) -> None:
-        if point == crash_point and not died.is_set():
+        if point == "after_session_write" and not died.is_set():
             died.set()
             manager._loop_task.cancel()  # the replica is gone: no lease renewal, no save
             raise asyncio.CancelledError()
