@@ -11,30 +11,19 @@ transaction; a close the driver saw is caught without a round trip
 
 from __future__ import annotations
 
-from typing import Any
-
-import asyncpg
 import pytest
 import sqlalchemy as sa
 
 from agentrt.mesh import db as dbmod
 from agentrt.mesh import pg_pool
 from tests.needs import unavailable
-from tests.stores import PG_DSN, PG_URL, pg_reachable
+from tests.service.mesh.pg_helpers import count_pings, terminate_backend
+from tests.stores import PG_URL, pg_reachable
 
 
 async def _backend_pid(database: dbmod.Database) -> int:
     async with database.read() as conn:
         return int(await conn.scalar(sa.text("SELECT pg_backend_pid()")))
-
-
-async def _terminate(pid: int) -> None:
-    """Terminate a backend and return once it has exited (PostgreSQL 14+: the timeout form waits)."""
-    admin = await asyncpg.connect(PG_DSN)
-    try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1, 10000)", pid)
-    finally:
-        await admin.close()
 
 
 @pytest.fixture
@@ -46,24 +35,11 @@ async def database():
     await database.close()
 
 
-def _count_pings(database: dbmod.Database, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    pings: list[int] = []
-    dialect = database._write_engine.sync_engine.dialect
-    real = dialect.do_ping
-
-    def counted(dbapi_connection: Any) -> bool:
-        pings.append(1)
-        return bool(real(dbapi_connection))
-
-    monkeypatch.setattr(dialect, "do_ping", counted)
-    return pings
-
-
 async def test_an_idle_dead_connection_is_replaced_at_checkout(database, monkeypatch):
     monkeypatch.setattr(pg_pool, "PING_IDLE_S", 0.0)  # every checkout counts as after a long idle
-    pings = _count_pings(database, monkeypatch)
+    pings = count_pings(database, monkeypatch)
     first = await _backend_pid(database)
-    await _terminate(first)
+    await terminate_backend(first)
     second = await _backend_pid(database)  # no error: found dead, replaced
     assert second != first
     await _backend_pid(database)
@@ -72,6 +48,6 @@ async def test_an_idle_dead_connection_is_replaced_at_checkout(database, monkeyp
 
 async def test_a_recently_used_connection_is_not_pinged(database, monkeypatch):
     monkeypatch.setattr(pg_pool, "PING_IDLE_S", 3600.0)
-    pings = _count_pings(database, monkeypatch)
+    pings = count_pings(database, monkeypatch)
     pids = {await _backend_pid(database) for _ in range(5)}
     assert len(pids) == 1 and pings == []  # one connection, used as is: no round trip added

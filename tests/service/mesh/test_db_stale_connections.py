@@ -24,16 +24,8 @@ import sqlalchemy as sa
 from agentrt.mesh import db as dbmod
 from agentrt.mesh import pg_pool
 from tests.needs import unavailable
+from tests.service.mesh.pg_helpers import count_pings, terminate_backend
 from tests.stores import PG_DSN, PG_URL, pg_reachable
-
-
-async def _terminate(pid: int) -> None:
-    """Terminate a backend and return once it has exited (PostgreSQL 14+: the timeout form waits)."""
-    admin = await asyncpg.connect(PG_DSN)
-    try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1, 10000)", pid)
-    finally:
-        await admin.close()
 
 
 async def _raw(database: dbmod.Database) -> tuple[int, Any]:
@@ -94,17 +86,9 @@ async def test_a_connection_terminated_mid_statement_does_not_go_back_to_the_poo
 
 async def test_a_connection_terminated_in_the_pool_is_replaced_without_a_ping(database, monkeypatch):
     monkeypatch.setattr(pg_pool, "PING_IDLE_S", 3600.0)  # recently used: no ping would be sent
-    pings: list[int] = []
-    dialect = database._write_engine.sync_engine.dialect
-    real_ping = dialect.do_ping
-
-    def counted(dbapi_connection: Any) -> bool:
-        pings.append(1)
-        return bool(real_ping(dbapi_connection))
-
-    monkeypatch.setattr(dialect, "do_ping", counted)
+    pings = count_pings(database, monkeypatch)
     first, driver = await _raw(database)
-    await _terminate(first)
+    await terminate_backend(first)
 
     async def seen_closed() -> None:
         while not driver.is_closed():  # the client reads the server's close on its event loop
@@ -126,7 +110,7 @@ async def test_a_write_whose_connection_was_lost_before_commit_runs_once_more(da
         pid = int(await conn.scalar(sa.text("SELECT pg_backend_pid()")))
         await conn.execute(sa.text(f"INSERT INTO {table} VALUES (1, 'once')"))
         if len(runs) == 1:
-            await _terminate(pid)  # the server ends the transaction: nothing of it committed
+            await terminate_backend(pid)  # the server ends the transaction: nothing of it committed
         await conn.execute(sa.text(f"UPDATE {table} SET note = note || '!' WHERE id = 1"))
         return pid
 
@@ -148,7 +132,7 @@ async def test_a_sync_write_whose_connection_was_lost_before_commit_runs_once_mo
         if len(runs) == 1:
             pid = int(conn.scalar(sa.text("SELECT pg_backend_pid()")))
             # fn runs on the loop's greenlet bridge (run_sync): terminate through a thread
-            asyncio.run_coroutine_threadsafe(_terminate(pid), loop)  # noqa: RUF006 - waited below
+            asyncio.run_coroutine_threadsafe(terminate_backend(pid), loop)  # noqa: RUF006 - waited below
             while conn.scalar(sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}):
                 pass  # the next statement meets the terminated backend
 
@@ -164,7 +148,7 @@ async def test_a_lost_connection_is_retried_once_only(database, table):
     async def body(conn: Any) -> None:
         runs.append(1)
         pid = int(await conn.scalar(sa.text("SELECT pg_backend_pid()")))
-        await _terminate(pid)  # every time: the second loss is the caller's to handle
+        await terminate_backend(pid)  # every time: the second loss is the caller's to handle
         await conn.execute(sa.text(f"INSERT INTO {table} VALUES (3, 'never')"))
 
     with pytest.raises(sa.exc.DBAPIError) as err:

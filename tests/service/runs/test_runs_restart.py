@@ -14,7 +14,6 @@ the takeback's new fencing token fences it out: when it wakes, it writes nothing
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -41,25 +40,13 @@ from agentrt.v1 import tool_service_pb2 as tpb
 from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.service.runs import harness
-from tests.service.runs.harness import WAIT_S, Mesh, agent, start_mesh
+from tests.service.runs.harness import Mesh, agent, start_mesh
+from tests.service.runs.test_runs_takeover import until
 
 pytestmark = pytest.mark.slow
 
 #: The processes' lease, seconds: far past WAIT_S, so only a takeback at start continues a run.
 LEASE_S = 600
-
-
-async def until(predicate, what: str) -> None:
-    """Wait until `await predicate()` is true; fail naming `what` after WAIT_S seconds."""
-
-    async def poll() -> None:
-        while not await predicate():
-            await asyncio.sleep(0.05)
-
-    try:
-        await asyncio.wait_for(poll(), WAIT_S)
-    except TimeoutError as exc:
-        raise AssertionError(f"timed out waiting for {what}") from exc
 
 
 class RunsProcess:
