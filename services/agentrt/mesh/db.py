@@ -239,7 +239,7 @@ class Database:
         on `:memory:`, only on the write thread. Serialized with `write()`.
 
         On PostgreSQL a run of fn that failed because its connection was lost (the server
-        closed it: mesh/pg_pool.py `connection_lost`) before COMMIT was sent runs once more on
+        closed it: mesh/transient.py `connection_lost`) before COMMIT was sent runs once more on
         a fresh connection: nothing of it committed (decision 0044). A failure at COMMIT,
         or a second loss, is raised.
 

@@ -9,10 +9,10 @@ What it owns, for `mesh.db.Database` on PostgreSQL (asyncpg under SQLAlchemy's p
 - `driver_closed(dbapi_connection)`: that flag, for `Database.autocommit()`, which drops a
   connection that broke under its raw-driver statements instead of returning it to the pool
   (SQLAlchemy invalidates a connection only when the error passed through its own execution).
-- `connection_lost(exc)`: whether a failure means the connection itself is gone (the server
-  closed it, a reset, a failover), as opposed to a statement's or a transaction's failure.
-  The transaction forms of `Database` run a body that failed so, before COMMIT was sent,
-  once more on a fresh connection: nothing of it committed, so running it again is safe.
+- `once_more(begin, body)`: the transaction forms of `Database` run a body whose
+  connection was lost (mesh/transient.py `connection_lost`: the server closed it, a reset,
+  a failover) before COMMIT was sent once more on a fresh connection: nothing of it
+  committed, so running it again is safe.
 
 Invariant: the pool never knowingly hands out a closed connection, and nothing here runs a
 statement whose outcome may have committed a second time.
@@ -30,14 +30,13 @@ from sqlalchemy import Engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agentrt.mesh.transient import connection_lost
+
 log = logging.getLogger("agentrt.mesh.db")
 T = TypeVar("T")
 
 #: A pooled PostgreSQL connection idle longer than this is pinged before use, seconds.
 PING_IDLE_S = 10.0
-
-#: Messages of driver errors that say the connection is gone (asyncpg's, psycopg's).
-_GONE = ("connection is closed", "connection was closed", "server closed the connection")
 
 
 def driver_closed(dbapi_connection: Any) -> bool:
@@ -77,31 +76,6 @@ def guard_checkout(engine: Engine) -> None:
             raise DisconnectionError(
                 f"a pooled connection idle for {time.monotonic() - since:.0f}s is gone"
             ) from exc
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """True when exc says the connection is gone, not that a statement or transaction failed.
-
-    SQLAlchemy's `connection_invalidated` (its dialect recognised a disconnect), a SQLSTATE
-    of class 08 or 57P01..57P03 (the server ended the session), or in the cause chain a
-    socket error, asyncpg's ConnectionDoesNotExistError, or a driver's "connection is
-    closed". A serialization failure or a deadlock is not (mesh/transient.py retries those).
-    """
-    if getattr(exc, "connection_invalidated", False):
-        return True
-    seen: list[BaseException] = []
-    err: BaseException | None = exc
-    while err is not None and err not in seen and len(seen) < 6:
-        seen.append(err)
-        code = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
-        if isinstance(code, str) and (code.startswith("08") or code in ("57P01", "57P02", "57P03")):
-            return True
-        if isinstance(err, ConnectionError) or type(err).__name__ == "ConnectionDoesNotExistError":
-            return True
-        if any(m in str(err).lower() for m in _GONE):
-            return True
-        err = getattr(err, "orig", None) or err.__cause__
-    return False
 
 
 async def once_more(

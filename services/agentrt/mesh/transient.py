@@ -8,6 +8,10 @@ serialization race or a deadlock (40001, 40P01), the server has no connection sl
 (53300), or SQLite's writer lock timed out ("database is locked"). Everything else (a
 constraint, a bad statement, a fencing guard) is not transient.
 
+`connection_lost(exc)` is the narrower question: is the connection itself gone (not a
+statement's or a transaction's failure), so that a body that failed before COMMIT can run
+once more on another connection (mesh/pg_pool.py `once_more`, decision 0044).
+
 `retry_transient(attempt, committed=...)` runs `attempt` until it returns, retrying a transient
 failure with exponential backoff (`RetryPolicy`: attempts, first delay doubled up to a cap,
 jittered). A failure during COMMIT leaves the outcome unknown: before each retry `committed()`
@@ -30,13 +34,13 @@ T = TypeVar("T")
 
 #: SQLSTATEs worth running the transaction again for (see the module docstring).
 _SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300"})
-#: Messages of driver errors that carry no SQLSTATE but mean the connection went away.
+#: Messages of driver errors that say the connection is gone (asyncpg's, psycopg's).
+_GONE = ("connection is closed", "connection was closed", "server closed the connection")
+#: Messages of driver errors that carry no SQLSTATE but mean the transaction may succeed again.
 _LOST = (
-    "connection is closed",
-    "connection was closed",
+    *_GONE,
     "connection reset",
     "terminating connection",
-    "server closed the connection",
     "database is locked",
     "cannot perform operation: another operation is in progress",
 )
@@ -95,6 +99,31 @@ def is_transient(exc: BaseException) -> bool:
             return True
         if any(m in str(e).lower() for m in _LOST):
             return True
+    return False
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """True when exc says the connection is gone, not that a statement or transaction failed.
+
+    SQLAlchemy's `connection_invalidated` (its dialect recognised a disconnect), a SQLSTATE
+    of class 08 or 57P01..57P03 (the server ended the session), or in the cause chain a
+    socket error, asyncpg's ConnectionDoesNotExistError, or a driver's "connection is
+    closed". A serialization failure or a deadlock is not (mesh/transient.py retries those).
+    """
+    if getattr(exc, "connection_invalidated", False):
+        return True
+    seen: list[BaseException] = []
+    err: BaseException | None = exc
+    while err is not None and err not in seen and len(seen) < 6:
+        seen.append(err)
+        code = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+        if isinstance(code, str) and (code.startswith("08") or code in ("57P01", "57P02", "57P03")):
+            return True
+        if isinstance(err, ConnectionError) or type(err).__name__ == "ConnectionDoesNotExistError":
+            return True
+        if any(m in str(err).lower() for m in _GONE):
+            return True
+        err = getattr(err, "orig", None) or err.__cause__
     return False
 
 
