@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 
+from agentrt.core.exec_args import check_exec_args, check_exec_call, exec_arguments_problem
 from agentrt.core.policy import (
     AGENT,
     CHECK_BUDGET_SECONDS,
@@ -18,10 +19,7 @@ from agentrt.core.policy import (
     TIMEOUT,
     PatternError,
     check_command,
-    check_exec_args,
-    check_exec_call,
     compile_policy,
-    exec_arguments_problem,
     validate_patterns,
 )
 

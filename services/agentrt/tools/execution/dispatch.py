@@ -15,7 +15,7 @@ import asyncio
 import time
 
 from agentrt.core.errors import Reason, precondition
-from agentrt.core.policy import check_exec_args
+from agentrt.core.exec_args import check_exec_args
 from agentrt.tools.calls import args as A
 from agentrt.tools.calls.args import ArgError
 from agentrt.tools.calls.catalog import EXEC_COMMAND, TASK_TOOL_NAMES, ToolDef

@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 
 from agentrt.core.decide import Call
 from agentrt.core.errors import Reason, invalid
-from agentrt.core.policy import AGENT, check_exec_call, compile_policy
+from agentrt.core.exec_args import check_exec_call
+from agentrt.core.policy import AGENT, compile_policy
 from agentrt.core.tool_args import ArgumentCheck, check_arguments, problems_text
 from agentrt.runs.convert.model import call_out
 from agentrt.runs.domain import Answers, Resume
