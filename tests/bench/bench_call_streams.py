@@ -8,7 +8,12 @@ options: wait_for_ready, the fenced retry policy). The payload is a 300-byte mes
 mode, calls are made one after another (the next only after the answer), in rounds
 interleaved across the modes:
 - unary: a new RPC per call (what a turn's ExecuteTool or AppendEntries was);
-- stream: a request and its answer on a bidi stream already open (a stream of calls).
+- stream: a request and its answer on a bidi stream already open (a stream of calls);
+- stream_idle_2ms, stream_idle_10ms: the same stream call, made after both processes sat idle
+  for 2 or 10 ms (the client sleeps between calls; a quarter of the calls). A process of the
+  mesh is woken this way at every hop of a turn (it idles while the others work), and the
+  same call then costs more CPU than back to back: the caches it left warm were used by the
+  other processes (on 2 CPUs, 6 processes) and its threads are woken from sleep.
 Reported per call: the client's and the server's CPU time (user + system, from /proc and
 os.times, so other processes' load does not count) and the wall time, medians over rounds.
 
@@ -78,6 +83,10 @@ def _cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: The idle modes: how long both processes sit idle before each call, seconds.
+IDLE_S = {"stream_idle_2ms": 0.002, "stream_idle_10ms": 0.010}
+
+
 async def _round(address: str, mode: str, calls: int, server_pid: int) -> dict[str, float]:
     from agentrt.client.channels import open_channel
 
@@ -99,10 +108,16 @@ async def _round(address: str, mode: str, calls: int, server_pid: int) -> dict[s
 
         for _ in range(100):  # warm the channel and the caches
             await one()
+        idle = IDLE_S.get(mode, 0.0)
+        if idle:
+            calls = max(1, calls // 4)
         server0, mine0, wall0 = _cpu_of(server_pid), os.times(), time.perf_counter()
         for _ in range(calls):
+            if idle:
+                time.sleep(idle)  # the client's loop idles too (nothing else runs in it)
             await one()
         wall, mine1, server1 = time.perf_counter() - wall0, os.times(), _cpu_of(server_pid)
+        wall -= calls * idle
     finally:
         await channel.close()
     client_s = (mine1.user + mine1.system) - (mine0.user + mine0.system)
@@ -135,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         while not port_file.exists() or not port_file.read_text():
             time.sleep(0.05)
         address = f"127.0.0.1:{port_file.read_text()}"
-        samples: dict[str, list[dict[str, float]]] = {"unary": [], "stream": []}
+        samples: dict[str, list[dict[str, float]]] = {"unary": [], "stream": [], **{m: [] for m in IDLE_S}}
         import uvloop
 
         for _ in range(args.rounds):
