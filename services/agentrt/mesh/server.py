@@ -8,9 +8,10 @@ Lifecycle of a `MeshServer`:
    health NOT_SERVING, makes the config's TLS files the identity of the process's channels
    to its peers (`client.channels.use_process_tls`), runs the service's `ready` hook (open
    the database, create tables, connect peers), then marks every service SERVING.
-2. `stop()` marks health NOT_SERVING (enter_graceful_shutdown), lets in-flight calls
-   finish for `grace_seconds`, then runs the `close` hook; the health and metrics ports
-   close last.
+2. `stop()` marks health NOT_SERVING (enter_graceful_shutdown), runs the `draining` hook
+   (work of the service's own that must begin stopping now, within the same grace: the run
+   loop's executors), lets in-flight calls finish for `grace_seconds`, then runs the `close`
+   hook; the health and metrics ports close last.
 `serve_forever()` does both around SIGTERM/SIGINT.
 
 Every call passes the telemetry interceptor first (mesh/telemetry/rpc.py: RPC counts and
@@ -122,6 +123,9 @@ class MeshServer:
     """A service process's gRPC server (see the module docstring).
 
     Attributes:
+        ready: run before the services turn SERVING (open the database, connect peers).
+        close: run once the in-flight calls finished or their grace ran out.
+        draining: run as the drain begins (NOT_SERVING), before the in-flight calls' grace.
         registry: the Prometheus registry of the process's series; None = a new one. The
             RPC series are added to it.
         metrics_port: the bound metrics port once started (0 = none).
@@ -135,6 +139,7 @@ class MeshServer:
     health_port: int = 0
     registry: CollectorRegistry | None = None
     metrics_port: int = 0
+    draining: Hook | None = None
     _metrics: MetricsEndpoint | None = field(default=None, init=False)
     _server: grpc.aio.Server | None = field(default=None, init=False)
     _health_server: grpc.aio.Server | None = field(default=None, init=False)
@@ -204,12 +209,14 @@ class MeshServer:
         return port
 
     async def stop(self, grace: float | None = None) -> None:
-        """Mark NOT_SERVING, drain in-flight calls for `grace` seconds, run the close hook."""
+        """Mark NOT_SERVING, run the draining hook, drain in-flight calls for `grace` s, then close."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        if self.draining is not None:
+            await self.draining()
         if self._server is not None:
             await self._server.stop(self.config.grace_seconds if grace is None else grace)
         if self.close is not None:

@@ -9,6 +9,10 @@ fails suspended runs whose time budget ran out (004 §2.9: the budget holds whil
 run waits, too), then takes over RUNNING runs whose lease expired (a dead replica's, or
 one resumed elsewhere and not claimed) and continues them from their log.
 
+The drain (SIGTERM) is in runs/lifecycle/drain.py (RunDrain, mixed in): it stops the
+takeovers, stops the local runs at their next wait and hands them over; the housekeeping
+loop skips its passes while draining and the renewals go on until `stop` ends the loop.
+
 Resume, cancel, inject and stop-after-turn are in runs/lifecycle/control.py (RunControl, mixed in).
 """
 
@@ -29,6 +33,7 @@ from agentrt.runs.events.stream import follow_batches
 from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.lifecycle.child_runs import ChildRuns
 from agentrt.runs.lifecycle.control import RunControl
+from agentrt.runs.lifecycle.drain import RunDrain
 from agentrt.runs.lifecycle.lease_keeper import LeaseKeeper
 from agentrt.runs.loop import failures
 from agentrt.runs.loop.deps import Deps
@@ -51,7 +56,7 @@ from agentrt.v1 import run_service_pb2 as pb
 log = logging.getLogger("agentrt.runs")
 
 
-class RunManager(RunControl):
+class RunManager(RunControl, RunDrain):
     """Starts and steers runs; see the module docstring."""
 
     def __init__(self, deps: Deps, default_model: str, poll_seconds: float | None = 1.0) -> None:
@@ -61,6 +66,8 @@ class RunManager(RunControl):
         self.poll_seconds = poll_seconds
         self._executors: dict[str, tuple[RunExecutor, asyncio.Task[None]]] = {}
         self._loop_task: asyncio.Task[None] | None = None
+        #: Monotonic deadline of the drain once `begin_drain` ran (None: not draining).
+        self._drain_deadline: float | None = None
         #: Runs this process is resuming: the takeover scan leaves them to the resume.
         self._claiming: set[str] = set()
         #: Background cancels of an ended run's unfinished children (kept referenced).
@@ -84,24 +91,6 @@ class RunManager(RunControl):
         await self.takeover(own=True)
         self._loop_task = asyncio.create_task(self._lease_loop(), name="agentrt-runs-leases")
 
-    async def stop(self, grace_s: float = 5.0) -> None:
-        """Stop every local run at its next wait and release its lease.
-
-        The runs stay RUNNING; another replica (or this one restarted) continues them.
-        """
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
-        for executor, _ in list(self._executors.values()):
-            executor.stop("shutdown")
-        tasks = [t for _, t in self._executors.values()]
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=grace_s)
-            for task in late:
-                task.cancel()
-        await self.deps.releases.drain(grace_s)  # the sandboxes of runs that just ended
-
     async def _lease_loop(self) -> None:
         """The leases' own task (runs/lifecycle/lease_keeper.py), then the housekeeping every period."""
         keeper = LeaseKeeper(
@@ -117,6 +106,8 @@ class RunManager(RunControl):
         try:
             while True:
                 await asyncio.sleep(keeper.period_s)
+                if self.draining:
+                    continue  # draining: the renewals go on, no run is taken over
                 try:
                     await self.expire_suspended()
                     await self.children.sync_all()
@@ -196,6 +187,8 @@ class RunManager(RunControl):
     def spawn(self, record: RunRecord, token: int, seq: int, session_seq: int) -> None:
         """Execute a run whose lease this replica holds (token); events are numbered after seq."""
         executor = RunExecutor(self.deps, record, token, seq, session_seq)
+        if self.draining:
+            executor.stop("shutdown")  # started during the drain: handed over at its first wait
         task = asyncio.create_task(executor.run(), name=f"run-{record.run_id}")
         self._executors[record.run_id] = (executor, task)
         run_id = record.run_id

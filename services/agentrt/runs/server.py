@@ -4,8 +4,9 @@ The ready hook opens the database and creates the tables, opens one long-lived c
 per peer, then takes over runs whose lease expired (a previous life of this replica, or
 a dead one) before the service reports SERVING. On PostgreSQL it also opens the event
 LISTEN connection first (runs/events/notify.py), and event streams then wait for its wake-ups
-instead of polling the database. The close hook stops local runs at their
-next wait and releases their leases, so a restart or another replica continues them.
+instead of polling the database. On SIGTERM the draining hook asks local runs to stop at their
+next wait (the drain's grace counts from then) and the close hook waits for them and
+releases their leases, so a restart or another replica continues them.
 """
 
 from __future__ import annotations
@@ -91,7 +92,13 @@ def build_server(config: RunsConfig) -> MeshServer:
             await store.lease_db.close()
 
     binding = ServiceBinding(SERVICE_NAME, lambda s: pb_grpc.add_RunServiceServicer_to_server(servicer, s))
-    server = MeshServer(config.server, [binding], ready=ready, close=close, registry=metrics.registry)
+
+    async def draining() -> None:
+        await manager.begin_drain(config.server.grace_seconds)
+
+    server = MeshServer(
+        config.server, [binding], ready=ready, close=close, draining=draining, registry=metrics.registry
+    )
     server.manager = manager  # type: ignore[attr-defined]
     server.listener = listener  # type: ignore[attr-defined]
     return server

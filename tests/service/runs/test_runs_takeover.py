@@ -239,3 +239,42 @@ async def test_a_drain_lets_the_model_call_in_flight_finish_so_it_is_never_asked
     await until(completed, "replica b to finish the run")
     turns = ["function_call_output" in json.dumps(b) for _, b in emulator.requests]
     assert turns == [False, True]  # turn 1 once (finished during the drain), turn 2 once
+
+
+async def test_a_drain_shorter_than_the_model_call_still_releases_the_lease(start_server, tmp_path, emulator):
+    """The drain's deadline comes while the model call streams: the run is cancelled, its lease
+    released (not left to expire), and the replica that continues gets the call's answer from
+    the gateway's journal, which finished it (tests/e2e/test_chaos_drain_handover.py: processes)."""
+    mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=600, replica_id="replica-a")
+    slow = Reply(text="x" * 200, chunk_chars=2, event_delay=0.03)  # about 3 s of stream
+    emulator.responder = lambda path, body: slow
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
+    await mesh.events(started.run_id, until="model_delta")
+    manager = mesh.runs_server.manager
+    await manager.stop(0.1)  # the close hook of a drain of 0.1 s
+    record = await manager.store.get_run(started.run_id)
+    assert record is not None and record.status == cpb.RUN_STATUS_RUNNING
+    assert (record.lease_owner, record.lease_expires_s) == ("", 0.0)  # released, not left to expire
+    replica_b = build_runs(
+        RunsConfig(
+            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
+            gateway_address=mesh.addresses["gateway"],
+            tools_address=mesh.addresses["tools"],
+            sessions_address=mesh.addresses["sessions"],
+            tasks_address="",
+            lease_seconds=600,
+            replica_id="replica-b",
+        )
+    )
+    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+
+    async def completed() -> bool:
+        run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+        return run.status == cpb.RUN_STATUS_COMPLETED
+
+    await until(completed, "replica b to finish the run")
+    run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert run.final_output == "x" * 200
+    assert len(emulator.requests) == 1  # asked once: replica b's repeat was answered by the journal
+    log = await replica_b.manager.store.read_log(started.run_id)
+    assert [kind for _, kind, _ in log].count("model_responded") == 1

@@ -4,6 +4,7 @@ Owns what happens to a run outside its executor: `control.RunControl` (resume, c
 inject, stop after the turn: each one guarded write; mixed into `RunManager`),
 `child_runs.ChildRuns` (agents as tools across requests: answers routed to the child that
 waits, the parent woken, cancels flowing down), `lease_keeper.LeaseKeeper` (lease renewal
-from a task of its own) and `sandboxes` (a run's sandbox: which one, created through the
+from a task of its own), `drain.RunDrain` (SIGTERM: the local runs stopped and handed over
+within the drain; mixed into `RunManager`) and `sandboxes` (a run's sandbox: which one, created through the
 tool service, released when the run ends).
 """

@@ -225,6 +225,14 @@ class ExecutorCore:
             )
         await self.deps.store.release_lease(self.r.run_id, self.token)
 
+    async def _hand_over_quietly(self) -> None:
+        """`_hand_over` for a run cancelled by the drain: a failure is logged, never raised."""
+        try:
+            await self._hand_over()
+            log.info("run %s: handed over at the drain's deadline (a wait outlasted it)", self.r.run_id)
+        except Exception:  # noqa: BLE001 - the lease then expires; another replica takes it then
+            log.exception("run %s: could not release its lease at the drain's deadline", self.r.run_id)
+
     # -- the loop --------------------------------------------------------------------------
 
     async def _read_context(self) -> list[spb.Entry]:

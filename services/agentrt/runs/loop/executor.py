@@ -40,6 +40,7 @@ loop/housekeeping.py). `agentrt_runs_running` counts the executors driving here.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -138,6 +139,13 @@ class RunExecutor(TurnSteps):
         """`run`'s body: drive until the run ends, suspends or is stopped; never raises."""
         try:
             await self._drive()
+        except asyncio.CancelledError:
+            if self.stop_reason == "shutdown":
+                # The drain's deadline came while the run still waited (a model call that
+                # outlasts the drain; the gateway finishes and journals it): the lease goes
+                # to the next owner now, not when it expires (runs/lifecycle/drain.py).
+                await self._hand_over_quietly()
+            raise
         except Interrupted:
             if self.stop_reason == "cancel":
                 await self._end_quietly(cpb.RUN_STATUS_CANCELED)
