@@ -7,7 +7,8 @@ span named by the W3C `traceparent` metadata (health and reflection are counted,
 traced). The span is the current one while the handler runs, so the handler's own spans,
 its peer calls and its log records join the caller's trace. The final status is what the
 client sees: the code the handler aborted with (MeshInterceptor's MeshError mapping),
-set with `set_code`, CANCELLED or DEADLINE_EXCEEDED for a call cut short, OK otherwise.
+set with `set_code`, CANCELLED or DEADLINE_EXCEEDED for a call cut short (a cancel within
+DEADLINE_SLACK_S of the deadline is the deadline's), OK otherwise.
 
 The client side (the CLIENT spans and their trace context) is `mesh/telemetry/rpc_client.py`.
 A call served inside a stream of calls (mesh/calls.py) is counted and traced as an RPC of its
@@ -77,11 +78,23 @@ class _Call:
         self.token: object | None = None
 
 
+#: A call cancelled this close to the server's deadline, in seconds, was cut by the deadline.
+#: The caller's deadline timer fires first by the request's transit time (the server counts
+#: its deadline from the request's arrival) and its cancel reaches the server before the
+#: server's own timer (seen on a loaded machine: the caller saw DEADLINE_EXCEEDED, the
+#: server span said CANCELLED).
+DEADLINE_SLACK_S = 0.1
+
+
 def _failed_code(exc: BaseException, context: grpc.aio.ServicerContext) -> grpc.StatusCode:
-    """Return the status a call that raised `exc` ends with."""
+    """Return the status a call that raised `exc` ends with.
+
+    A cancellation is DEADLINE_EXCEEDED when the call had a deadline and at most
+    DEADLINE_SLACK_S seconds of it were left, CANCELLED otherwise.
+    """
     if isinstance(exc, asyncio.CancelledError):
         remaining = context.time_remaining()
-        expired = remaining is not None and remaining <= 0
+        expired = remaining is not None and remaining <= DEADLINE_SLACK_S
         return grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
     code = context.code()
     if isinstance(code, grpc.StatusCode):
