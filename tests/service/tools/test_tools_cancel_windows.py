@@ -94,7 +94,7 @@ class CancelGate:
 
 
 async def _cancel_while_held(tools, call_id: str, marker: str, gate: CancelGate):
-    """Start the call and its CancelExecution; return (cancel answer, call answer), each bounded."""
+    """Start the call and its CancelExecution; return (request, cancel answer, call answer), each bounded."""
     req = tools.request(
         "exec_command", {"cmd": f"echo ran > ran.txt; exec -a {marker} sleep 30"}, call_id=call_id, timeout=60
     )
