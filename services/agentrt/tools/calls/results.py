@@ -94,3 +94,10 @@ def interrupted(why: str, reason: str) -> Outcome:
         summary=f"interrupted: {why}",
         details={"reason": reason},
     )
+
+
+def not_executed(why: str) -> Outcome:
+    """The result recorded for a call cancelled before it started (CancelExecution): it never ran."""
+    outcome = refused(f"The call was not executed: {why} before it started.", "CANCELLED")
+    outcome.status = ResultStatus.NOT_EXECUTED
+    return outcome

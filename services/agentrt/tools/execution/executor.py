@@ -25,8 +25,10 @@ The journal protocol:
 - Only the caller's deadline or an explicit cancel (CancelExecution: here, or on another
   process through `cancel_requested`, seen at its heartbeat) kills the command. Either is
   journaled INTERRUPTED (CALLER_DEADLINE / CALLER_CANCELLED), never TIMED_OUT (004 §2.7m).
-  A cancel that comes before the call journals it NOT_EXECUTED, so it never starts. A
-  service shutdown lets calls end within its grace, then kills them (SERVICE_STOPPED).
+  A cancel that comes before the call journals it NOT_EXECUTED, so it never starts; so does
+  one that comes while its STARTED record is written or before its task's first step
+  (decision 0053). A service shutdown lets calls end within its grace, then kills them
+  (SERVICE_STOPPED); one that had not started yet leaves no record.
 Tool failures the model can fix (bad arguments, paths outside the workspace, non-zero
 exits) are results with is_error; MeshErrors are for the caller's mistakes and for
 infrastructure (an unavailable sandbox), and leave no record.
@@ -47,7 +49,7 @@ from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.tools.calls import args as A
 from agentrt.tools.calls.args import ArgError
 from agentrt.tools.calls.catalog import EXEC_COMMAND, TASK_TOOL_NAMES, ToolDef
-from agentrt.tools.calls.results import Outcome, interrupted, refused
+from agentrt.tools.calls.results import Outcome, interrupted, not_executed, refused
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.execution.dispatch import Dispatch, require_writable
 from agentrt.tools.execution.flight import Flight
@@ -66,6 +68,8 @@ log = logging.getLogger("agentrt.tools")
 
 #: How long a shutdown waits for killed calls to be journaled, in seconds.
 _KILL_GRACE_SECONDS = 5.0
+#: The cancel reason of a shutdown (`close`).
+_STOPPED = "the tool service stopped while it ran"
 
 
 class ToolExecutor:
@@ -103,15 +107,15 @@ class ToolExecutor:
         """Service shutdown: let calls in flight end within the grace, then kill and journal them.
 
         A call killed here is journaled INTERRUPTED (SERVICE_STOPPED), so a repeat answers
-        from the record. Then the named shells close for good.
+        from the record; one that had not started loses its STARTED record, so a repeat runs
+        it (`_end_unrun`). Then the named shells close for good.
         """
-        flights = [f for f in self.journal.inflight.values() if f.task is not None]
+        flights = [f for f in self.journal.inflight.values() if not f.done.done()]
         if flights:
             await asyncio.wait([f.done for f in flights], timeout=grace_seconds)
             for flight in flights:
-                if flight.task is not None and not flight.task.done():
-                    flight.cancel_reason = "the tool service stopped while it ran"
-                    flight.task.cancel()
+                if not flight.done.done():
+                    flight.cancel(_STOPPED)
             await asyncio.wait([f.done for f in flights], timeout=_KILL_GRACE_SECONDS)
         await self.shells.close()
 
@@ -206,7 +210,8 @@ class ToolExecutor:
                 self.journal.inflight.pop(key, None)
                 flight.not_run()
                 return False
-            flight.task = asyncio.create_task(self._run_journaled(key, flight, tool, inp, ctx, deadline))
+            # flight.task is set by the task itself, on its first step (flight.py).
+            asyncio.create_task(self._run_journaled(key, flight, tool, inp, ctx, deadline))
             return True
 
         beginning = asyncio.create_task(begin())
@@ -286,6 +291,10 @@ class ToolExecutor:
         deadline: float | None,
     ) -> None:
         """Run the call to its end and journal it; owned by the executor, not a request."""
+        flight.task = asyncio.current_task()  # published by itself (flight.py, decision 0053)
+        if flight.cancel_reason:
+            await self._end_unrun(key, flight)
+            return
         beats = tool is EXEC_COMMAND or tool.name in TASK_TOOL_NAMES
         beat = asyncio.create_task(self.journal.heartbeat(key, flight)) if beats else None
         try:
@@ -306,7 +315,7 @@ class ToolExecutor:
             except asyncio.CancelledError:
                 # Only a cancel on purpose gets here (CancelExecution, a shutdown): a
                 # request that went away does not cancel this task.
-                if flight.cancel_reason.startswith("the tool service stopped"):
+                if flight.cancel_reason == _STOPPED:
                     ended = interrupted(flight.cancel_reason, "SERVICE_STOPPED")
                 else:
                     ended = interrupted(flight.cancel_reason or "it was cancelled", "CALLER_CANCELLED")
@@ -331,6 +340,35 @@ class ToolExecutor:
         finally:
             if beat is not None:
                 beat.cancel()
+            self.journal.inflight.pop(key, None)
+            if not flight.done.done():
+                flight.not_run()
+
+    async def _end_unrun(self, key: CallKey, flight: Flight) -> None:
+        """End a call cancelled before its body's first step: it never ran (decision 0053).
+
+        A cancel journals it NOT_EXECUTED (CANCELLED), as a cancel that came before the call
+        does; a shutdown deletes its STARTED record, so a repeat runs it (on another replica),
+        and its requests get UNAVAILABLE/SANDBOX_UNAVAILABLE.
+        """
+        try:
+            if flight.cancel_reason == _STOPPED:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(self.store.abandon(key, self.owner))
+                flight.done.set_exception(
+                    MeshError(
+                        Status.UNAVAILABLE,
+                        Reason.SANDBOX_UNAVAILABLE,
+                        "the tool service stopped before the call started; retry",
+                        retry_after_seconds=1.0,
+                    )
+                )
+            else:
+                ended = not_executed(flight.cancel_reason)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(self.journal.finish(key, ended))
+                flight.done.set_result(ended)
+        finally:
             self.journal.inflight.pop(key, None)
             if not flight.done.done():
                 flight.not_run()

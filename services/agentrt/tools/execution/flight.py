@@ -6,6 +6,13 @@ dropped, it cancelled the RPC) only stops listening and the call runs on to its 
 repeat of the same key listens to the same flight (its output chunks too). Only a cancel
 on purpose (CancelExecution, a shutdown) cancels the task, and says why in `cancel_reason`.
 
+The task publishes itself (`task` is set by the task's own first statement, never by the
+code creating it), so `task` names a task whose body runs. A task cancelled before its first
+step never runs its body at all: its try/finally never starts, so nothing would end the
+flight. A cancel that comes before that step (while the STARTED record is written, or in the
+turn between the task's creation and its first step) therefore only records its reason, and
+the body, on its first step, ends the call unrun (decision 0053).
+
 Who owns a record (`process_identity`, `owner_dead`) lives in `tools.identity`.
 """
 
@@ -34,6 +41,7 @@ class Flight:
         self.done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         # A failure nobody awaits any more is not news: mark it retrieved.
         self.done.add_done_callback(lambda f: f.cancelled() or f.exception())
+        #: The task running the call's body, set by its first statement (module docstring).
         self.task: asyncio.Task[None] | None = None
         self.emitters: list[Emit] = []
         #: Why the call was cancelled on purpose ("" = it was not).
@@ -57,6 +65,15 @@ class Flight:
         finally:
             if emit is not None and emit in self.emitters:
                 self.emitters.remove(emit)
+
+    def cancel(self, why: str) -> None:
+        """Cancel the call on purpose: kill it when its body runs, else make it end unrun.
+
+        The first reason given is kept. The caller waits for the ending through `result`.
+        """
+        self.cancel_reason = self.cancel_reason or why
+        if self.task is not None:
+            self.task.cancel()
 
     def not_run(self) -> None:
         """End the flight as never run: its listeners look the record up again."""

@@ -17,7 +17,7 @@ import contextlib
 import logging
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
-from agentrt.tools.calls.results import Outcome, ResultStatus, interrupted, refused
+from agentrt.tools.calls.results import Outcome, interrupted, not_executed
 from agentrt.tools.execution.flight import Flight, NotRun
 from agentrt.tools.execution.request import Emit
 from agentrt.tools.identity import owner_dead
@@ -117,9 +117,8 @@ class Journal:
             except Exception:  # noqa: BLE001 - a missed beat only ages the record
                 log.warning("heartbeat of %s/%s failed", key.run_id, key.call_id, exc_info=True)
                 continue
-            if asked and flight.task is not None and not flight.cancel_reason:
-                flight.cancel_reason = "it was cancelled by request"
-                flight.task.cancel()
+            if asked and not flight.cancel_reason:
+                flight.cancel("it was cancelled by request")
 
     async def state(self, key: CallKey) -> tuple[str, Outcome | None]:
         """(state, outcome) of key's record as it stands: "absent", "started" or "finished"."""
@@ -131,15 +130,16 @@ class Journal:
     async def cancel(self, key: CallKey, why: str) -> tuple[str, Outcome | None]:
         """Kill the call under key, or make sure it never starts; see `ToolExecutor.cancel_execution`."""
         flight = self.inflight.get(key)
-        if flight is not None and flight.task is not None:
-            flight.cancel_reason = flight.cancel_reason or why
-            flight.task.cancel()
+        if flight is not None:
+            # Running here: killed and journaled INTERRUPTED. Not running yet (its STARTED
+            # record being written, or its task before its first step): it ends unrun,
+            # journaled NOT_EXECUTED, or, when it lost its STARTED insert, is looked up below.
+            flight.cancel(why)
             with contextlib.suppress(Exception):
                 await flight.result(None)
         record = await self.store.get(key)
         if record is None:
-            tombstone = refused(f"The call was not executed: {why} before it started.", "CANCELLED")
-            tombstone.status = ResultStatus.NOT_EXECUTED
+            tombstone = not_executed(why)
             if await self.store.record(key, "", "", self.owner, tombstone):
                 return FINISHED, tombstone
             record = await self.store.get(key)

@@ -24,7 +24,10 @@ Invariants (what `confined` builds; docs/services/tools.md explains each):
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -46,6 +49,10 @@ ETC_ENTRIES = (
     "protocols services bash.bashrc profile inputrc mime.types ssl/certs ca-certificates terminfo magic "
     "magic.mime locale.alias os-release debian_version python3 python3.11 perl"
 ).split()
+log = logging.getLogger("agentrt.tools")
+
+#: How long a launcher cancelled while starting may take to exit after SIGKILL, in seconds.
+_ABANDON_WAIT_SECONDS = 5.0
 _LIB_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: As root, the guard (in its private mount namespace) mounts a tmpfs on one of these and binds
 #: the workspace at <it>/ws: the unprivileged bwrap reaches it even when an ancestor of the
@@ -234,11 +241,32 @@ async def spawn(launch: Launch, stdin: int, stdout: int, stderr: int) -> asyncio
     """Start launch's argv in a session of its own with the given stdio (fds or subprocess constants).
 
     The fds in `launch.pass_fds` are closed here once the child holds them; `launch.guard`
-    stays open for the caller, and is released here when the start fails.
+    stays open for the caller, and is released here when the start fails or is cancelled.
+
+    The start runs shielded (decision 0053). Cancelled inside it, asyncio's own cancel path
+    kills the launcher and then waits for the output pipes to close, but a guard that outlived
+    its launcher and the command under it hold them: while the guard is open that wait lasts
+    as long as the command. So a cancel here releases the guard first, then lets the start
+    finish, kills what is left of the launcher's process group and reaps it, then re-raises.
+    (The start's first step, the fork, always comes before this function sees a cancel: it
+    was scheduled first.)
 
     Raises:
         OSError: the launcher could not be executed.
+        asyncio.CancelledError: the caller was cancelled; nothing the launch started is left.
     """
+    start = asyncio.ensure_future(_start(launch, stdin, stdout, stderr))
+    try:
+        return await asyncio.shield(start)
+    except BaseException:
+        if launch.guard is not None:
+            launch.guard.release()
+        await _abandon(start)
+        raise
+
+
+async def _start(launch: Launch, stdin: int, stdout: int, stderr: int) -> asyncio.subprocess.Process:
+    """`create_subprocess_exec` of the launch; closes its pass_fds once the child holds them."""
     try:
         return await asyncio.create_subprocess_exec(
             *launch.argv,
@@ -250,10 +278,26 @@ async def spawn(launch: Launch, stdin: int, stdout: int, stderr: int) -> asyncio
             pass_fds=tuple(launch.pass_fds),
             start_new_session=True,
         )
-    except BaseException:
-        if launch.guard is not None:
-            launch.guard.release()
-        raise
     finally:
         for fd in launch.pass_fds:
             os.close(fd)
+
+
+async def _abandon(start: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """Let a cancelled start finish, then kill the launcher's process group and reap it.
+
+    A start that failed has nothing to reap (its error is retrieved here; the caller's is
+    raised). The guard is released already, so the start's pipes close once its sandbox is
+    gone; a launcher that does not exit within _ABANDON_WAIT_SECONDS of SIGKILL is left to
+    the child watcher (logged).
+    """
+    try:
+        proc = await start
+    except BaseException:  # noqa: BLE001 - the start failed or was cancelled: nothing to reap
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session and group (start_new_session)
+    try:
+        await asyncio.wait_for(proc.wait(), _ABANDON_WAIT_SECONDS)
+    except TimeoutError:
+        log.warning("a launcher cancelled while starting did not end within %.0f s", _ABANDON_WAIT_SECONDS)
