@@ -4,7 +4,7 @@ A `Flight` is one journaled call running in this process: its task belongs to th
 executor, not to a request, so a request that goes away (its caller died, its connection
 dropped, it cancelled the RPC) only stops listening and the call runs on to its end; a
 repeat of the same key listens to the same flight (its output chunks too). Only a cancel
-on purpose (CancelExecution, a shutdown) cancels the task, and says why in `cancel_reason`.
+on purpose (CancelExecution, a shutdown) cancels the task, once, and says why in `cancel_reason`.
 
 The task publishes itself (`task` is set by the task's own first statement, never by the
 code creating it), so `task` names a task whose body runs. A task cancelled before its first
@@ -69,9 +69,15 @@ class Flight:
     def cancel(self, why: str) -> None:
         """Cancel the call on purpose: kill it when its body runs, else make it end unrun.
 
-        The first reason given is kept. The caller waits for the ending through `result`.
+        The first reason given is kept, and only the first cancel cancels the task: a later
+        one (a second CancelExecution, a shutdown during a cancel) would cut short the task's
+        own ending (the kill, the journal write of INTERRUPTED or NOT_EXECUTED), so the flight
+        would end before its record is FINISHED and a canceller would read it STARTED. The
+        caller waits for the ending through `result`.
         """
-        self.cancel_reason = self.cancel_reason or why
+        if self.cancel_reason:
+            return  # already cancelled: the task ends on its own (the first cancel's path)
+        self.cancel_reason = why or "it was cancelled"
         if self.task is not None:
             self.task.cancel()
 
