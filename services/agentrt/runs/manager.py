@@ -22,7 +22,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
 
 from agentrt.core.errors import MeshError, Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import new_id, valid_id
@@ -54,6 +55,7 @@ from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
 log = logging.getLogger("agentrt.runs")
+T = TypeVar("T")
 
 
 class RunManager(RunControl, RunDrain):
@@ -68,6 +70,8 @@ class RunManager(RunControl, RunDrain):
         self._loop_task: asyncio.Task[None] | None = None
         #: Monotonic deadline of the drain once `begin_drain` ran (None: not draining).
         self._drain_deadline: float | None = None
+        #: Lease-taking writes and their spawn, outliving their request (`unabandoned`).
+        self._pending_spawns: set[asyncio.Future[Any]] = set()
         #: Runs this process is resuming: the takeover scan leaves them to the resume.
         self._claiming: set[str] = set()
         #: Background cancels of an ended run's unfinished children (kept referenced).
@@ -277,7 +281,7 @@ class RunManager(RunControl, RunDrain):
         )  # fmt: skip
         record.state.update(sandboxes.initial_state(record.run_id, sandboxes.effective(spec, req)))
         try:
-            stored_record, stored = await self.store.insert_run(record, run_started_events(record))
+            stored_record, stored = await self.unabandoned(self._record_and_spawn(record))
         except SessionBusy as busy:
             raise precondition(
                 Reason.SESSION_BUSY, f"session {session_id!r} already has an unfinished run {busy}"
@@ -285,10 +289,31 @@ class RunManager(RunControl, RunDrain):
         if not stored:  # the idempotency key was taken meanwhile
             check_replay(req, str(stored_record.state.get(DIGEST_STATE, "")))
             return stored_record
-        self.deps.hub.deliver(stored)
-        self.deps.metrics.runs_started.inc()
-        self.spawn(record, 1, stored[-1].seq, stored[-1].session_seq)
         return record
+
+    async def _record_and_spawn(self, record: RunRecord) -> tuple[RunRecord, list[StoredEvent]]:
+        """Insert the new run (RUNNING, this replica's lease) and spawn its executor; see `insert_run`."""
+        stored_record, stored = await self.store.insert_run(record, run_started_events(record))
+        if stored:
+            self.deps.hub.deliver(stored)
+            self.deps.metrics.runs_started.inc()
+            self.spawn(record, 1, stored[-1].seq, stored[-1].session_seq)
+        return stored_record, stored
+
+    async def unabandoned(self, work: Coroutine[Any, Any, T]) -> T:
+        """Await work, which runs to its end even when the request awaiting it is cancelled.
+
+        For the writes that give this replica a run's lease and the spawn that follows them
+        (StartRun's insert, ResumeRun's claim): a request cancelled between the two (its
+        caller gone, the drain's RPC grace over) would leave a run leased here that no
+        executor drives, until the lease expires. `stop` waits for such work before it
+        collects the executors (runs/lifecycle/drain.py).
+        """
+        task = asyncio.ensure_future(work)
+        self._pending_spawns.add(task)
+        task.add_done_callback(self._pending_spawns.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # the request may be gone
+        return await asyncio.shield(task)
 
     async def _resolve_agent(self, tenant: str, req: pb.StartRunRequest) -> pb.AgentSpec:
         if req.agent_version < 0:

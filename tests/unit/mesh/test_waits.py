@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from agentrt.mesh.waits import wait_event
+import pytest
+
+from agentrt.mesh.waits import to_the_end, wait_event
 
 ROUNDS = 50
 
@@ -58,3 +60,30 @@ async def test_an_event_set_or_a_bound_reached_says_which():
     later = asyncio.Event()
     asyncio.get_running_loop().call_soon(later.set)
     assert await wait_event(later, None) is True
+
+
+async def test_to_the_end_lets_the_work_finish_before_the_cancel_propagates():
+    gate, done = asyncio.Event(), []
+
+    async def work() -> str:
+        await gate.wait()
+        done.append(True)
+        return "written"
+
+    waiter = asyncio.create_task(to_the_end(work()))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    await asyncio.sleep(0)
+    assert not waiter.done()  # still waiting for the work, not cut
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert done == [True]
+
+
+async def test_to_the_end_returns_the_result_when_not_cancelled():
+    async def work() -> int:
+        await asyncio.sleep(0)
+        return 7
+
+    assert await to_the_end(work()) == 7

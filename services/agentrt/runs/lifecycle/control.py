@@ -12,8 +12,8 @@ import asyncio
 import base64
 import contextlib
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import valid_id
@@ -52,6 +52,9 @@ class RunControl:
     #: Start a run's executor in this process (record, lease token, event seq, session seq):
     #: RunManager.spawn.
     spawn: Callable[[RunRecord, int, int, int], None]
+    #: Await a coroutine that runs to its end even when the request is cancelled:
+    #: RunManager.unabandoned.
+    unabandoned: Callable[[Coroutine[Any, Any, None]], Awaitable[None]]
 
     @property
     def store(self) -> RunStore:
@@ -137,9 +140,17 @@ class RunControl:
     ) -> None:
         """Continue a suspended run here: one guarded write (SUSPENDED -> RUNNING), then its executor.
 
+        The write, the lease and the spawn run to their end even when the request is cancelled
+        meanwhile (RunManager.unabandoned), so a run leased here always gets its executor.
+
         Raises:
             MeshError: FAILED_PRECONDITION/RUN_NOT_SUSPENDED when it changed state meanwhile.
         """
+        await self.unabandoned(self._wake(record, changes, state, answered))
+
+    async def _wake(
+        self, record: RunRecord, changes: dict[str, object], state: dict[str, object], answered: int
+    ) -> None:
         resumed = run_resumed_event(record, answered)
         self._claiming.add(record.run_id)
         try:

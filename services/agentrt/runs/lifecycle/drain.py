@@ -9,7 +9,9 @@ AGENTRT_DRAIN_SECONDS from the moment the replica turns NOT_SERVING, bounds the 
    asked to stop at its next wait ("shutdown"): a model call in flight is let finish, so
    its response is logged and never asked again; a run spawned later (a StartRun or
    ResumeRun still in flight) is asked as it is spawned.
-2. `stop` (the close hook, once the RPCs drained): waits for the runs until the deadline.
+2. `stop` (the close hook, once the RPCs drained): lets a StartRun or ResumeRun that the
+   RPCs' grace cancelled after its lease-taking write spawn its run (bounded by
+   HANDOVER_WAIT_S), then waits for the runs until the deadline.
    A run still waiting then (a model call that outlasts the drain) is cancelled; its
    executor writes what it delivered and releases the lease (runs/loop/executor.py), and
    the gateway finishes and journals the call for the next owner's repeat (decision
@@ -27,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentrt.runs.loop.deps import Deps
@@ -49,6 +51,8 @@ class RunDrain:
     _loop_task: asyncio.Task[None] | None
     #: Monotonic deadline of the drain once `begin_drain` ran (None: not draining).
     _drain_deadline: float | None
+    #: StartRun/ResumeRun writes that take a lease, and their spawn (RunManager.unabandoned).
+    _pending_spawns: set[asyncio.Future[Any]]
 
     @property
     def draining(self) -> bool:
@@ -80,6 +84,15 @@ class RunDrain:
         """
         await self.begin_drain(grace_s)
         deadline = self._drain_deadline or time.monotonic()
+        if self._pending_spawns:
+            # A StartRun/ResumeRun cancelled by the RPCs' grace after its lease-taking write:
+            # its spawn still comes (RunManager.unabandoned), and its executor, asked to stop
+            # as it is spawned, must be among those waited for below.
+            _, late_spawns = await asyncio.wait(list(self._pending_spawns), timeout=HANDOVER_WAIT_S)
+            if late_spawns:
+                log.warning(
+                    "runs: %d start(s) did not record within %.0fs", len(late_spawns), HANDOVER_WAIT_S
+                )
         tasks = [t for _, t in self._executors.values()]
         if tasks:
             _, late = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))

@@ -53,6 +53,7 @@ from agentrt.core.errors import MeshError
 from agentrt.core.stopping import BudgetKind, on_refusal
 from agentrt.core.structured import KIND_INVALID_FINAL_OUTPUT, Kind
 from agentrt.mesh import telemetry
+from agentrt.mesh.waits import to_the_end
 from agentrt.runs.loop import failures
 from agentrt.runs.loop.compaction import AFTER_RUN, BEFORE_RUN, SAVE_POINT
 from agentrt.runs.loop.core import Interrupted, LeaseLost
@@ -147,10 +148,11 @@ class RunExecutor(TurnSteps):
                 await self._hand_over_quietly()
             raise
         except Interrupted:
+            # Run to their end: the drain's deadline cancel would cut them with the lease held.
             if self.stop_reason == "cancel":
-                await self._end_quietly(cpb.RUN_STATUS_CANCELED)
+                await to_the_end(self._end_quietly(cpb.RUN_STATUS_CANCELED))
             elif self.stop_reason == "shutdown":
-                await self._hand_over()
+                await to_the_end(self._hand_over())
         except LeaseLost:
             log.info("run %s: lease lost, another replica owns it", self.r.run_id)
         except RunFailed as stop:
