@@ -197,7 +197,14 @@ class Attempts:
         # Registered before the advance: a lease pass that sees the old launch gone from the
         # row must not take this watcher for one whose task another replica took.
         with self.launching(task, next_launch):
-            advanced = await store.advance(task, task.launch_id, next_launch, limits.max_continuations)
+            advanced = await store.advance(
+                task,
+                task.launch_id,
+                next_launch,
+                limits.max_continuations,
+                owner=self.deps.owner,
+                lease_until_s=self.deps.lease_until(),
+            )
             if advanced is None:
                 # The claim lost: end the run that ended, failed; Finalize's predicate decides
                 # (a stop, retry or sweep that moved the row wins).
