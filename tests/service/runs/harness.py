@@ -262,3 +262,28 @@ async def start_mesh(
         tools_server=tools_server,
         tools_config=tools_config,
     )
+
+
+async def start_replica(mesh: Mesh, start_server, replica_id: str = "replica-b", **runs_kw: object):
+    """Start another runs replica on mesh's run store and peers; return (its server, a stub on it).
+
+    runs_kw are further RunsConfig fields, or other values of the mesh's peer addresses; the lease
+    is 0.6 s unless given.
+    """
+    fields: dict[str, object] = {
+        "gateway_address": mesh.addresses["gateway"],
+        "tools_address": mesh.addresses["tools"],
+        "sessions_address": mesh.addresses["sessions"],
+        "tasks_address": "",
+        "lease_seconds": 0.6,
+        **runs_kw,
+    }
+    replica = build_runs(
+        RunsConfig(
+            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
+            replica_id=replica_id,
+            **fields,  # type: ignore[arg-type]
+        )
+    )
+    address = await start_server(replica)
+    return replica, pb_grpc.RunServiceStub(grpc.aio.insecure_channel(address))

@@ -20,7 +20,7 @@ from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb
 from tests.emulators.providers import ErrorReply, Reply, ToolCallReply, count_input_tokens
-from tests.service.runs.harness import agent
+from tests.service.runs.harness import agent, start_replica
 from tests.service.runs.pairing import check_pairing, system_text
 
 WINDOW = 2600
@@ -226,12 +226,7 @@ async def test_a_summary_logged_before_a_crash_is_checkpointed_not_requested_aga
     start_server, tmp_path, emulator
 ):
     """The owner dies between the summary and its checkpoint; the next owner appends the logged one."""
-    import grpc
 
-    from agentrt.mesh.config import ServerConfig
-    from agentrt.runs.config import RunsConfig
-    from agentrt.runs.server import build_server as build_runs
-    from agentrt.v1 import run_service_pb2_grpc as pb_grpc
     from tests.service.runs.harness import start_mesh
     from tests.service.runs.test_runs_takeover import until
 
@@ -259,19 +254,7 @@ async def test_a_summary_logged_before_a_crash_is_checkpointed_not_requested_aga
         return talk.summaries == 1 and not [t for t in manager._executors]
 
     await until(summarized, "replica a to die after its summary")
-    replica_b = build_runs(
-        RunsConfig(
-            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
-            gateway_address=mesh.addresses["gateway"],
-            tools_address=mesh.addresses["tools"],
-            sessions_address=mesh.addresses["sessions"],
-            tasks_address="",
-            lease_seconds=0.6,
-            replica_id="replica-b",
-            default_model="openai:gpt-test",
-        )
-    )
-    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+    replica_b, stub = await start_replica(mesh, start_server, default_model="openai:gpt-test")
 
     async def completed() -> bool:
         run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run

@@ -13,16 +13,10 @@ import asyncio
 import json
 import os
 
-import grpc
-
-from agentrt.mesh.config import ServerConfig
-from agentrt.runs.config import RunsConfig
-from agentrt.runs.server import build_server as build_runs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
-from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from tests.emulators.providers import ErrorReply, Reply, ToolCallReply
-from tests.service.runs.harness import WAIT_S, agent, start_mesh
+from tests.service.runs.harness import WAIT_S, agent, start_mesh, start_replica
 from tests.service.runs.test_runs_takeover import until
 
 
@@ -66,18 +60,7 @@ async def test_input_injected_before_a_lost_save_point_is_delivered_once(start_s
     assert [p.text for p in pending] == ["first note", "second note"]  # readable while queued
     assert all(p.kind == steer and p.id for p in pending)
 
-    replica_b = build_runs(
-        RunsConfig(
-            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
-            gateway_address=mesh.addresses["gateway"],
-            tools_address=mesh.addresses["tools"],
-            sessions_address=mesh.addresses["sessions"],
-            tasks_address="",
-            lease_seconds=0.6,
-            replica_id="replica-b",
-        )
-    )
-    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+    replica_b, stub = await start_replica(mesh, start_server)
 
     async def completed() -> bool:
         run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run

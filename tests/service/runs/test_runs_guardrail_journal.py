@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import threading
 
-import grpc
-
-from agentrt.mesh.config import ServerConfig
-from agentrt.runs.config import RunsConfig
-from agentrt.runs.server import build_server as build_runs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
-from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from tests.emulators.providers import Reply
 from tests.service.runs.guards import OUT, is_judge, judge, judge_calls, model_calls, nested_of, verdict
-from tests.service.runs.harness import WAIT_S, agent, start_mesh
+from tests.service.runs.harness import WAIT_S, agent, start_mesh, start_replica
 from tests.service.runs.test_runs_takeover import crash, until
 
 ENDED = (cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED)
@@ -51,18 +45,7 @@ async def test_a_takeover_mid_judge_is_answered_from_the_journal_not_asked_again
     for executor, _ in list(manager._executors.values()):
         executor.stop("lease_lost")  # what a missed renewal does: the call is left to the next owner
     crash(mesh.runs_server)
-    replica_b = build_runs(
-        RunsConfig(
-            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
-            gateway_address=mesh.addresses["gateway"],
-            tools_address=mesh.addresses["tools"],
-            sessions_address=mesh.addresses["sessions"],
-            tasks_address="",
-            lease_seconds=0.6,
-            replica_id="replica-b",
-        )
-    )
-    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+    replica_b, stub = await start_replica(mesh, start_server)
 
     async def b_owns() -> bool:
         return started.run_id in replica_b.manager._executors or await ended()

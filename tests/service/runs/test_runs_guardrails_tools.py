@@ -9,13 +9,9 @@ import grpc
 import pytest
 
 from agentrt.core.decide import mint_call_id
-from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.status import details_of
-from agentrt.runs.config import RunsConfig
-from agentrt.runs.server import build_server as build_runs
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
-from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import tool_service_pb2 as tpb
 from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
 from tests.emulators.providers import Reply, ToolCallReply
@@ -38,7 +34,7 @@ from tests.service.runs.guards import (
     texts,
     verdict,
 )
-from tests.service.runs.harness import agent, start_mesh
+from tests.service.runs.harness import agent, start_mesh, start_replica
 from tests.service.runs.test_runs_takeover import crash, until
 
 PROVIDERS = ["openai", "anthropic"]
@@ -267,18 +263,7 @@ async def test_a_takeover_reads_the_guardrail_decisions_from_the_log(start_serve
     await until(tool_running, "the tool call to be running in the tool service")
     assert len(judge_calls(mesh)) == 1
     crash(mesh.runs_server)
-    replica_b = build_runs(
-        RunsConfig(
-            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
-            gateway_address=mesh.addresses["gateway"],
-            tools_address=mesh.addresses["tools"],
-            sessions_address=mesh.addresses["sessions"],
-            tasks_address="",
-            lease_seconds=0.6,
-            replica_id="replica-b",
-        )
-    )
-    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+    replica_b, stub = await start_replica(mesh, start_server)
 
     async def ended() -> bool:
         run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 
-import grpc
 import pytest
 
 from agentrt.tools.config import DockerSettings
@@ -21,7 +20,7 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 from tests.emulators.providers import Reply, ToolCallReply
 from tests.needs import unavailable
-from tests.service.runs.harness import Mesh, agent, start_mesh
+from tests.service.runs.harness import Mesh, agent, start_mesh, start_replica
 from tests.service.runs.sandbox_helpers import (
     DOCKER,
     LOCAL,
@@ -42,10 +41,6 @@ async def _takeover(start_server, mesh: Mesh, backend: int, first: str, second: 
     """Crash the runs replica while the run's first command runs; a second replica takes the
     run over and runs the second command. Return both results."""
     from agentrt.core.decide import mint_call_id
-    from agentrt.mesh.config import ServerConfig
-    from agentrt.runs.config import RunsConfig
-    from agentrt.runs.server import build_server as build_runs
-    from agentrt.v1 import run_service_pb2_grpc as pb_grpc
     from tests.service.runs.test_runs_takeover import crash, until
 
     mesh.emu.script([Reply(tool_calls=[sh(first)]), Reply(tool_calls=[sh(second)]), Reply(text="done")])
@@ -65,18 +60,7 @@ async def _takeover(start_server, mesh: Mesh, backend: int, first: str, second: 
 
     await until(tool_running, "the first command to be running in the tool service")
     crash(mesh.runs_server)
-    replica_b = build_runs(
-        RunsConfig(
-            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),  # type: ignore[attr-defined]
-            gateway_address=mesh.addresses["gateway"],
-            tools_address=mesh.addresses["tools"],
-            sessions_address=mesh.addresses["sessions"],
-            tasks_address="",
-            lease_seconds=0.6,
-            replica_id="replica-b",
-        )
-    )
-    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+    replica_b, stub = await start_replica(mesh, start_server)
 
     async def completed() -> bool:
         run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
@@ -127,10 +111,6 @@ async def test_a_drain_during_the_model_call_of_a_sandboxed_run_asks_the_model_o
 ):
     """The drain lets the model call finish; its response is logged before the sandbox is
     asked for, so the replica that continues runs the call in the sandbox, never asking again."""
-    from agentrt.mesh.config import ServerConfig
-    from agentrt.runs.config import RunsConfig
-    from agentrt.runs.server import build_server as build_runs
-    from agentrt.v1 import run_service_pb2_grpc as pb_grpc
     from tests.service.runs.test_runs_takeover import until
 
     mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
@@ -154,18 +134,7 @@ async def test_a_drain_during_the_model_call_of_a_sandboxed_run_asks_the_model_o
 
     await until(asked, "the model call to be in flight")
     await mesh.runs_server.manager.stop(10)  # type: ignore[attr-defined]
-    replica_b = build_runs(
-        RunsConfig(
-            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),  # type: ignore[attr-defined]
-            gateway_address=mesh.addresses["gateway"],
-            tools_address=mesh.addresses["tools"],
-            sessions_address=mesh.addresses["sessions"],
-            tasks_address="",
-            lease_seconds=0.6,
-            replica_id="replica-b",
-        )
-    )
-    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+    replica_b, stub = await start_replica(mesh, start_server)
 
     async def completed() -> bool:
         run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run

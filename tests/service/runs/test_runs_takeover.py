@@ -12,17 +12,14 @@ import grpc
 from agentrt.core.decide import mint_call_id
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.db import sqlite_url
-from agentrt.runs.config import RunsConfig
-from agentrt.runs.server import build_server as build_runs
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.server import build_server as build_tools
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
-from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import tool_service_pb2 as tpb
 from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
 from tests.emulators.providers import Reply, ToolCallReply
-from tests.service.runs.harness import WAIT_S, agent, start_mesh
+from tests.service.runs.harness import WAIT_S, agent, start_mesh, start_replica
 
 
 def crash(server) -> None:
@@ -61,19 +58,7 @@ async def test_takeover_continues_from_the_log(start_server, tmp_path, emulator)
     await until(tool_running, "the tool call to be running in the tool service")
     crash(mesh.runs_server)
 
-    replica_b = build_runs(
-        RunsConfig(
-            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
-            gateway_address=mesh.addresses["gateway"],
-            tools_address=mesh.addresses["tools"],
-            sessions_address=mesh.addresses["sessions"],
-            tasks_address="",
-            lease_seconds=0.6,
-            replica_id="replica-b",
-        )
-    )
-    address = await start_server(replica_b)
-    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(address))
+    replica_b, stub = await start_replica(mesh, start_server)
 
     async def completed() -> bool:
         run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
@@ -137,20 +122,8 @@ async def _take_over_with_tools_down(start_server, tmp_path, emulator, **runs_kw
     await until(tool_running, "the tool call to be running in the tool service")
     crash(mesh.runs_server)
     port = _free_port()
-    replica_b = build_runs(
-        RunsConfig(
-            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
-            gateway_address=mesh.addresses["gateway"],
-            tools_address=f"127.0.0.1:{port}",
-            sessions_address=mesh.addresses["sessions"],
-            tasks_address="",
-            lease_seconds=0.6,
-            replica_id="replica-b",
-            **runs_kw,
-        )
-    )
-    address = await start_server(replica_b)
-    return mesh, started, replica_b, pb_grpc.RunServiceStub(grpc.aio.insecure_channel(address)), port
+    replica_b, stub = await start_replica(mesh, start_server, tools_address=f"127.0.0.1:{port}", **runs_kw)
+    return mesh, started, replica_b, stub, port
 
 
 async def test_takeover_waits_for_a_tool_service_that_is_not_up_yet(start_server, tmp_path, emulator):
@@ -219,18 +192,7 @@ async def test_a_drain_lets_the_model_call_in_flight_finish_so_it_is_never_asked
 
     await until(asked, "the model call to be in flight")
     await mesh.runs_server.manager.stop(10)  # the close hook of a drain
-    replica_b = build_runs(
-        RunsConfig(
-            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
-            gateway_address=mesh.addresses["gateway"],
-            tools_address=mesh.addresses["tools"],
-            sessions_address=mesh.addresses["sessions"],
-            tasks_address="",
-            lease_seconds=0.6,
-            replica_id="replica-b",
-        )
-    )
-    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+    replica_b, stub = await start_replica(mesh, start_server)
 
     async def completed() -> bool:
         run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
@@ -255,18 +217,7 @@ async def test_a_drain_shorter_than_the_model_call_still_releases_the_lease(star
     record = await manager.store.get_run(started.run_id)
     assert record is not None and record.status == cpb.RUN_STATUS_RUNNING
     assert (record.lease_owner, record.lease_expires_s) == ("", 0.0)  # released, not left to expire
-    replica_b = build_runs(
-        RunsConfig(
-            server=ServerConfig(port=0, db_url=mesh.runs_server.config.db_url, state_dir=mesh.tmp),
-            gateway_address=mesh.addresses["gateway"],
-            tools_address=mesh.addresses["tools"],
-            sessions_address=mesh.addresses["sessions"],
-            tasks_address="",
-            lease_seconds=600,
-            replica_id="replica-b",
-        )
-    )
-    stub = pb_grpc.RunServiceStub(grpc.aio.insecure_channel(await start_server(replica_b)))
+    replica_b, stub = await start_replica(mesh, start_server, lease_seconds=600)
 
     async def completed() -> bool:
         run = (await stub.GetRun(pb.GetRunRequest(run_id=started.run_id))).run

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from agentrt.core.tasknote import parse_notification
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as rpb
@@ -102,3 +105,40 @@ async def test_a_chain_survives_lease_passes_between_its_runs(tm):
     done = await tm.wait_task(task.task_id, pb.TASK_STATUS_COMPLETED, pb.TASK_STATUS_FAILED)
     assert done.status == pb.TASK_STATUS_COMPLETED, done.result
     assert (done.result, done.continuations) == ("done 8", 7)
+
+
+async def test_a_stalled_lease_pass_spares_the_launch_its_own_replica_is_starting(tm):
+    """The test above's failure under CPU load, made certain: the replica is starting its
+    chain's next run (StartRun on its way) when one of its own lease passes stalls past the
+    lease between its renewal and its sweep. The sweep must not fail that launch as
+    interrupted: the replica is alive and is starting it (decision 0052)."""
+    crash(tm.server)  # one replica only
+    stub, server = await tm.replica(lease_seconds=60.0)  # its own passes are 20 s apart: the test runs one
+    attempts, deps = server.attempts, server.deps
+    assert attempts is not None and deps is not None
+    starting, go = asyncio.Event(), asyncio.Event()
+    start_run, renew = deps.peers.start_run, deps.upkeep.renew
+
+    async def held_start(tenant: str, req: rpb.StartRunRequest) -> str:
+        if req.input == "step two":
+            starting.set()
+            await go.wait()
+        return await start_run(tenant, req)
+
+    async def renew_then_stall(owner: str, keys: set[tuple[str, str, str]], until_s: float):
+        # renewed, then the pass stalls until past that lease: as good as a lease already run out
+        return await renew(owner, keys, time.time() - 1.0)
+
+    deps.peers.start_run = held_start  # type: ignore[method-assign]
+    tm.mesh.emu.script([Reply(text="one"), Reply(text="two")])
+    task = await tm.spawn(await tm.parent(), stub=stub, input="step one", steps=["step two"])
+    await asyncio.wait_for(starting.wait(), 30)
+    chaining = await tm.get(task.task_id)
+    assert (chaining.status, chaining.step, chaining.run_id) == (pb.TASK_STATUS_WORKING, 1, "")
+    deps.upkeep.renew = renew_then_stall  # type: ignore[method-assign]
+    await attempts.pass_once()
+    deps.upkeep.renew = renew  # type: ignore[method-assign]
+    assert (await tm.get(task.task_id)).status == pb.TASK_STATUS_WORKING
+    go.set()
+    done = await tm.wait_task(task.task_id, pb.TASK_STATUS_COMPLETED, pb.TASK_STATUS_FAILED)
+    assert (done.status, done.result, done.continuations) == (pb.TASK_STATUS_COMPLETED, "two", 1)

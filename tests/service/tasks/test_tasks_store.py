@@ -124,12 +124,32 @@ async def test_advance_chains_under_its_bound(db, tenant):
     store = TaskStore(db)
     bound = await _bound(store, _task(tenant, steps=("a", "b")))
     nxt = new_launch_id()
-    assert await store.advance(bound, "tl_stale", nxt, 50) is None
-    moved = await store.advance(bound, bound.launch_id, nxt, 50)
+    lease = {"owner": "me", "lease_until_s": time.time() + 60}
+    assert await store.advance(bound, "tl_stale", nxt, 50, **lease) is None
+    moved = await store.advance(bound, bound.launch_id, nxt, 50, **lease)
     assert (moved.launch_id, moved.run_id, moved.step, moved.continuations) == (nxt, "", 1, 1)
     rebound = await store.bind_run(moved, nxt, "run_2")
-    assert await store.advance(rebound, nxt, new_launch_id(), 1) is None  # at the bound
+    assert await store.advance(rebound, nxt, new_launch_id(), 1, **lease) is None  # at the bound
     assert await store.finalize(rebound, bound.launch_id, FAILED, "") is None  # the old run's word is void
+
+
+async def test_advance_takes_the_lease_of_the_next_launch(db, tenant):
+    """The replica chaining the next run holds its launch from the first moment: not on what
+    was left of the previous launch's lease, nor under the name of a replica that had adopted
+    the row; so another replica's sweep does not take it for an interrupted launch, and the
+    chaining replica's renewals hold it (decision 0052)."""
+    store, upkeep = TaskStore(db), UpkeepStore(db)
+    now = time.time()
+    bound = await _bound(store, _task(tenant, steps=("a",), owner="adopter", lease_until=now - 1))
+    nxt = new_launch_id()
+    moved = await store.advance(bound, bound.launch_id, nxt, 50, owner="chainer", lease_until_s=now + 60)
+    assert moved is not None and moved.owner == "chainer"
+    assert moved.lease_until == pytest.approx(now + 60, abs=1e-3)
+    swept = await upkeep.fail_orphans(time.time(), Failure("interrupted", "x"), 0.0)
+    assert moved.task_id not in {t.task_id for t in swept}
+    assert (await store.get(tenant, moved.task_id)).status == TaskStatus.WORKING
+    key = (tenant, moved.task_id, nxt)
+    assert await upkeep.renew("chainer", {key}, now + 90) == {key}
 
 
 async def test_retry_claim_under_the_ceiling_and_release(db, tenant):

@@ -45,3 +45,10 @@ def test_a_failure_other_than_a_cancel_keeps_the_code_the_handler_set():
     ctx = _Context(0.0, grpc.StatusCode.NOT_FOUND)
     assert _failed_code(RuntimeError("x"), ctx) == grpc.StatusCode.NOT_FOUND  # type: ignore[arg-type]
     assert _failed_code(RuntimeError("x"), _Context(0.0)) == grpc.StatusCode.UNKNOWN  # type: ignore[arg-type]
+
+
+def test_a_stream_closed_at_its_yield_was_cancelled_not_unknown():
+    """grpc may close the response generator of a stream its caller left (GeneratorExit at the
+    yield) instead of cancelling its task: seen under load as server spans with UNKNOWN (2)."""
+    assert _failed_code(GeneratorExit(), _Context(None)) == grpc.StatusCode.CANCELLED  # type: ignore[arg-type]
+    assert _failed_code(GeneratorExit(), _Context(0.0)) == grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[arg-type]

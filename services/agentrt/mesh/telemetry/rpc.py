@@ -90,9 +90,11 @@ def _failed_code(exc: BaseException, context: grpc.aio.ServicerContext) -> grpc.
     """Return the status a call that raised `exc` ends with.
 
     A cancellation is DEADLINE_EXCEEDED when the call had a deadline and at most
-    DEADLINE_SLACK_S seconds of it were left, CANCELLED otherwise.
+    DEADLINE_SLACK_S seconds of it were left, CANCELLED otherwise. A streaming handler closed
+    at a `yield` (GeneratorExit: grpc finalized the response generator of a call that ended
+    early) is a cancellation too.
     """
-    if isinstance(exc, asyncio.CancelledError):
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
         remaining = context.time_remaining()
         expired = remaining is not None and remaining <= DEADLINE_SLACK_S
         return grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED

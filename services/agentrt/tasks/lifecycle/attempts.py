@@ -17,8 +17,9 @@ The lease loop renews this replica's leases every third of the lease, stops foll
 tasks it lost, adopts live tasks whose lease expired (their follower died; the run itself
 lives on in RunService, so nothing is failed for it), and sweeps orphans: tasks left
 mid-launch (`UpkeepStore.fail_orphans`), whose possible run is then cancelled by its
-launch label. `sweep_at_start` is the same sweep, run once before the service answers
-requests, counting this replica's own name as stale.
+launch label. A launch this replica is starting itself is never its own sweep's orphan,
+whatever its lease says. `sweep_at_start` is the same sweep, run once before the service
+answers requests, counting this replica's own name as stale.
 """
 
 from __future__ import annotations
@@ -196,7 +197,14 @@ class Attempts:
         # Registered before the advance: a lease pass that sees the old launch gone from the
         # row must not take this watcher for one whose task another replica took.
         with self.launching(task, next_launch):
-            advanced = await store.advance(task, task.launch_id, next_launch, limits.max_continuations)
+            advanced = await store.advance(
+                task,
+                task.launch_id,
+                next_launch,
+                limits.max_continuations,
+                owner=self.deps.owner,
+                lease_until_s=self.deps.lease_until(),
+            )
             if advanced is None:
                 # The claim lost: end the run that ended, failed; Finalize's predicate decides
                 # (a stop, retry or sweep that moved the row wins).
@@ -223,8 +231,11 @@ class Attempts:
 
     async def _sweep(self, stale_owner: str = "") -> list[Task]:
         cfg = self.deps.config
+        # The launches this process is starting are spared whatever their lease says: a
+        # pass that stalled past the lease (or ran while a chain moved its row to the next
+        # launch) must not fail a launch it is itself in the middle of (decision 0052).
         orphans = await self.deps.upkeep.fail_orphans(
-            time.time(), ORPHANED, cfg.notify_grace_seconds, stale_owner
+            time.time(), ORPHANED, cfg.notify_grace_seconds, stale_owner, spare=self._launching
         )
         for orphan in orphans:
             log.warning(

@@ -9,7 +9,7 @@ or None when the row had moved on (the caller lost). The predicates:
 | claim_spawn | (none) | fewer than `max_live` live tasks under the parent |
 | set_session / bind_run | working | the launch named, nothing bound yet |
 | finalize | working, input_required | the launch named |
-| advance | working | the launch named, continuations below the bound |
+| advance | working | the launch named, continuations below the bound (takes the lease) |
 | mark_input_required | working | the launch named, its run bound |
 | reclaim_working | input_required | the launch named |
 | retry_claim | failed | the attempt and launch read, attempt below the ceiling, a free slot |
@@ -308,13 +308,23 @@ class TaskStore:
         return await self._write(lambda conn: transition(conn, task, where, values))
 
     async def advance(
-        self, task: Task, from_launch: str, to_launch: str, max_continuations: int, state: str | None = None
+        self,
+        task: Task,
+        from_launch: str,
+        to_launch: str,
+        max_continuations: int,
+        state: str | None = None,
+        *,
+        owner: str,
+        lease_until_s: float,
     ) -> Task | None:
         """Chain the next run: the launch (and State, unless None) replaced in one CAS.
 
         Only while the task is working on `from_launch` and has chained fewer than
-        max_continuations runs since its spawn or last retry. The new launch has no run
-        bound yet; the caller starts it and binds it.
+        max_continuations runs since its spawn or last retry. The new launch has no run bound
+        yet; the caller starts it and binds it. Like a spawn's and a retry's claim, it takes
+        the lease for `owner` until `lease_until_s` (seconds since the epoch), not what was
+        left of the previous launch's, maybe in an adopter's name (decision 0052).
         """
         where = [
             T.c.launch_id == from_launch,
@@ -323,7 +333,7 @@ class TaskStore:
         ]
         values: dict[str, Any] = {
             "launch_id": to_launch, "run_id": "", "step": T.c.step + 1,
-            "continuations": T.c.continuations + 1,
+            "continuations": T.c.continuations + 1, "owner": owner, "lease_until_us": us(lease_until_s),
         }  # fmt: skip
         if state is not None:
             values["state"] = state

@@ -7,7 +7,8 @@
   whose launch never got a run bound, and whose lease expired (or is held under this
   replica's own name by a previous life of it), was interrupted mid-launch: nobody can
   tell whether its run started, so it is failed, with its delivery owed in the same
-  transaction, and returned so each parent can be told. A task whose run was bound is
+  transaction, and returned so each parent can be told. A launch the sweeping replica is
+  starting itself is spared, whatever its lease says (decision 0052). A task whose run was bound is
   not an orphan in the mesh: the run lives in RunService and is adopted instead.
   input_required is left alone: its approval persists.
 - Deliveries: an owed ending is claimed by one deliverer at a time (`delivery_due_us`
@@ -21,6 +22,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import sqlalchemy as sa
@@ -141,7 +143,13 @@ class UpkeepStore:
         return await self.db.write_tx(body)
 
     async def fail_orphans(
-        self, now_s: float, failure: Failure, grace_s: float, stale_owner: str = "", limit: int = 500
+        self,
+        now_s: float,
+        failure: Failure,
+        grace_s: float,
+        stale_owner: str = "",
+        limit: int = 500,
+        spare: Collection[tuple[str, str, str]] = (),
     ) -> list[Task]:
         """Fail tasks interrupted mid-launch (see the module docstring); return them as failed.
 
@@ -154,6 +162,9 @@ class UpkeepStore:
             stale_owner: an owner name whose leases count as expired (this replica's own
                 name at its start: what it held then, a previous life of it held).
             limit: at most this many per call.
+            spare: (tenant, task_id, launch_id) of the launches the calling replica is
+                starting itself: never orphans, whatever their lease says (a replica that
+                stalled past its lease is still starting them; decision 0052).
         """
         stale = T.c.lease_until_us < us(now_s)
         if stale_owner:
@@ -169,6 +180,8 @@ class UpkeepStore:
             failed = []
             for row in (await conn.execute(query)).mappings().all():
                 task = to_task(row)
+                if (task.tenant, task.task_id, task.launch_id) in spare:
+                    continue
                 values = {
                     "status": str(TaskStatus.FAILED), "result": failure.message, "summary": "",
                     "failure_json": failure_json(failure), "owner": "", "lease_until_us": None,
