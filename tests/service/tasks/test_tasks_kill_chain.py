@@ -5,9 +5,10 @@ lease); the rest of the mesh in this process. A task of six steps is spawned on 
 which is killed with SIGKILL once the chain has advanced `k` times: mostly as it launches the
 next step (claimed, StartRun not yet answered), sometimes while that step's run works.
 "chain-b" then either adopts the task when the lease expires and finishes the chain, or its
-sweep fails the interrupted launch (retryable; decision 0008, as a spawn killed mid-launch).
-Either way: one run per step that ran, none left running, no model request made twice, and
-the parent told once.
+sweep fails the interrupted launch (retryable; decision 0008, as a spawn killed mid-launch),
+whose run may have started before the kill (StartRun answered, not yet recorded). Either
+way: one run per step that ran, none left running, no model request made twice, and the
+parent told once.
 """
 
 from __future__ import annotations
@@ -60,7 +61,10 @@ async def test_kill_9_mid_chain_then_another_replica_finishes_it_once(
             assert len(runs) == STEPS  # one run per step
         else:  # killed as it launched the next step: the launch is interrupted (decision 0008)
             assert done.failure.kind == "interrupted" and done.failure.retryable, (done.failure, b.log())
-            assert len(runs) == done.continuations  # the steps before it ran; the next never started
+            # The steps before it ran; the launch the kill cut either never reached the runs
+            # service or started a run the dead replica never recorded (it ran once, to its end:
+            # the task failed anyway; a gap written in decision 0052).
+            assert len(runs) in (done.continuations, done.continuations + 1), runs
         assert len(emulator.requests) == len(runs)  # no model call made twice
         tm.tasks = b_stub
         await tm.wait_notified(task.task_id)
