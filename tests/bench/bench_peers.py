@@ -14,6 +14,9 @@ Contenders:
   process starts runs and reads their event streams until run_completed;
 - agentrt_postgres: the same mesh with every service that keeps tables (runs, sessions,
   tools, tasks) on a fresh PostgreSQL database at 127.0.0.1:5432 (created here, dropped after);
+- agentrt_one_process_sqlite, agentrt_one_process_postgres: the same five services, databases
+  and ports as one process (`agentrt serve all`, `start_mesh(one_process=True)`): the run loop
+  calls its gateway, tool service and session store without the wire (decision 0056);
 - the peers, each run by tests/bench/peers/peer_run.py as a subprocess of the peer venv
   (PEER_PYTHON, default .bench-venv/bin/python; `make bench-peers` builds it from
   tests/bench/peers/requirements.txt): langgraph_memory, langgraph_sqlite,
@@ -21,8 +24,8 @@ Contenders:
 
 Output (JSON, default bench-results/peers.json): per contender model_call_ms {p50, p90,
 mean} over the pooled samples, p50_by_round, the emulator endpoints it called; ratios (p50
-and p90 of agentrt_sqlite / langgraph_memory and agentrt_postgres / langgraph_postgres; the
-issue's bar is <= 1.0); the peers' versions; cpus; the load averages before and after.
+and p90 of each agentrt shape on SQLite / langgraph_memory and on PostgreSQL /
+langgraph_postgres; the issue's bar is <= 1.0); the peers' versions; cpus; the load averages before and after.
 Throughput (runs per minute at 1/2/3 runs replicas, 64 concurrent runs, and the CPU per turn
 at 64 against one run at a time) is tests/bench/test_bench_scale_out.py's, in the same
 `make bench` (bench-results/scale_out.json).
@@ -64,9 +67,14 @@ PG_HOST = "127.0.0.1:5432"
 PG_ADMIN = f"postgresql://postgres@{PG_HOST}/postgres"
 #: The services that keep tables (the gateway keeps none; its limiter stays in memory).
 DB_SERVICES = ("runs", "sessions", "tools", "tasks")
-AGENTRT = ("agentrt_sqlite", "agentrt_postgres")
+AGENTRT = ("agentrt_sqlite", "agentrt_postgres", "agentrt_one_process_sqlite", "agentrt_one_process_postgres")
 PEERS = ("langgraph_memory", "langgraph_sqlite", "langgraph_postgres", "openai_agents", "openai_sdk")
-RATIOS = (("agentrt_sqlite", "langgraph_memory"), ("agentrt_postgres", "langgraph_postgres"))
+RATIOS = (
+    ("agentrt_sqlite", "langgraph_memory"),
+    ("agentrt_postgres", "langgraph_postgres"),
+    ("agentrt_one_process_sqlite", "langgraph_memory"),
+    ("agentrt_one_process_postgres", "langgraph_postgres"),
+)
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -185,7 +193,7 @@ async def _agentrt_runs(runs_addr: str, emu: Emulator, work: pathlib.Path, n: in
 
 
 def agentrt(name: str, emu: Emulator, tmp: pathlib.Path, n: int) -> dict[str, Any]:
-    """Measure the five-process mesh, on SQLite or on fresh PostgreSQL databases."""
+    """Measure the mesh (five processes, or `serve all`'s one), on SQLite or fresh PostgreSQL databases."""
     from agentrt.cli.ports import free_ports
     from agentrt.cli.serve import SERVICES
     from agentrt.cli.up import start_mesh
@@ -197,7 +205,7 @@ def agentrt(name: str, emu: Emulator, tmp: pathlib.Path, n: int) -> dict[str, An
         "AGENTRT_LOG_LEVEL": "WARNING",
     }
     names: list[str] = []
-    if name == "agentrt_postgres":
+    if name.endswith("_postgres"):
         tag = uuid.uuid4().hex[:10]
         names = [f"agentrt_bench_peers_{svc}_{tag}" for svc in DB_SERVICES]
         create_databases(names)
@@ -209,7 +217,7 @@ def agentrt(name: str, emu: Emulator, tmp: pathlib.Path, n: int) -> dict[str, An
     mesh = None
     try:
         ports = dict(zip(SERVICES, free_ports(len(SERVICES)), strict=True))
-        mesh = start_mesh(tmp / name / "state", ports=ports, env=env)
+        mesh = start_mesh(tmp / name / "state", ports=ports, env=env, one_process="one_process" in name)
         samples = asyncio.run(_agentrt_runs(mesh.addresses["runs"], emu, work, n))
     finally:
         if mesh is not None:

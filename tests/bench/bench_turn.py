@@ -7,7 +7,9 @@ embedded default) over real gRPC loopback channels, in two shapes:
 - "multi_process": the deployment shape: the five services spawned by
   `agentrt.cli.up.start_mesh` (`python -m agentrt.cli.main serve <svc>`, gated on
   grpc.health SERVING), the emulator in its own process (`python -m tests.emulators.providers`),
-  this process only starting runs and reading their event streams.
+  this process only starting runs and reading their event streams;
+- "one_process" (only when asked): as multi_process, the five services one process
+  (`agentrt serve all`: the run loop calls its peers without the wire, decision 0056).
 
 Figures:
 - sdk_round_trip_ms: the official openai SDK calling the emulator directly (the floor a
@@ -35,7 +37,7 @@ Figures:
   (log write + ExecuteTool), tool_returned→items_persisted (session batch),
   items_persisted→next turn_started (the save point).
 
-Usage: python tests/bench/bench_turn.py [OUT.json] [--mode in_process|multi_process|both]
+Usage: python tests/bench/bench_turn.py [OUT.json] [--mode in_process|multi_process|one_process|both]
 [--runs N] [--db sqlite|postgres] (default bench-results/turn.json, both, 8 runs, SQLite).
 `--db postgres` puts runs, sessions, tools and tasks of the multi-process mesh each on a
 fresh PostgreSQL database at 127.0.0.1:5432 (created before, dropped after; the gateway's
@@ -294,8 +296,8 @@ def _post_script(base_url: str, replies: list[Reply]) -> None:
     urllib.request.urlopen(req, timeout=10).read()
 
 
-async def multi_process(db: str = "sqlite") -> dict[str, Any]:
-    """Run the benchmark against the mesh as five processes and the emulator as a sixth."""
+async def multi_process(db: str = "sqlite", one_process: bool = False) -> dict[str, Any]:
+    """Run the benchmark against the mesh as five processes (or `serve all`'s one) and the emulator."""
     from agentrt.cli.ports import free_ports
     from agentrt.cli.serve import SERVICES
     from agentrt.cli.up import start_mesh
@@ -333,14 +335,19 @@ async def multi_process(db: str = "sqlite") -> dict[str, Any]:
             for svc, name in zip(DB_SERVICES, pg_names, strict=True):
                 env[f"AGENTRT_{svc.upper()}_DB"] = f"postgresql+asyncpg://postgres@{PG_HOST}/{name}"
         mesh = await asyncio.to_thread(
-            start_mesh, tmp / "state", ports=dict(zip(SERVICES, ports, strict=True)), env=env
+            start_mesh,
+            tmp / "state",
+            ports=dict(zip(SERVICES, ports, strict=True)),
+            env=env,
+            one_process=one_process,
         )
         client = MeshClient(runs=mesh.addresses["runs"])
 
         async def script(replies: list[Reply]) -> None:
             await asyncio.to_thread(_post_script, emu_url, replies)
 
-        procs = {**mesh.pids, "emulator": emu_proc.pid}
+        pids = {"all": mesh.pids["runs"]} if one_process else mesh.pids
+        procs = {**pids, "emulator": emu_proc.pid}
         cpu0, conns0, wall0 = _cpu_s(procs), _connections(emu_url), time.perf_counter()
         per_turn, streams = await _runs(client.run_service, work, script)
         cpu1, conns1, wall1 = _cpu_s(procs), _connections(emu_url), time.perf_counter()
@@ -407,6 +414,8 @@ async def main(
         emu.close()
     if "multi_process" in modes:
         result["multi_process"] = await multi_process(db)
+    if "one_process" in modes:
+        result["one_process"] = await multi_process(db, one_process=True)
     for mode in modes:
         result[mode]["overhead_ms_p50"] = round(
             result[mode]["turn_ms"]["p50"] - result["sdk_round_trip_ms"]["p50"], 2
@@ -421,7 +430,9 @@ if __name__ == "__main__":
     default = pathlib.Path(os.environ.get("AGENTRT_BENCH_DIR", "bench-results")) / "turn.json"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=pathlib.Path, default=default)
-    parser.add_argument("--mode", choices=("in_process", "multi_process", "both"), default="both")
+    parser.add_argument(
+        "--mode", choices=("in_process", "multi_process", "one_process", "both"), default="both"
+    )
     parser.add_argument("--runs", type=int, default=RUNS, help=f"measured runs per shape (default {RUNS})")
     parser.add_argument(
         "--db", choices=("sqlite", "postgres"), default="sqlite", help="the multi-process mesh's databases"

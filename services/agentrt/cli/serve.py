@@ -76,7 +76,11 @@ def add_parser(subparsers: Any) -> None:
         help="run one service of the mesh in the foreground",
         description="Run one service; SIGTERM or Ctrl-C drains in-flight calls and exits 0.",
     )
-    p.add_argument("service", choices=SERVICES, help="which service to run")
+    p.add_argument(
+        "service",
+        choices=(*SERVICES, "all"),
+        help="which service to run; all = the five in this one process (cli/serve_all.py)",
+    )
     p.add_argument(
         "--port",
         type=port_number,
@@ -200,6 +204,11 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.log_format:
         logs = LogConfig(level=logs.level, format=args.log_format, content=logs.content)
     setup_logging(args.service, logs)
+    if args.service == "all":
+        from agentrt.cli.serve_all import run_serve_all
+
+        args.tracing = tracing
+        return run_serve_all(args, build_config)
     loop_name = args.event_loop or env("EVENT_LOOP", EVENT_LOOPS[0])
     if loop_name not in EVENT_LOOPS:
         print(

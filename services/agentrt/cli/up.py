@@ -21,6 +21,7 @@ Invariants: the returned `Mesh` owns its children; `stop()` always leaves none r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -111,6 +112,11 @@ class _Child:
     process: subprocess.Popen[bytes]
     log_file: IO[bytes]
     metrics_port: int = 0
+    #: What the process is named after: the service, or "all" for `serve all`'s one process.
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        self.unit = self.unit or self.name
 
     @property
     def address(self) -> str:
@@ -179,8 +185,15 @@ class Mesh:
             code = child.process.poll()
             if code is not None:
                 child.log_file.flush()
-                return ChildExit(child.name, code, log_tail(child.log_path))
+                return ChildExit(child.unit, code, log_tail(child.log_path))
         return None
+
+    def _units(self) -> list[_Child]:
+        """One child per process (`serve all`'s five services share one)."""
+        seen: dict[int, _Child] = {}
+        for child in self._children.values():
+            seen.setdefault(id(child.process), child)
+        return list(seen.values())
 
     def wait_exit(self, timeout: float | None = None) -> ChildExit | None:
         """Wait until some service process ends; return it, or None after `timeout` seconds."""
@@ -202,8 +215,8 @@ class Mesh:
         with self._lock:
             if not self._stopped:
                 self._stopped = True
-                _terminate([c.process for c in self._children.values()], grace)
-                for child in self._children.values():
+                _terminate([c.process for c in self._units()], grace)
+                for child in self._units():
                     child.log_file.close()
                 with contextlib.suppress(OSError):
                     (self.state_dir / "mesh.json").unlink()
@@ -247,9 +260,12 @@ def _terminate(processes: Sequence[subprocess.Popen[bytes]], grace: float) -> No
 
 
 def _spawn(name: str, host: str, port: int, state_dir: Path, env: Mapping[str, str]) -> _Child:
+    """Start `agentrt serve <name>` (name "all": every service, on its AGENTRT_<SVC>_PORT)."""
     log_path = state_dir / "logs" / f"{name}.log"
     log_file = log_path.open("wb")
-    cmd = [sys.executable, "-m", "agentrt.cli.main", "serve", name, "--host", host, "--port", str(port)]
+    cmd = [sys.executable, "-m", "agentrt.cli.main", "serve", name, "--host", host]
+    if name != "all":
+        cmd += ["--port", str(port)]
     child_env = dict(env)
     # The child asks the kernel for SIGTERM when its supervisor dies (serve.py). The kernel
     # ties that to the *thread* that forked, so it is only asked for from the main thread.
@@ -279,6 +295,16 @@ def _health_status(address: str, timeout: float) -> int:
 
 
 def _failure_of(mesh: Mesh, gone: ChildExit) -> MeshStartError:
+    if gone.name == "all":  # `serve all`: the taken port is the one still held by another
+        if gone.returncode == EXIT_PORT_TAKEN:
+            for child in mesh._ordered():
+                if port_taken(child.host, child.port):
+                    return PortTakenError(child.name, child.host, child.port, gone.log_tail)
+                if child.metrics_port and port_taken(child.host, child.metrics_port):
+                    return PortTakenError(
+                        child.name, child.host, child.metrics_port, gone.log_tail, metrics=True
+                    )
+        return MeshStartError(f"{gone.describe()} while starting", "", gone.log_tail)
     child = mesh._children[gone.name]
     if gone.returncode == EXIT_PORT_TAKEN:
         # Its gRPC port free again and the metrics port still held: the metrics port it was.
@@ -300,8 +326,13 @@ def start_mesh(
     base_port: int | None = None,
     env: Mapping[str, str] | None = None,
     ready_timeout: float = READY_TIMEOUT_SECONDS,
+    one_process: bool = False,
 ) -> Mesh:
     """Start the five services as separate processes and wait until all are SERVING.
+
+    With `one_process`, the five are one process instead (`agentrt serve all`, cli/serve_all.py:
+    the run loop calls its peers without the wire), each still on its own port; the Mesh
+    names every service with that one process (its log is `logs/all.log`).
 
     Args:
         state_dir: where SQLite files, workspaces and logs go (created; made absolute).
@@ -313,6 +344,7 @@ def start_mesh(
             AGENTRT_<SVC>_METRICS_PORT in either is its metrics port (0 = none); a service
             without one gets a free port.
         ready_timeout: bound on the whole wait for SERVING (both phases), in seconds.
+        one_process: the five services in one process (see above).
 
     Returns:
         The running Mesh; the caller must `stop()` it (or use it as a context manager).
@@ -340,6 +372,16 @@ def start_mesh(
     child_env.update({f"AGENTRT_{n.upper()}_METRICS_PORT": str(p) for n, p in metrics.items()})
     deadline = time.monotonic() + ready_timeout
     try:
+        if one_process:
+            child_env.update({f"AGENTRT_{n.upper()}_PORT": str(chosen[n]) for n in SERVICES})
+            every = _spawn("all", host, 0, root, child_env)
+            for name in SERVICES:
+                metrics_port = int(child_env.get(f"AGENTRT_{name.upper()}_METRICS_PORT", "0") or 0)
+                mesh._children[name] = dataclasses.replace(
+                    every, name=name, port=chosen[name], metrics_port=metrics_port, unit="all"
+                )
+            _wait_ready(mesh, SERVICES, deadline, ready_timeout)
+            return mesh
         for phase in START_PHASES:
             for name in phase:
                 mesh._children[name] = _spawn(name, host, chosen[name], root, child_env)

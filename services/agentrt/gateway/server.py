@@ -148,7 +148,14 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
         if owned is not None:
             await owned.close()
 
-    return MeshServer(config.server, [binding], ready=ready, close=close, registry=metrics.registry)
+    return MeshServer(
+        config.server,
+        [binding],
+        ready=ready,
+        close=close,
+        registry=metrics.registry,
+        calls=servicer.generate_calls,
+    )
 
 
 async def serve(config: GatewayConfig) -> None:

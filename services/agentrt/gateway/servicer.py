@@ -197,21 +197,24 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
         Each call streams exactly what StreamGenerate streams (deltas, then one final), or
         its error as CallError.
         """
+        async for response in serve_calls(requests, context, self.generate_calls()):
+            yield response
+
+    def generate_calls(self) -> CallsMethod:
+        """StreamGenerate as a stream of calls' method (mesh/calls.py; mesh/local_calls.py in one process)."""
 
         async def handle(call: pb.StreamGenerateCallsRequest, ctx: CallContext) -> AsyncIterator[object]:
             # The call's own request, not a StreamGenerateRequest built around a copy of it.
             async for message in self._stream(call.request if call.HasField("request") else None, ctx):
                 yield message
 
-        how = CallsMethod(
+        return CallsMethod(
             "agentrt.v1.ModelGatewayService",
             "StreamGenerate",
             handle,
             lambda call_id, event: pb.StreamGenerateCallsResponse(call_id=call_id, event=event),
             lambda call_id, error: pb.StreamGenerateCallsResponse(call_id=call_id, error=error),
         )
-        async for response in serve_calls(requests, context, how):
-            yield response
 
     async def CountTokens(
         self, request: pb.CountTokensRequest, context: grpc.aio.ServicerContext

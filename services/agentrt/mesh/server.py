@@ -40,6 +40,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from agentrt.client.channels import use_process_tls
+from agentrt.mesh.calls import CallsMethod
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.interceptors import MeshInterceptor
 from agentrt.mesh.security import TokenTable, server_credentials
@@ -129,6 +130,9 @@ class MeshServer:
         registry: the Prometheus registry of the process's series; None = a new one. The
             RPC series are added to it.
         metrics_port: the bound metrics port once started (0 = none).
+        calls: the service's stream-of-calls method (its servicer's CallsMethod), for a runs
+            service hosted in the same process to call without the wire (mesh/local_calls.py);
+            None for a service the run loop does not call every turn.
     """
 
     config: ServerConfig
@@ -140,6 +144,7 @@ class MeshServer:
     registry: CollectorRegistry | None = None
     metrics_port: int = 0
     draining: Hook | None = None
+    calls: Callable[[], CallsMethod] | None = None
     _metrics: MetricsEndpoint | None = field(default=None, init=False)
     _server: grpc.aio.Server | None = field(default=None, init=False)
     _health_server: grpc.aio.Server | None = field(default=None, init=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from agentrt.client.channels import MeshClient
 from agentrt.core.ids import new_id
 from agentrt.mesh.db import Database
+from agentrt.mesh.local_calls import LocalCalls
 from agentrt.mesh.server import MeshServer, ServiceBinding
 from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs.config import RunsConfig
@@ -29,8 +30,12 @@ from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 SERVICE_NAME = "agentrt.v1.RunService"
 
 
-def build_server(config: RunsConfig) -> MeshServer:
-    """Return the RunService server (not started); `server.manager` is its RunManager."""
+def build_server(config: RunsConfig, local: LocalCalls | None = None) -> MeshServer:
+    """Return the RunService server (not started); `server.manager` is its RunManager.
+
+    `local` names the peers served by this same process (`agentrt serve all`): a run's
+    turn calls to them cross no wire (mesh/local_calls.py).
+    """
     db = Database(
         config.server.db_url, pool_size=config.server.db_pool_size, max_overflow=config.server.db_max_overflow
     )
@@ -52,7 +57,10 @@ def build_server(config: RunsConfig) -> MeshServer:
         fenced=True,
     )
     peers = Peers(
-        client, tool_grace_s=config.tool_call_grace_seconds, unavailable_s=config.peer_unavailable_seconds
+        client,
+        tool_grace_s=config.tool_call_grace_seconds,
+        unavailable_s=config.peer_unavailable_seconds,
+        local=local,
     )
     hub = EventHub(config.subscriber_buffer)
     listener = None if db.is_sqlite else EventListener(config.server.db_url, hub, owner)

@@ -38,7 +38,14 @@ def build_server(config: SessionsConfig) -> MeshServer:
     async def ready() -> None:
         await upgrade(db)
 
-    return MeshServer(config.server, [binding], ready=ready, close=db.close, registry=metrics.registry)
+    return MeshServer(
+        config.server,
+        [binding],
+        ready=ready,
+        close=db.close,
+        registry=metrics.registry,
+        calls=servicer.append_calls,
+    )
 
 
 async def serve(config: SessionsConfig) -> None:

@@ -134,19 +134,22 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
         Each call is answered exactly as AppendEntries answers it (its errors as CallError).
         """
+        async for response in serve_calls(requests, context, self.append_calls()):
+            yield response
+
+    def append_calls(self) -> CallsMethod:
+        """AppendEntries as a stream of calls' method (mesh/calls.py; mesh/local_calls.py in one process)."""
 
         async def handle(call: pb.AppendEntriesCallsRequest, ctx: CallContext) -> AsyncIterator[object]:
             yield await self.AppendEntries(call.request, ctx)  # type: ignore[arg-type]
 
-        how = CallsMethod(
+        return CallsMethod(
             "agentrt.v1.SessionService",
             "AppendEntries",
             handle,
             lambda call_id, answer: pb.AppendEntriesCallsResponse(call_id=call_id, response=answer),
             lambda call_id, error: pb.AppendEntriesCallsResponse(call_id=call_id, error=error),
         )
-        async for response in serve_calls(requests, context, how):
-            yield response
 
     async def _tail_after(
         self, resp: pb.AppendEntriesResponse, tenant: str, ref: Ref, after_seq: int

@@ -100,7 +100,14 @@ def build_server(config: ToolsConfig) -> MeshServer:
             await task_tools.close()
         await db.close()
 
-    return MeshServer(config.server, [binding], ready=ready, close=close, registry=metrics.registry)
+    return MeshServer(
+        config.server,
+        [binding],
+        ready=ready,
+        close=close,
+        registry=metrics.registry,
+        calls=servicer.execute_calls,
+    )
 
 
 async def serve(config: ToolsConfig) -> None:

@@ -260,6 +260,11 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         Each call is answered exactly as ExecuteTool answers it, preceded by its output
         chunks when it asked for progress (as StreamExecuteTool); errors as CallError.
         """
+        async for response in serve_calls(requests, context, self.execute_calls()):
+            yield response
+
+    def execute_calls(self) -> CallsMethod:
+        """ExecuteTool as a stream of calls' method (mesh/calls.py; mesh/local_calls.py in one process)."""
 
         async def handle(call: pb.ExecuteToolCallsRequest, ctx: CallContext) -> AsyncIterator[object]:
             if not call.progress:
@@ -274,15 +279,13 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
                 return pb.ExecuteToolCallsResponse(call_id=call_id, progress=message)
             return pb.ExecuteToolCallsResponse(call_id=call_id, result=message)  # type: ignore[arg-type]
 
-        how = CallsMethod(
+        return CallsMethod(
             "agentrt.v1.ToolService",
             "ExecuteTool",
             handle,
             answer,
             lambda call_id, error: pb.ExecuteToolCallsResponse(call_id=call_id, error=error),
         )
-        async for response in serve_calls(requests, context, how):
-            yield response
 
     async def GetExecution(
         self, request: pb.GetExecutionRequest, context: grpc.aio.ServicerContext

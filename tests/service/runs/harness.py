@@ -24,6 +24,7 @@ from agentrt.gateway.config import GatewayConfig, ProviderSettings
 from agentrt.gateway.server import build_server as build_gateway
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.db import Database, sqlite_url
+from agentrt.mesh.local_calls import LocalCalls
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.server import build_server as build_runs
 from agentrt.runs.storage.store import RunStore
@@ -192,21 +193,26 @@ async def start_mesh(
     pg: bool = False,
     tasks_address: str = "",
     tools_kw: dict[str, object] | None = None,
+    local: bool = False,
     **runs_kw: object,
 ) -> Mesh:
     """Start sessions, tools, gateway and runs; with pg, runs and sessions on fresh PostgreSQL databases.
 
     tasks_address is the TaskService the tool service's task tools call ("" = none);
     tools_kw are further ToolsConfig fields (a test's own docker owner label, say).
+    With local, the runs service calls the other three in this process without the wire
+    (mesh/local_calls.py, as `agentrt serve all` does).
     """
     tmp = str(tmp_path / "state")
     os.makedirs(tmp, exist_ok=True)
     if pg:
         await require_pg()
     sessions_db = await fresh_pg_database(pg_server(), "sessions_test") if pg else sqlite_url(tmp, "sessions")
-    sessions = await start_server(
-        build_sessions(SessionsConfig(server=ServerConfig(port=0, db_url=sessions_db, state_dir=tmp)))
+    hosted = LocalCalls()
+    sessions_server = build_sessions(
+        SessionsConfig(server=ServerConfig(port=0, db_url=sessions_db, state_dir=tmp))
     )
+    sessions = await start_server(sessions_server)
     workspace_root = str(tmp_path / "workspaces")
     os.makedirs(tmp_path / "work", exist_ok=True)
     tools_config = ToolsConfig(
@@ -219,22 +225,22 @@ async def start_mesh(
     tools_server = build_tools(tools_config)
     tools = await start_server(tools_server)
     remote = {"api_key": "test-key", "enabled": True}
-    gateway = await start_server(
-        build_gateway(
-            GatewayConfig(
-                server=ServerConfig(port=0),
-                openai=ProviderSettings(base_url=emu.base_url + "/v1", default_model="gpt-test", **remote),
-                openai_chat=ProviderSettings(
-                    base_url=emu.base_url + "/v1", default_model="gpt-test", **remote
-                ),
-                anthropic=ProviderSettings(base_url=emu.base_url, default_model="claude-test", **remote),
-                max_retries=1,
-                initial_backoff_seconds=0.01,
-                max_backoff_seconds=0.02,
-                max_retry_after_seconds=0.05,
-            )
+    gateway_server = build_gateway(
+        GatewayConfig(
+            server=ServerConfig(port=0),
+            openai=ProviderSettings(base_url=emu.base_url + "/v1", default_model="gpt-test", **remote),
+            openai_chat=ProviderSettings(base_url=emu.base_url + "/v1", default_model="gpt-test", **remote),
+            anthropic=ProviderSettings(base_url=emu.base_url, default_model="claude-test", **remote),
+            max_retries=1,
+            initial_backoff_seconds=0.01,
+            max_backoff_seconds=0.02,
+            max_retry_after_seconds=0.05,
         )
     )
+    gateway = await start_server(gateway_server)
+    for peer, server in (("sessions", sessions_server), ("tools", tools_server), ("gateway", gateway_server)):
+        assert server.calls is not None
+        hosted.host(peer, server.calls(), server.config.max_request_bytes)
     addresses = {"gateway": gateway, "tools": tools, "sessions": sessions}
     runs_config = RunsConfig(
         server=ServerConfig(port=0, db_url=await runs_db_url(tmp, pg), state_dir=tmp),
@@ -245,7 +251,7 @@ async def start_mesh(
         default_model="openai:gpt-test",
         **runs_kw,  # type: ignore[arg-type]
     )
-    runs_server = build_runs(runs_config)
+    runs_server = build_runs(runs_config, local=hosted if local else None)
     runs = await start_server(runs_server)
     channel = grpc.aio.insecure_channel(runs)
     schannel = grpc.aio.insecure_channel(sessions)

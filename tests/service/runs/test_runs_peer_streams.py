@@ -38,8 +38,8 @@ def _opened(monkeypatch) -> list[peer_calls.RunCalls]:
     made: list[peer_calls.RunCalls] = []
     original = peer_calls.RunCalls.__init__
 
-    def init(self, client, tenant):  # type: ignore[no-untyped-def]
-        original(self, client, tenant)
+    def init(self, *args, **kw):  # type: ignore[no-untyped-def]
+        original(self, *args, **kw)
         made.append(self)
 
     monkeypatch.setattr(peer_calls.RunCalls, "__init__", init)

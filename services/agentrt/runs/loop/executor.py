@@ -90,7 +90,8 @@ class RunExecutor(TurnSteps):
         While it drives, the run's turn calls go over its streams of calls to its peers
         (runs/peers/streams.py), closed when it stops driving.
         """
-        calls = RunCalls(self.deps.peers.client, self.r.tenant) if self.deps.peer_streams else None
+        peers = self.deps.peers
+        calls = RunCalls(peers.client, self.r.tenant, peers.local) if self.deps.peer_streams else None
         token = RUN_CALLS.set(calls)
         try:
             await self._run()

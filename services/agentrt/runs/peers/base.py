@@ -27,6 +27,7 @@ import grpc
 from agentrt.client.channels import MeshClient
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import TENANT_HEADER
+from agentrt.mesh.local_calls import LocalCalls
 from agentrt.mesh.status import from_rpc_error, reason_of
 from agentrt.v1 import common_pb2 as cpb
 
@@ -57,6 +58,7 @@ class PeerBase:
         tool_grace_s: float = 30.0,
         unavailable_s: float = 30.0,
         model_timeout_s: float = MODEL_CALL_TIMEOUT_S,
+        local: LocalCalls | None = None,
     ) -> None:
         """Wrap a MeshClient whose gateway, tools and sessions addresses are set.
 
@@ -66,8 +68,11 @@ class PeerBase:
             tool_grace_s: added to a tool's own timeout for the ExecuteTool deadline, seconds.
             unavailable_s: how long a call waits for an unreachable peer, seconds (0 = no wait).
             model_timeout_s: deadline of one model call, seconds.
+            local: the peers served by this same process (mesh/local_calls.py): a run's
+                streams of calls to them cross no wire. None = every peer over gRPC.
         """
         self.client = client
+        self.local = local
         self._tool_grace_s = tool_grace_s
         self._unavailable_s = unavailable_s
         self._model_timeout_s = model_timeout_s

@@ -34,6 +34,7 @@ from agentrt.client.calls import ERROR, EVENT, FINAL, CallStream, CallsUnsupport
 from agentrt.client.channels import MeshClient
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import TENANT_HEADER
+from agentrt.mesh.local_calls import LocalCalls
 from agentrt.mesh.telemetry.rpc_client import client_call
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
@@ -86,20 +87,35 @@ def _generate_split(answer: gpb.StreamGenerateCallsResponse) -> tuple[int, str, 
 class RunCalls:
     """One run's streams of calls to its peers (see the module docstring)."""
 
-    def __init__(self, client: MeshClient, tenant: str) -> None:
-        """Prepare the streams of one run of `tenant` (none opens before its first call)."""
-        metadata = [(TENANT_HEADER, tenant)]
+    def __init__(self, client: MeshClient, tenant: str, local: LocalCalls | None = None) -> None:
+        """Prepare the streams of one run of `tenant` (none opens before its first call).
 
-        def opener(method: Callable[..., Any]) -> Callable[[], Any]:
+        A peer that `local` hosts (served by this same process) is called over a
+        `LocalStream` (mesh/local_calls.py), every other over gRPC.
+        """
+        metadata = [(TENANT_HEADER, tenant)]
+        #: Peers called in this process, without the wire.
+        self.local: frozenset[str] = frozenset(
+            p for p in (SESSIONS, TOOLS, GATEWAY) if local is not None and local.hosts(p)
+        )
+
+        def opener(peer: str, method: Callable[..., Any]) -> Callable[[], Any]:
+            if peer in self.local:
+                assert local is not None
+                return local.opener(peer, tenant)
             return lambda: method(metadata=metadata)
 
         self.streams: dict[str, CallStream] = {
             SESSIONS: CallStream(
-                opener(client.session_service.AppendEntriesCalls), _append_request, _append_split
+                opener(SESSIONS, client.session_service.AppendEntriesCalls), _append_request, _append_split
             ),
-            TOOLS: CallStream(opener(client.tool_service.ExecuteToolCalls), _execute_request, _execute_split),
+            TOOLS: CallStream(
+                opener(TOOLS, client.tool_service.ExecuteToolCalls), _execute_request, _execute_split
+            ),
             GATEWAY: CallStream(
-                opener(client.gateway_service.StreamGenerateCalls), _generate_request, _generate_split
+                opener(GATEWAY, client.gateway_service.StreamGenerateCalls),
+                _generate_request,
+                _generate_split,
             ),
         }
         #: Peers that answered UNIMPLEMENTED: called with the plain RPCs from then on.
@@ -164,7 +180,8 @@ async def send(
     calls, stream = via
     service, method = _METHODS[peer]
     for attempt in range(resends + 1):
-        await ready(peer)
+        if peer not in calls.local:  # a peer in this process is ready while it serves
+            await ready(peer)
         try:
             with client_call(service, method) as traceparent:
                 return await stream.call(payload, timeout=timeout, on_event=on_event, traceparent=traceparent)

@@ -1,0 +1,166 @@
+"""`agentrt serve all`: the five services in one process, the run loop's turn calls without the wire.
+
+Every service keeps its own port, database, metrics port and health (the same
+`AGENTRT_<SVC>_*` settings `agentrt serve <svc>` reads, each service its own `from_env`), so
+clients, other replicas and probes see five services as before. What changes is inside
+the process: the runs service calls the gateway, the tool service and the session store
+that live beside it over `LocalStream`s (mesh/local_calls.py) for a turn's three calls,
+and over gRPC to its own ports for everything else (decision 0056). Each peer address is
+this process's own service, whatever `AGENTRT_<PEER>_ADDR` says.
+
+Lifecycle: the services start in `START_ORDER` (runs last: it takes over unfinished runs
+at start and drives them through its peers at once); SIGTERM/SIGINT stops them in the
+reverse order, runs first, so its drain hands its runs over while its peers still serve;
+each peer's local streams end when it stops. The loop is asyncio's: the tool service's
+sandboxes cannot run under uvloop (cli/serve.py).
+
+Exit status: as `agentrt serve` (0 after a clean drain; 98 when a port is taken; 2 for a
+flag `serve all` does not take, a port of 0, or a bad `AGENTRT_*` value; 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib
+import logging
+import signal
+import sys
+from typing import Any
+
+from agentrt.cli.args import check_db_url
+from agentrt.cli.tls import apply_server_flags
+from agentrt.mesh.local_calls import LocalCalls
+
+log = logging.getLogger("agentrt.cli")
+
+#: Start order; stop is the reverse. Runs last (see the module docstring).
+START_ORDER = ("sessions", "tools", "gateway", "tasks", "runs")
+#: Peers the run loop calls every turn, served to it in this process (mesh/local_calls.py).
+LOCAL_PEERS = ("sessions", "tools", "gateway")
+#: `serve` flags that name one service's setting; `serve all` refuses them.
+PER_SERVICE_FLAGS = ("port", "db", "metrics_port", "event_loop")
+
+
+def refused_flags(args: argparse.Namespace, services: tuple[str, ...]) -> list[str]:
+    """The per-service flags given to `serve all` (it takes each from the environment)."""
+    names = [f for f in PER_SERVICE_FLAGS if getattr(args, f, None) is not None]
+    names += [f"{peer}_addr" for peer in services if getattr(args, f"{peer}_addr", None) is not None]
+    return ["--" + n.replace("_", "-") for n in names]
+
+
+def peer_host(host: str) -> str:
+    """The host to reach this process's own services on (a wildcard bind is reached on loopback)."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host in ("::", "[::]"):
+        return "[::1]"
+    return host
+
+
+def build_configs(args: argparse.Namespace, build_config: Any) -> dict[str, Any]:
+    """Return service -> config, each from its `from_env`, peers set to this process's services.
+
+    Raises:
+        ValueError: a bad `AGENTRT_*` value, a port of 0, or a database URL of another driver.
+    """
+    first = {name: build_config(name, None, None, args.host, {}) for name in START_ORDER}
+    host = peer_host(first["runs"].server.host)
+    addresses = {}
+    for name, config in first.items():
+        if config.server.port == 0:
+            raise ValueError(f"AGENTRT_{name.upper()}_PORT is 0: `serve all` needs each service's port fixed")
+        addresses[name] = f"{host}:{config.server.port}"
+    configs = {}
+    for name in START_ORDER:
+        config = build_config(name, None, None, args.host, addresses)
+        config = dataclasses.replace(config, server=apply_server_flags(args, config.server))
+        url = getattr(config, "db_url", "") or config.server.db_url
+        problem = check_db_url(url) if url else None
+        if problem:
+            raise ValueError(f"{name}: {problem}")
+        configs[name] = config
+    return configs
+
+
+async def serve_all(configs: dict[str, Any]) -> None:
+    """Serve every service in `configs` in this process until SIGTERM/SIGINT, then stop them.
+
+    Raises:
+        PortInUseError: a service's port (or metrics port) is taken; those started are stopped.
+        StartupError: a service could not start; those started are stopped.
+    """
+    from agentrt.mesh.server import PortInUseError
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    hosted = LocalCalls()
+    started: list[tuple[str, Any]] = []
+    try:
+        for name in START_ORDER:
+            module = importlib.import_module(f"agentrt.{name}.server")
+            if name == "runs":
+                server = module.build_server(configs[name], local=hosted)
+            else:
+                server = module.build_server(configs[name])
+            try:
+                await server.start()
+            except PortInUseError as exc:
+                exc.service = name  # type: ignore[attr-defined]
+                if not getattr(exc, "port", None):
+                    exc.port = configs[name].server.port  # type: ignore[attr-defined]
+                raise
+            started.append((name, server))
+            if name in LOCAL_PEERS and server.calls is not None:
+                hosted.host(name, server.calls(), configs[name].server.max_request_bytes)
+        log.info("serving %s in one process", ", ".join(START_ORDER))
+        await stop.wait()
+    finally:
+        for name, server in reversed(started):
+            await server.stop()
+            hosted.close(name)
+
+
+def run_serve_all(args: argparse.Namespace, build_config: Any) -> int:
+    """`agentrt serve all` (see the module docstring); return the exit status."""
+    from agentrt.cli.serve import EXIT_PORT_TAKEN, EXIT_USAGE, SERVICES, event_loop_runner
+    from agentrt.mesh.server import PortInUseError, StartupError
+    from agentrt.mesh.telemetry import configure_tracing, shutdown_tracing
+
+    refused = refused_flags(args, SERVICES)
+    if refused:
+        print(
+            f"agentrt serve all: {', '.join(refused)} names one service's setting; `serve all` reads each"
+            " service's from its AGENTRT_<SVC>_* variables",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        configs = build_configs(args, build_config)
+    except ValueError as exc:
+        print(f"agentrt serve all: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    log.info("starting %s in one process (event loop: asyncio)", ", ".join(START_ORDER))
+    try:
+        configure_tracing(args.tracing, "agentrt", set_global=True)
+        with event_loop_runner("asyncio") as runner:
+            runner.run(serve_all(configs))
+    except PortInUseError as exc:
+        service = getattr(exc, "service", "?")
+        print(
+            f"agentrt serve all: port {getattr(exc, 'port', '?')} of {service} is taken ({exc})",
+            file=sys.stderr,
+        )
+        return EXIT_PORT_TAKEN
+    except StartupError as exc:
+        print(f"agentrt serve all: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        shutdown_tracing()
+    log.info("all services stopped")
+    return 0
