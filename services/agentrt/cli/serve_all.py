@@ -115,7 +115,7 @@ async def serve_all(configs: dict[str, Any]) -> None:
                 raise
             started.append((name, server))
             if name in LOCAL_PEERS and server.calls is not None:
-                hosted.host(name, server.calls(), configs[name].server.max_request_bytes)
+                hosted.host(name, server.calls(), configs[name].server.max_request_bytes, server.telemetry)
         log.info("serving %s in one process", ", ".join(START_ORDER))
         await stop.wait()
     finally:

@@ -38,6 +38,7 @@ from agentrt.core.errors import MeshError, Reason, invalid
 from agentrt.mesh.calls import CallsMethod, serve_calls
 from agentrt.mesh.context import TENANT_HEADER, set_tenant
 from agentrt.mesh.status import to_grpc_status
+from agentrt.mesh.telemetry.rpc import TelemetryServerInterceptor, serve_inner_calls
 
 _END = object()
 
@@ -81,6 +82,7 @@ class LocalStream:
         tenant: str,
         max_request_bytes: int,
         on_end: Callable[[LocalStream], None],
+        telemetry: TelemetryServerInterceptor | None = None,
     ) -> None:
         """Open the stream (`how` None: the peer has stopped, and the stream ends at once)."""
         self._how = how
@@ -91,6 +93,8 @@ class LocalStream:
         self._on_end = on_end
         context = contextvars.Context()
         context.run(set_tenant, tenant)
+        if telemetry is not None:
+            context.run(serve_inner_calls, telemetry)
         self._pump = asyncio.get_running_loop().create_task(
             self._serve(_LocalContext(tenant)), context=context
         )
@@ -166,12 +170,26 @@ class LocalCalls:
     """
 
     def __init__(self) -> None:
-        self._methods: dict[str, tuple[CallsMethod, int]] = {}
+        self._methods: dict[str, tuple[CallsMethod, int, TelemetryServerInterceptor | None]] = {}
         self._live: dict[str, set[LocalStream]] = {}
 
-    def host(self, peer: str, how: CallsMethod, max_request_bytes: int) -> None:
-        """Serve `peer`'s calls from `how` (its servicer's CallsMethod) in this process."""
-        self._methods[peer] = (how, max_request_bytes)
+    def host(
+        self,
+        peer: str,
+        how: CallsMethod,
+        max_request_bytes: int,
+        telemetry: TelemetryServerInterceptor | None = None,
+    ) -> None:
+        """Serve `peer`'s calls from `how` (its servicer's CallsMethod) in this process.
+
+        Args:
+            peer: "sessions", "tools" or "gateway" (runs/peers/streams.py's names).
+            how: the peer's stream-of-calls method (`MeshServer.calls()`).
+            max_request_bytes: the peer's request bound (its `ServerConfig.max_request_bytes`).
+            telemetry: the peer server's interceptor (`MeshServer.telemetry`): each call is
+                counted and traced as its RPC there. None = not recorded.
+        """
+        self._methods[peer] = (how, max_request_bytes, telemetry)
         self._live.setdefault(peer, set())
 
     def hosts(self, peer: str) -> bool:
@@ -183,8 +201,8 @@ class LocalCalls:
 
         def open_stream() -> LocalStream:
             entry = self._methods.get(peer)
-            how, limit = entry if entry is not None else (None, 0)
-            stream = LocalStream(how, tenant, limit, self._live[peer].discard)
+            how, limit, telemetry = entry if entry is not None else (None, 0, None)
+            stream = LocalStream(how, tenant, limit, self._live[peer].discard, telemetry)
             self._live[peer].add(stream)
             return stream
 

@@ -133,6 +133,8 @@ class MeshServer:
         calls: the service's stream-of-calls method (its servicer's CallsMethod), for a runs
             service hosted in the same process to call without the wire (mesh/local_calls.py);
             None for a service the run loop does not call every turn.
+        telemetry: once started, the interceptor that counts and traces its RPCs (local
+            calls are recorded through it too).
     """
 
     config: ServerConfig
@@ -145,6 +147,7 @@ class MeshServer:
     metrics_port: int = 0
     draining: Hook | None = None
     calls: Callable[[], CallsMethod] | None = None
+    telemetry: TelemetryServerInterceptor | None = field(default=None, init=False)
     _metrics: MetricsEndpoint | None = field(default=None, init=False)
     _server: grpc.aio.Server | None = field(default=None, init=False)
     _health_server: grpc.aio.Server | None = field(default=None, init=False)
@@ -170,7 +173,7 @@ class MeshServer:
         )
         if self.registry is None:
             self.registry = CollectorRegistry()
-        telemetry = TelemetryServerInterceptor(RpcMetrics(self.registry))
+        telemetry = self.telemetry = TelemetryServerInterceptor(RpcMetrics(self.registry))
         server = grpc.aio.server(interceptors=[telemetry, interceptor], options=server_options(self.config))
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

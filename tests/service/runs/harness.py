@@ -240,7 +240,7 @@ async def start_mesh(
     gateway = await start_server(gateway_server)
     for peer, server in (("sessions", sessions_server), ("tools", tools_server), ("gateway", gateway_server)):
         assert server.calls is not None
-        hosted.host(peer, server.calls(), server.config.max_request_bytes)
+        hosted.host(peer, server.calls(), server.config.max_request_bytes, server.telemetry)
     addresses = {"gateway": gateway, "tools": tools, "sessions": sessions}
     runs_config = RunsConfig(
         server=ServerConfig(port=0, db_url=await runs_db_url(tmp, pg), state_dir=tmp),

@@ -92,3 +92,25 @@ async def test_peers_without_the_streams_are_called_with_the_rpcs(
     registry = mesh.tools_server.registry
     assert _count(registry, "ExecuteToolCalls") == 1  # refused once, never opened again
     assert _count(registry, "ExecuteTool") == 2  # the calls went as RPCs
+
+
+async def test_in_one_process_the_turn_calls_cross_no_wire(start_server, tmp_path, emulator, monkeypatch):
+    # `agentrt serve all`'s shape (decision 0056): the runs service hosts its peers' streams
+    # of calls in process. The run is the same; no stream RPC reaches a peer's server, and
+    # each call is still counted and traced as an RPC of its own method there.
+    mesh = await start_mesh(start_server, tmp_path, emulator, local=True)
+    made = _opened(monkeypatch)
+    events, items = await _tool_run(mesh, 3)
+    assert items == ["message", *["tool_call", "tool_result"] * 3, "message"]
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds.count("tool_returned") == 3 and kinds.count("items_persisted") == 5
+    assert made[0].local == {"sessions", "tools", "gateway"}
+    assert {peer: s.opened for peer, s in made[0].streams.items()} == {
+        "sessions": 1,
+        "tools": 1,
+        "gateway": 1,
+    }
+    tools = mesh.tools_server.registry
+    assert _count(tools, "ExecuteToolCalls") == 0  # no stream over the wire ...
+    assert _count(tools, "ExecuteTool") == 3  # ... and the three calls counted at the tool service
+    assert len([p for p, _ in mesh.emu.requests if p.endswith("/responses")]) == 4

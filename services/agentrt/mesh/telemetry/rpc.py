@@ -128,6 +128,15 @@ _SERVING: contextvars.ContextVar[TelemetryServerInterceptor | None] = contextvar
 )
 
 
+def serve_inner_calls(interceptor: TelemetryServerInterceptor) -> None:
+    """Record the inner calls of the current context as `interceptor`'s server's RPCs.
+
+    For a stream of calls served without the wire (mesh/local_calls.py), which no
+    interceptor wraps: its calls are counted and traced as the same calls over gRPC are.
+    """
+    _SERVING.set(interceptor)
+
+
 @contextlib.contextmanager
 def inner_call(service: str, method: str, traceparent: str) -> Any:
     """Count and trace one call of a stream of calls (mesh/calls.py) as an RPC of its own.
