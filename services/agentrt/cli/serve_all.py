@@ -6,7 +6,9 @@ clients, other replicas and probes see five services as before. What changes is 
 the process: the runs service calls the gateway, the tool service and the session store
 that live beside it over `LocalStream`s (mesh/local_calls.py) for a turn's three calls,
 and over gRPC to its own ports for everything else (decision 0056). Each peer address is
-this process's own service, whatever `AGENTRT_<PEER>_ADDR` says.
+this process's own service, whatever `AGENTRT_<PEER>_ADDR` says. AGENTRT_HEALTH_PORT, the
+plaintext probe port, is one port for the process: it serves the runs service's health
+(SERVING only while all five serve; see HEALTH_PORT_SERVICE).
 
 Lifecycle: the services start in `START_ORDER` (runs last: it takes over unfinished runs
 at start and drives them through its peers at once); SIGTERM/SIGINT stops them in the
@@ -39,6 +41,9 @@ log = logging.getLogger("agentrt.cli")
 START_ORDER = ("sessions", "tools", "gateway", "tasks", "runs")
 #: Peers the run loop calls every turn, served to it in this process (mesh/local_calls.py).
 LOCAL_PEERS = ("sessions", "tools", "gateway")
+#: The service whose health AGENTRT_HEALTH_PORT serves: one port for the process, and runs
+#: starts last and stops first, so it is SERVING there only while all five serve.
+HEALTH_PORT_SERVICE = "runs"
 #: `serve` flags that name one service's setting; `serve all` refuses them.
 PER_SERVICE_FLAGS = ("port", "db", "metrics_port", "event_loop")
 
@@ -62,6 +67,9 @@ def peer_host(host: str) -> str:
 def build_configs(args: argparse.Namespace, build_config: Any) -> dict[str, Any]:
     """Return service -> config, each from its `from_env`, peers set to this process's services.
 
+    AGENTRT_HEALTH_PORT (one setting, read by every service alike) is kept by
+    HEALTH_PORT_SERVICE alone: five services cannot bind one port.
+
     Raises:
         ValueError: a bad `AGENTRT_*` value, a port of 0, or a database URL of another driver.
     """
@@ -75,7 +83,10 @@ def build_configs(args: argparse.Namespace, build_config: Any) -> dict[str, Any]
     configs = {}
     for name in START_ORDER:
         config = build_config(name, None, None, args.host, addresses)
-        config = dataclasses.replace(config, server=apply_server_flags(args, config.server))
+        server = apply_server_flags(args, config.server)
+        if name != HEALTH_PORT_SERVICE and server.health_port:
+            server = dataclasses.replace(server, health_port=0)
+        config = dataclasses.replace(config, server=server)
         url = getattr(config, "db_url", "") or config.server.db_url
         problem = check_db_url(url) if url else None
         if problem:
