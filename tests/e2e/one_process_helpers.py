@@ -11,7 +11,6 @@ turn with one command that has a visible side effect, then a final answer.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ from typing import Any
 import grpc
 from chaos_helpers import LEASE_SECONDS, create_databases, drop_databases
 from e2e_helpers import NO_LOCAL_MODEL, STATE_TIMEOUT, free_port_map
+from shared_meshes import run_async
 
 from agentrt.cli.up import ChildExit, Mesh, start_mesh
 from agentrt.v1 import common_pb2 as cpb
@@ -156,7 +156,7 @@ class OneProcess:
                 self.stop()
         finally:
             if self.databases:
-                asyncio.run(drop_databases(self.databases))
+                run_async(lambda: drop_databases(self.databases))
 
 
 def sqlite_one_process(root: Path, emu: ProviderEmulator) -> OneProcess:
@@ -172,7 +172,7 @@ def postgres_one_process(root: Path, emu: ProviderEmulator) -> OneProcess:
     """
     tag = uuid.uuid4().hex[:10]
     names = [f"{PG_DATABASE}_onep_{svc}_{tag}" for svc in ("runs", "sessions", "tools", "gateway")]
-    asyncio.run(create_databases(names))
+    run_async(lambda: create_databases(names))
     urls = [f"postgresql+asyncpg://postgres@{PG_HOST}/{n}" for n in names]
     env = {
         **emulator_env(emu),
