@@ -6,12 +6,16 @@ clients, other replicas and probes see five services as before. What changes is 
 the process: the runs service calls the gateway, the tool service and the session store
 that live beside it over `LocalStream`s (mesh/local_calls.py) for a turn's three calls,
 and over gRPC to its own ports for everything else (decision 0056). Each peer address is
-this process's own service, whatever `AGENTRT_<PEER>_ADDR` says.
+this process's own service, whatever `AGENTRT_<PEER>_ADDR` says. AGENTRT_HEALTH_PORT, the
+plaintext probe port, is one port for the process: it serves the runs service's health
+(SERVING only while all five serve; see HEALTH_PORT_SERVICE).
 
 Lifecycle: the services start in `START_ORDER` (runs last: it takes over unfinished runs
-at start and drives them through its peers at once); SIGTERM/SIGINT stops them in the
-reverse order, runs first, so its drain hands its runs over while its peers still serve;
-each peer's local streams end when it stops. The loop is asyncio's: the tool service's
+at start and drives them through its peers at once); SIGTERM/SIGINT stops them side by side
+(`stop_all`), as five processes drain, so the process exits within about one drain
+(AGENTRT_DRAIN_SECONDS), not one per service; what runs' peers serve to its run loop (their
+local streams, and what their `close` hook would end) lasts until runs has drained, so its
+drain hands its runs over while its peers still serve it. The loop is asyncio's: the tool service's
 sandboxes cannot run under uvloop (cli/serve.py).
 
 Exit status: as `agentrt serve` (0 after a clean drain; 98 when a port is taken; 2 for a
@@ -39,6 +43,9 @@ log = logging.getLogger("agentrt.cli")
 START_ORDER = ("sessions", "tools", "gateway", "tasks", "runs")
 #: Peers the run loop calls every turn, served to it in this process (mesh/local_calls.py).
 LOCAL_PEERS = ("sessions", "tools", "gateway")
+#: The service whose health AGENTRT_HEALTH_PORT serves: one port for the process, and runs
+#: starts last and stops first, so it is SERVING there only while all five serve.
+HEALTH_PORT_SERVICE = "runs"
 #: `serve` flags that name one service's setting; `serve all` refuses them.
 PER_SERVICE_FLAGS = ("port", "db", "metrics_port", "event_loop")
 
@@ -62,6 +69,9 @@ def peer_host(host: str) -> str:
 def build_configs(args: argparse.Namespace, build_config: Any) -> dict[str, Any]:
     """Return service -> config, each from its `from_env`, peers set to this process's services.
 
+    AGENTRT_HEALTH_PORT (one setting, read by every service alike) is kept by
+    HEALTH_PORT_SERVICE alone: five services cannot bind one port.
+
     Raises:
         ValueError: a bad `AGENTRT_*` value, a port of 0, or a database URL of another driver.
     """
@@ -75,7 +85,10 @@ def build_configs(args: argparse.Namespace, build_config: Any) -> dict[str, Any]
     configs = {}
     for name in START_ORDER:
         config = build_config(name, None, None, args.host, addresses)
-        config = dataclasses.replace(config, server=apply_server_flags(args, config.server))
+        server = apply_server_flags(args, config.server)
+        if name != HEALTH_PORT_SERVICE and server.health_port:
+            server = dataclasses.replace(server, health_port=0)
+        config = dataclasses.replace(config, server=server)
         url = getattr(config, "db_url", "") or config.server.db_url
         problem = check_db_url(url) if url else None
         if problem:
@@ -119,9 +132,67 @@ async def serve_all(configs: dict[str, Any]) -> None:
         log.info("serving %s in one process", ", ".join(START_ORDER))
         await stop.wait()
     finally:
-        for name, server in reversed(started):
+        await stop_all(started, hosted)
+
+
+async def stop_all(started: list[tuple[str, Any]], hosted: LocalCalls) -> None:
+    """Stop the started services side by side, as five processes drain; runs' peers close after it.
+
+    Every service turns NOT_SERVING and drains its RPCs at once (one drain's time in all, not
+    one per service: a drain that outlasted the supervisor's grace got the process SIGKILLed
+    mid-drain). What a peer hosts for the run loop outlives runs' drain: the gateway, the
+    session store and the task service run their `close` hook (which ends their calls in
+    flight) and end their local streams only once runs has stopped, so a model call the drain
+    lets finish is answered and logged, and a turn's last writes land. The tool service only
+    waits for runs' drain to begin (its runs then abandon their tool calls, which run on,
+    journaled): its commands get the drain's time from the SIGTERM, not after runs'.
+
+    Raises:
+        Exception: the first error a service's stop raised, once every stop has ended.
+    """
+    servers = dict(started)
+    drain_begun, runs_stopped = asyncio.Event(), asyncio.Event()
+    runs = servers.get("runs")
+    if runs is None:
+        drain_begun.set()
+        runs_stopped.set()
+    else:
+        begin = runs.draining
+
+        async def draining() -> None:
+            try:
+                if begin is not None:
+                    await begin()
+            finally:
+                drain_begun.set()
+
+        runs.draining = draining
+
+    def after(event: asyncio.Event, close: Any) -> Any:
+        async def closing() -> None:
+            await event.wait()
+            if close is not None:
+                await close()
+
+        return closing
+
+    for name, server in servers.items():
+        if name != "runs":
+            server.close = after(drain_begun if name == "tools" else runs_stopped, server.close)
+
+    async def stop_one(name: str, server: Any) -> None:
+        try:
             await server.stop()
+        finally:
             hosted.close(name)
+            if name == "runs":
+                drain_begun.set()
+                runs_stopped.set()
+
+    ended = await asyncio.gather(*(stop_one(n, s) for n, s in reversed(started)), return_exceptions=True)
+    errors = [e for e in ended if isinstance(e, BaseException)]
+    if errors:
+        raise errors[0]
 
 
 def run_serve_all(args: argparse.Namespace, build_config: Any) -> int:

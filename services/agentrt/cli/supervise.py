@@ -1,11 +1,12 @@
 """`agentrt up`: start the mesh, print where each service listens, supervise it in the foreground.
 
-It prints each service's gRPC address, its Prometheus endpoint and its pid. The supervisor
-never hangs: it returns 0 after Ctrl-C/SIGTERM has stopped every child, 2 for a malformed
-AGENTRT_<SVC>_METRICS_PORT, and non-zero when a port is taken (naming the port and the
-service), when the mesh does not start (naming the service and showing its log), or when a
-child dies on its own (then it names it, shows its exit status and the last lines of its log,
-and stops the rest).
+It prints each service's gRPC address, its Prometheus endpoint and its pid (with
+`--one-process`: the five in one `agentrt serve all` process, so every row shows its pid,
+and its one log is `logs/all.log`). The supervisor never hangs: it returns 0 after
+Ctrl-C/SIGTERM has stopped every child, 2 for a malformed AGENTRT_<SVC>_METRICS_PORT, and
+non-zero when a port is taken (naming the port and the service), when the mesh does not
+start (naming the service and showing its log), or when a child dies on its own (then it
+names it, shows its exit status and the last lines of its log, and stops the rest).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ def add_parser(subparsers: Any) -> None:
         "up",
         help="start all five services on this machine and supervise them",
         description=(
-            "Start runs, gateway, tools, sessions and tasks as separate processes on 127.0.0.1 with the "
-            "embedded defaults (SQLite under the state dir, the local sandbox, the local model). "
-            "Ctrl-C stops them all."
+            "Start runs, gateway, tools, sessions and tasks as separate processes (one with "
+            "--one-process) on 127.0.0.1 with the embedded defaults (SQLite under the state dir, the "
+            "local sandbox, the local model). Ctrl-C stops them all."
         ),
     )
     p.add_argument(
@@ -53,6 +54,12 @@ def add_parser(subparsers: Any) -> None:
         f"1..{MAX_BASE_PORT} (default 50051..50055)",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--one-process",
+        action="store_true",
+        help="run the five in one process (`agentrt serve all`), each still on its own port; "
+        "the run loop calls its gateway, tools and sessions without the wire",
+    )
     p.set_defaults(func=run_up)
 
 
@@ -72,16 +79,15 @@ def mesh_table(mesh: Mesh, title: str = "agentrt mesh") -> Table:
 def print_mesh(console: Console, mesh: Mesh, title: str = "agentrt mesh") -> None:
     """Print the mesh table and where the services log."""
     console.print(mesh_table(mesh, title))
-    console.print(
-        f"logs: {escape(str(mesh.state_dir / 'logs'))}/<service>.log", highlight=False, soft_wrap=True
-    )
+    logs = set(mesh.log_paths.values())
+    where = str(logs.pop()) if len(logs) == 1 else f"{mesh.state_dir / 'logs'}/<service>.log"
+    console.print(f"logs: {escape(where)}", highlight=False, soft_wrap=True)
 
 
 def report_exit(console: Console, gone: ChildExit) -> None:
     """Print which service ended, how, and the last lines of its log."""
-    console.print(
-        f"[bold red]agentrt up: the {escape(gone.name)} service stopped:[/] {escape(gone.describe())}"
-    )
+    what = "the process of the five services" if gone.name == "all" else f"the {gone.name} service"
+    console.print(f"[bold red]agentrt up: {escape(what)} stopped:[/] {escape(gone.describe())}")
     if gone.log_tail:
         console.print("[dim]last lines of its log:[/]")
         for line in gone.log_tail:
@@ -104,7 +110,12 @@ def run_up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         with console.status("starting the mesh (waiting for every health check)…"):
-            mesh = start_mesh(state_dir, host=args.host, ports=ports_from_base(args.base_port))
+            mesh = start_mesh(
+                state_dir,
+                host=args.host,
+                ports=ports_from_base(args.base_port),
+                one_process=args.one_process,
+            )
     except PortTakenError as exc:
         errors.print(f"[bold red]agentrt up: refusing to start:[/] {escape(str(exc))}")
         errors.print("stop whatever listens there, or pick other ports with --base-port N")
@@ -141,7 +152,8 @@ def _stop(mesh: Mesh, gone: ChildExit | None, console: Console, errors: Console)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if gone is not None:
         report_exit(errors, gone)
-        errors.print("stopping the other services…")
+        if gone.name != "all":  # `serve all`: nothing else is left to stop
+            errors.print("stopping the other services…")
         mesh.stop()
         return EXIT_CHILD_DIED
     console.print("stopping the mesh…")

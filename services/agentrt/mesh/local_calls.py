@@ -164,7 +164,7 @@ class LocalStream:
 class LocalCalls:
     """The streams-of-calls methods of the peers hosted in this process, by peer name.
 
-    Built by the process that hosts them (`agentrt.cli.together`), handed to the runs
+    Built by the process that hosts them (`agentrt.cli.serve_all`), handed to the runs
     service (`Peers(local=...)`), which then opens a `LocalStream` instead of a gRPC stream
     for those peers.
     """
