@@ -75,10 +75,12 @@ FULL_NAMES = {
     "tasks": "agentrt.v1.TaskService",
 }
 #: The turn calls of a run, by the service that answers them: never an RPC in one process.
+#: Each peer's stream-of-calls RPC (never opened over the wire in one process) and the method
+#: its calls are counted as at that peer (local calls are recorded as RPCs, decision 0056).
 TURN_CALLS = {
-    "gateway": ("StreamGenerate", "StreamGenerateCalls", "Generate"),
-    "tools": ("ExecuteTool", "ExecuteToolCalls", "StreamExecuteTool"),
-    "sessions": ("AppendEntries", "AppendEntriesCalls"),
+    "gateway": ("StreamGenerateCalls", "StreamGenerate"),
+    "tools": ("ExecuteToolCalls", "ExecuteTool"),
+    "sessions": ("AppendEntriesCalls", "AppendEntries"),
 }
 
 
@@ -179,9 +181,9 @@ async def test_up_one_process_serves_a_run_on_one_pid_and_stops_on_sigterm(tmp_p
             follower = Follower(started.run_id)
             one = OneProcess(tmp_path, emu, env, {n: base + i for i, n in enumerate(SERVICES)})
             await _finished(one, follower, "plain", workspace)
-            for name, methods in TURN_CALLS.items():  # the turn calls crossed no wire
+            for name, (stream, method) in TURN_CALLS.items():  # the turn calls crossed no wire ...
                 served = _rpc_methods(str(manifest[name]["metrics"]))
-                assert not served & set(methods), (name, served)
+                assert stream not in served and method in served, (name, served)  # ... and were counted
             assert "CreateSession" in _rpc_methods(str(manifest["sessions"]["metrics"]))  # not a turn call
 
             proc.send_signal(signal.SIGTERM)
@@ -219,8 +221,8 @@ POINTS = {
     "after_model_responded": "crash point",
     # the tool ran (its result is out), before the turn's session batch
     "tool_returned": "event",
-    # the session batch is written, before the save point records it
-    "after_session_write": "crash point",
+    # (after_session_write, the batch written before the save point records it, is the same
+    # recovery as in five processes, tests/e2e/test_chaos.py; left out for the suite's time)
     # mid model stream: the gateway dies with runs (unlike a runs process killed alone, whose
     # call the gateway finishes and journals), so the call is asked again once, after the dead
     # gateway's journal lease: as test_chaos.py allows for a gateway killed mid-call
