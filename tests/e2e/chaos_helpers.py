@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -331,6 +332,11 @@ async def session_entries(address: str, session_id: str) -> list[spb.Entry]:
             spb.ListEntriesRequest(session=spb.SessionRef(session_id=session_id))
         )
         return list(resp.entries)
+
+
+def requests_of(emu: ProviderEmulator, cell: str) -> list[str]:
+    """The model requests the emulator received for `cell`, in order, each as canonical JSON."""
+    return [json.dumps(b, sort_keys=True) for _, b in emu.requests if f"cell:{cell}" in json.dumps(b)]
 
 
 def check_session(entries: list[spb.Entry]) -> None:

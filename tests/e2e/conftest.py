@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from chaos_helpers import ChaosMesh, drop_databases, start_chaos_mesh
-from e2e_helpers import MESH_TOKEN, NO_LOCAL_MODEL, free_port_map
+from e2e_helpers import MESH_TOKEN, emulator_env, free_port_map
 from shared_meshes import end_unfinished_runs, run_async, runs_db_of
 
 from agentrt.cli.up import Mesh, start_mesh
@@ -50,19 +50,6 @@ class EmulatedMesh:
         """End every run an earlier test left unfinished, then make the emulator as new."""
         end_unfinished_runs(self.runs, runs_db_of(self.mesh.state_dir), self.token)
         self.emu.reset()
-
-
-def emulator_env(emu: ProviderEmulator) -> dict[str, str]:
-    """The gateway's provider settings for the emulator (official SDKs, base URLs only)."""
-    return {
-        "AGENTRT_OPENAI_BASE_URL": emu.base_url + "/v1",
-        "AGENTRT_OPENAI_API_KEY": "test-key",
-        "AGENTRT_ANTHROPIC_BASE_URL": emu.base_url,
-        "AGENTRT_ANTHROPIC_API_KEY": "test-key",
-        # a scripted provider error should fail the run at once, not after backoff
-        "AGENTRT_GATEWAY_MAX_RETRIES": "0",
-        "AGENTRT_LOCAL_MODEL_PATH": NO_LOCAL_MODEL,
-    }
 
 
 def _start_emulated(root: Path, token: str = "") -> Iterator[EmulatedMesh]:

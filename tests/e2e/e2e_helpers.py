@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from agentrt.cli.ports import free_ports, port_taken
 from agentrt.cli.serve import SERVICES
@@ -136,3 +136,16 @@ class CuttableProxy:
     async def close(self) -> None:
         self.cut()
         self.server.close()
+
+
+def emulator_env(emu: Any) -> dict[str, str]:
+    """The gateway's provider settings for the emulator (official SDKs, base URLs only)."""
+    return {
+        "AGENTRT_OPENAI_BASE_URL": emu.base_url + "/v1",
+        "AGENTRT_OPENAI_API_KEY": "test-key",
+        "AGENTRT_ANTHROPIC_BASE_URL": emu.base_url,
+        "AGENTRT_ANTHROPIC_API_KEY": "test-key",
+        # a scripted provider error should fail the run at once, not after backoff
+        "AGENTRT_GATEWAY_MAX_RETRIES": "0",
+        "AGENTRT_LOCAL_MODEL_PATH": NO_LOCAL_MODEL,
+    }

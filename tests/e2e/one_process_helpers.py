@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 from chaos_helpers import LEASE_SECONDS, create_databases, drop_databases
-from e2e_helpers import NO_LOCAL_MODEL, STATE_TIMEOUT, free_port_map
+from e2e_helpers import STATE_TIMEOUT, emulator_env, free_port_map
 from shared_meshes import run_async
 
 from agentrt.cli.up import ChildExit, Mesh, start_mesh
@@ -61,23 +61,6 @@ class Cells:
         if cell in self.slow:
             reply.chunk_chars, reply.event_delay = 2, 0.05
         return reply
-
-
-def requests_of(emu: ProviderEmulator, cell: str) -> list[str]:
-    """The model requests the emulator received for `cell`, in order, each as canonical JSON."""
-    return [json.dumps(b, sort_keys=True) for _, b in emu.requests if f"cell:{cell}" in json.dumps(b)]
-
-
-def emulator_env(emu: ProviderEmulator) -> dict[str, str]:
-    """The gateway's providers are the emulator; a provider error fails at once (no retries)."""
-    return {
-        "AGENTRT_OPENAI_BASE_URL": emu.base_url + "/v1",
-        "AGENTRT_OPENAI_API_KEY": "test-key",
-        "AGENTRT_ANTHROPIC_BASE_URL": emu.base_url,
-        "AGENTRT_ANTHROPIC_API_KEY": "test-key",
-        "AGENTRT_GATEWAY_MAX_RETRIES": "0",
-        "AGENTRT_LOCAL_MODEL_PATH": NO_LOCAL_MODEL,
-    }
 
 
 @dataclass

@@ -35,6 +35,7 @@ from chaos_helpers import (
     Replica,
     check_session,
     new_port,
+    requests_of,
     session_entries,
 )
 from e2e_helpers import STATE_TIMEOUT
@@ -47,7 +48,7 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import tool_service_pb2 as tpb
 from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
-from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
+from tests.emulators.providers import Reply, ToolCallReply
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -74,10 +75,6 @@ class Cells:
         if cell in self.slow:
             reply.chunk_chars, reply.event_delay = 2, 0.05
         return reply
-
-
-def _requests_of(emu: ProviderEmulator, cell: str) -> list[str]:
-    return [json.dumps(b, sort_keys=True) for p, b in emu.requests if f"cell:{cell}" in json.dumps(b)]
 
 
 @pytest.fixture
@@ -173,7 +170,7 @@ async def test_chaos_matrix(chaos: ChaosMesh, tmp_path, point: str, mode: str):
     run = await _get_run([survivor.address], started.run_id)
     assert run.status == cpb.RUN_STATUS_COMPLETED, (point, mode, run.failure)
     assert run.final_output == f"finished {cell}"
-    asked = _requests_of(chaos.emu, cell)
+    asked = requests_of(chaos.emu, cell)
     assert len(asked) == 2 and len(set(asked)) == 2, f"model requests of {cell}: {len(asked)}"
     assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
     entries = await session_entries(chaos.sessions, started.session_id)
@@ -211,7 +208,7 @@ async def test_a_subscriber_across_a_kill_sees_every_event_once_or_a_gap(
     assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
     # killed mid model stream too, the provider was asked each request once: the gateway
     # finished the dead replica's call and journaled it; the new owner's repeat was replayed
-    asked = _requests_of(chaos.emu, cell)
+    asked = requests_of(chaos.emu, cell)
     assert len(asked) == 2 and len(set(asked)) == 2, f"model requests of {cell}: {len(asked)}"
 
 
@@ -225,12 +222,12 @@ async def test_a_gateway_killed_mid_call_has_the_call_asked_again_once(chaos: Ch
     await follower.follow(a.address, until="model_delta")  # the gateway is streaming the call
     gateway = chaos.mesh.addresses["gateway"]
     chaos.kill(Replica("gateway", gateway, None, chaos.gateway_pid))
-    killed_at = len(_requests_of(chaos.emu, cell))
+    killed_at = len(requests_of(chaos.emu, cell))
     chaos.gateway_pid = chaos.spawn("gateway", "gateway-2", int(gateway.rsplit(":", 1)[1])).pid
     await follower.to_the_end([a.address])
     run = await _get_run([a.address], started.run_id)
     assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
-    asked = _requests_of(chaos.emu, cell)
+    asked = requests_of(chaos.emu, cell)
     # the dead gateway's call, asked again once by the new gateway after its lease; then turn 2
     assert killed_at == 1 and len(asked) == 3 and asked[0] == asked[1] and asked[2] != asked[0], asked
     assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
@@ -305,7 +302,7 @@ async def test_tools_killed_mid_command_suspends_for_reconciliation_then_runs_on
             lambda: _status(a.address, started.run_id, cpb.RUN_STATUS_COMPLETED), "the run to complete"
         )
         assert (workspace / "lines.txt").read_text() == "ran\nran\n"  # exactly once more
-        assert len(_requests_of(chaos.emu, cell)) == 2
+        assert len(requests_of(chaos.emu, cell)) == 2
         check_session(await session_entries(chaos.sessions, started.session_id))
     finally:
         chaos.emu.responder = base
@@ -343,7 +340,7 @@ async def test_a_replica_stopped_mid_model_call_renews_by_its_fencing_token(
         await follower.to_the_end([s2.address, s1.address])
         run = await _get_run([s2.address], started.run_id)
         assert run.status == cpb.RUN_STATUS_COMPLETED, run.failure
-        asked = _requests_of(chaos.emu, cell)
+        asked = requests_of(chaos.emu, cell)
         assert len(asked) == 2 and len(set(asked)) == 2, f"model requests of {cell}: {len(asked)}"
         assert (workspace / "lines.txt").read_text() == f"line-{cell}\n"
         leases = await _leases(chaos, started.run_id)

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from chaos_helpers import Follower, check_session, session_entries
+from chaos_helpers import Follower, check_session, requests_of, session_entries
 from e2e_helpers import STATE_TIMEOUT, agentrt, free_base_port, output_of, pid_alive, read_manifest, wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from one_process_helpers import (
@@ -47,7 +47,6 @@ from one_process_helpers import (
     emulator_env,
     get_run,
     postgres_one_process,
-    requests_of,
     sqlite_one_process,
     start_run,
 )
