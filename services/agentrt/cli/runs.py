@@ -45,7 +45,12 @@ EXIT_UNREACHABLE = 4
 #: Runs listed by default; ListRuns pages are at most 1,000.
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1000
-_KINDS = {pb.PENDING_CALL_KIND_APPROVAL: "approval", pb.PENDING_CALL_KIND_EXTERNAL_RESULT: "client result"}
+_KINDS = {
+    pb.PENDING_CALL_KIND_APPROVAL: "approval",
+    pb.PENDING_CALL_KIND_EXTERNAL_RESULT: "client result",
+    # a call with side effects whose outcome is unknown (the tool service stopped while it ran)
+    pb.PENDING_CALL_KIND_RECONCILIATION: "reconciliation",
+}
 #: Characters of a pending call's arguments shown by `runs show` (the rest is marked).
 ARGS_CHARS = 2000
 
@@ -217,7 +222,8 @@ def pending_lines(calls: Sequence[pb.PendingCall]) -> list[str]:
             args = args[:ARGS_CHARS] + f" … ({len(args) - ARGS_CHARS} more characters)"
         child = f"  in child run {p.run_id}" if p.run_id else ""
         kind = _KINDS.get(p.kind, "unknown")
-        out.append(f"  {p.call.call_id}  {p.call.name}  waits for {kind}{child}  arguments {args}")
+        why = f" ({p.reason})" if p.reason and p.kind == pb.PENDING_CALL_KIND_RECONCILIATION else ""
+        out.append(f"  {p.call.call_id}  {p.call.name}  waits for {kind}{why}{child}  arguments {args}")
     return out
 
 

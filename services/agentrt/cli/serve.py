@@ -138,11 +138,15 @@ def build_config(
 
     Raises:
         ImportError: the service package is not importable.
+        ValueError: a bad `AGENTRT_*` value, e.g. an `AGENTRT_<SVC>_PORT` outside 0..65535
+            (gRPC would bind it modulo 65536, a port nobody asked for).
     """
     module_name, class_name = CONFIGS[service].split(":")
     config_cls = getattr(importlib.import_module(module_name), class_name)
     kwargs = {name: peers[name] for name in PEERS[service] if peers.get(name)}
     config = config_cls.from_env(port=port, db_url=db_url, **kwargs)
+    if not 0 <= config.server.port <= 65535:
+        raise ValueError(f"AGENTRT_{service.upper()}_PORT={config.server.port} is outside 0..65535")
     if host:
         config = dataclasses.replace(config, server=dataclasses.replace(config.server, host=host))
     return config

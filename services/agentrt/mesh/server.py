@@ -38,6 +38,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
+from sqlalchemy.exc import SQLAlchemyError
 
 from agentrt.client.channels import use_process_tls
 from agentrt.mesh.calls import CallsMethod
@@ -160,6 +161,8 @@ class MeshServer:
         Raises:
             PortInUseError: the address (or the health port) is taken;
                 MetricsPortInUseError for the metrics port.
+            StartupError: the ready hook failed (a store refused or did not answer: OSError,
+                SQLAlchemyError); the ports bound are closed again.
             ValueError: the token file or the TLS files are malformed or unreadable.
         """
         tokens = TokenTable.load(self.config.tokens_file) if self.config.tokens_file else None
@@ -203,7 +206,19 @@ class MeshServer:
         if self._health_server is not None:
             await self._health_server.start()
         if self.ready is not None:
-            await self.ready()
+            try:
+                await self.ready()
+            except BaseException as exc:
+                # Nothing was served yet: unbind at once, so a process hosting other services
+                # (`serve all`) leaves no port of this one bound and no server to its loop's end.
+                await self._unbind()
+                if isinstance(exc, (OSError, SQLAlchemyError)):
+                    # A store that did not answer (refused, unknown database, unwritable file):
+                    # one line naming the service and the cause, not a traceback.
+                    raise StartupError(
+                        f"{', '.join(names)}: its store did not answer at start: {type(exc).__name__}: {exc}"
+                    ) from exc
+                raise
         for name in ["", *names]:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
@@ -215,6 +230,16 @@ class MeshServer:
             f", health also on plaintext port {self.health_port}" if self.health_port else "",
         )
         return port
+
+    async def _unbind(self) -> None:
+        """Close the ports a failed start bound (gRPC, health, metrics), without a drain."""
+        for server in (self._server, self._health_server):
+            if server is not None:
+                await server.stop(0)
+        self._server = self._health_server = None
+        if self._metrics is not None:
+            await self._metrics.stop()
+            self._metrics = None
 
     async def stop(self, grace: float | None = None) -> None:
         """Mark NOT_SERVING, run the draining hook, drain in-flight calls for `grace` s, then close."""

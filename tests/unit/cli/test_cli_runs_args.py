@@ -30,3 +30,19 @@ def test_checks_before_any_call_exit_2(capsys):
     assert main(["stop", "run_a", "--runs-addr", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert "--deny" in err and "--after-turn" in err
+
+
+def test_runs_show_names_a_reconciliation_and_why_it_waits():
+    # a kill of the tool service (or of `serve all`) mid-command leaves such a call
+    from agentrt.cli.runs import pending_lines
+    from agentrt.v1 import common_pb2 as cpb
+    from agentrt.v1 import run_service_pb2 as rpb
+
+    call = rpb.PendingCall(
+        call=cpb.ToolCall(call_id="call_1", name="exec_command", arguments='{"cmd": "x"}'),
+        kind=rpb.PENDING_CALL_KIND_RECONCILIATION,
+        reason="the tool service stopped while it ran",
+    )
+    (line,) = pending_lines([call])
+    assert "waits for reconciliation (the tool service stopped while it ran)" in line, line
+    assert "unknown" not in line

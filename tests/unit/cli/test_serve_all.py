@@ -156,3 +156,25 @@ def test_a_taken_port_exits_98_naming_the_service_and_leaves_nothing(tmp_path, w
     assert (tmp_path / "state" / "sessions.db").exists(), "sessions did not start first"
     for name, port in ports.items():
         assert not port_taken("127.0.0.1", port), f"{name}'s port {port} is still bound"
+
+
+def test_a_port_over_65535_exits_2_naming_the_variable(tmp_path):
+    # gRPC would bind it modulo 65536 (70000 -> 4464): a port nobody asked for
+    code, err = _serve_all(tmp_path, {**_port_env(_ports()), "AGENTRT_TASKS_PORT": "70000"})
+    assert code == EXIT_USAGE, err
+    assert "AGENTRT_TASKS_PORT=70000 is outside 0..65535" in err and "Traceback" not in err, err
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_store_that_refuses_exits_1_naming_the_service_and_leaves_nothing(tmp_path):
+    ports = _ports()
+    (closed,) = free_ports(1)  # nothing listens there: the connection is refused
+    env = {**_port_env(ports), "AGENTRT_TOOLS_DB": f"postgresql+asyncpg://postgres@127.0.0.1:{closed}/x"}
+    code, err = _serve_all(tmp_path, env)
+    assert code == 1, err
+    assert "cannot start: agentrt.v1.ToolService: its store did not answer at start" in err, err
+    assert "ConnectionRefusedError" in err
+    assert "Traceback" not in err and "never awaited" not in err, err
+    assert (tmp_path / "state" / "sessions.db").exists(), "sessions did not start first"
+    for name, port in ports.items():
+        assert not port_taken("127.0.0.1", port), f"{name}'s port {port} is still bound"
