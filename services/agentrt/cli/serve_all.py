@@ -39,10 +39,8 @@ from agentrt.mesh.local_calls import LocalCalls
 
 log = logging.getLogger("agentrt.cli")
 
-#: Start order; stop is the reverse. Runs last (see the module docstring).
+#: Start order: runs last (see the module docstring); they stop side by side (`stop_all`).
 START_ORDER = ("sessions", "tools", "gateway", "tasks", "runs")
-#: Peers the run loop calls every turn, served to it in this process (mesh/local_calls.py).
-LOCAL_PEERS = ("sessions", "tools", "gateway")
 #: The service whose health AGENTRT_HEALTH_PORT serves: one port for the process, and runs
 #: starts last and stops first, so it is SERVING there only while all five serve.
 HEALTH_PORT_SERVICE = "runs"
@@ -127,8 +125,8 @@ async def serve_all(configs: dict[str, Any]) -> None:
                     exc.port = configs[name].server.port  # type: ignore[attr-defined]
                 raise
             started.append((name, server))
-            if name in LOCAL_PEERS and server.calls is not None:
-                hosted.host(name, server.calls(), configs[name].server.max_request_bytes, server.telemetry)
+            if server.calls is not None:  # a peer the run loop calls every turn
+                hosted.host_server(name, server)
         log.info("serving %s in one process", ", ".join(START_ORDER))
         await stop.wait()
     finally:

@@ -376,9 +376,8 @@ def start_mesh(
             child_env.update({f"AGENTRT_{n.upper()}_PORT": str(chosen[n]) for n in SERVICES})
             every = _spawn("all", host, 0, root, child_env)
             for name in SERVICES:
-                metrics_port = int(child_env.get(f"AGENTRT_{name.upper()}_METRICS_PORT", "0") or 0)
                 mesh._children[name] = dataclasses.replace(
-                    every, name=name, port=chosen[name], metrics_port=metrics_port, unit="all"
+                    every, name=name, port=chosen[name], metrics_port=metrics[name], unit="all"
                 )
             _wait_ready(mesh, SERVICES, deadline, ready_timeout)
             return mesh

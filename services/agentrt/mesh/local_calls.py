@@ -22,7 +22,7 @@ both sides: a call's answer, progress messages, failure (CallError), deadline, c
   way allows (fenced, journaled or keyed; runs/peers/streams.py).
 
 Invariant: a call over a local stream answers exactly what the same call over a gRPC stream
-of calls answers (tests/service/runs/test_local_calls.py runs the same turns both ways).
+of calls answers (tests/service/mesh/test_local_calls.py, against the real session store).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import grpc
 from agentrt.core.errors import MeshError, Reason, invalid
 from agentrt.mesh.calls import CallsMethod, serve_calls
 from agentrt.mesh.context import TENANT_HEADER, set_tenant
+from agentrt.mesh.server import MeshServer
 from agentrt.mesh.status import to_grpc_status
 from agentrt.mesh.telemetry.rpc import TelemetryServerInterceptor, serve_inner_calls
 
@@ -191,6 +192,16 @@ class LocalCalls:
         """
         self._methods[peer] = (how, max_request_bytes, telemetry)
         self._live.setdefault(peer, set())
+
+    def host_server(self, peer: str, server: MeshServer) -> None:
+        """Serve `peer`'s calls from its started `server` (its `calls`, request bound, telemetry).
+
+        Raises:
+            ValueError: the server has no stream-of-calls method to host.
+        """
+        if server.calls is None:
+            raise ValueError(f"the {peer} server serves no stream of calls")
+        self.host(peer, server.calls(), server.config.max_request_bytes, server.telemetry)
 
     def hosts(self, peer: str) -> bool:
         """True when `peer` is served in this process and has not stopped."""

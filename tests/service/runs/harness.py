@@ -208,7 +208,6 @@ async def start_mesh(
     if pg:
         await require_pg()
     sessions_db = await fresh_pg_database(pg_server(), "sessions_test") if pg else sqlite_url(tmp, "sessions")
-    hosted = LocalCalls()
     sessions_server = build_sessions(
         SessionsConfig(server=ServerConfig(port=0, db_url=sessions_db, state_dir=tmp))
     )
@@ -238,9 +237,12 @@ async def start_mesh(
         )
     )
     gateway = await start_server(gateway_server)
-    for peer, server in (("sessions", sessions_server), ("tools", tools_server), ("gateway", gateway_server)):
-        assert server.calls is not None
-        hosted.host(peer, server.calls(), server.config.max_request_bytes, server.telemetry)
+    hosted = None
+    if local:
+        hosted = LocalCalls()
+        peers = {"sessions": sessions_server, "tools": tools_server, "gateway": gateway_server}
+        for peer, server in peers.items():
+            hosted.host_server(peer, server)
     addresses = {"gateway": gateway, "tools": tools, "sessions": sessions}
     runs_config = RunsConfig(
         server=ServerConfig(port=0, db_url=await runs_db_url(tmp, pg), state_dir=tmp),
@@ -251,7 +253,7 @@ async def start_mesh(
         default_model="openai:gpt-test",
         **runs_kw,  # type: ignore[arg-type]
     )
-    runs_server = build_runs(runs_config, local=hosted if local else None)
+    runs_server = build_runs(runs_config, local=hosted)
     runs = await start_server(runs_server)
     channel = grpc.aio.insecure_channel(runs)
     schannel = grpc.aio.insecure_channel(sessions)
