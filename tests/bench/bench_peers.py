@@ -25,7 +25,8 @@ Contenders:
 Output (JSON, default bench-results/peers.json): per contender model_call_ms {p50, p90,
 mean} over the pooled samples, p50_by_round, the emulator endpoints it called; ratios (p50
 and p90 of each agentrt shape on SQLite / langgraph_memory and on PostgreSQL /
-langgraph_postgres; the issue's bar is <= 1.0); the peers' versions; cpus; the load averages before and after.
+langgraph_postgres, pooled, and the p50 ratio within each round with its median; the issue's
+bar is <= 1.0); the peers' versions; cpus; the load averages before and after.
 Throughput (runs per minute at 1/2/3 runs replicas, 64 concurrent runs, and the CPU per turn
 at 64 against one run at a time) is tests/bench/test_bench_scale_out.py's, in the same
 `make bench` (bench-results/scale_out.json).
@@ -263,12 +264,21 @@ def peer(name: str, emu: Emulator, tmp: pathlib.Path, n: int, python: str) -> di
 
 
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
-    """agentrt / peer per model call, p50 and p90 (only for pairs both measured)."""
+    """agentrt / peer per model call (only for pairs both measured).
+
+    p50 and p90 over the pooled samples; `p50_by_round`, the ratio of the two contenders'
+    p50s within each round (measured minutes apart, so a drift of the machine's load weighs
+    on both), and its median, `p50_median_of_rounds`: with several rounds the steadier figure.
+    """
     out: dict[str, Any] = {}
     for ours, theirs in RATIOS:
         if ours in results and theirs in results:
             a, b = results[ours]["model_call_ms"], results[theirs]["model_call_ms"]
-            out[f"{ours}/{theirs}"] = {q: round(a[q] / b[q], 2) for q in ("p50", "p90")}
+            pair: dict[str, Any] = {q: round(a[q] / b[q], 2) for q in ("p50", "p90")}
+            by_round = [x / y for x, y in zip(results[ours]["p50_by_round"], results[theirs]["p50_by_round"])]
+            pair["p50_by_round"] = [round(r, 2) for r in by_round]
+            pair["p50_median_of_rounds"] = round(statistics.median(by_round), 2)
+            out[f"{ours}/{theirs}"] = pair
     return out
 
 
@@ -288,7 +298,11 @@ def print_table(report: dict[str, Any]) -> None:
     console = Console()
     console.print(table)
     for pair, r in report["ratios"].items():
-        console.print(f"{pair}: p50 {r['p50']:.2f}×, p90 {r['p90']:.2f}× (bar: ≤ 1.0×)")
+        rounds = ", ".join(f"{x:.2f}" for x in r["p50_by_round"])
+        console.print(
+            f"{pair}: p50 {r['p50']:.2f}×, p90 {r['p90']:.2f}×; by round {rounds}, "
+            f"median {r['p50_median_of_rounds']:.2f}× (bar: ≤ 1.0×)"
+        )
 
 
 def main(out: pathlib.Path, only: tuple[str, ...], n: int, rounds: int, python: str) -> dict[str, Any]:
