@@ -26,7 +26,7 @@ from agentrt.core.errors import MeshError, Reason, Status, invalid
 from agentrt.mesh.db import Database
 from agentrt.mesh.waits import wait_event
 from agentrt.sessions import queries as q
-from agentrt.sessions import sql_postgres, sql_sqlite, tree
+from agentrt.sessions import tree
 from agentrt.sessions.domain import Entry, Ref, SessionInfo, check_ref
 from agentrt.sessions.rows import session_from_row
 from agentrt.sessions.watch import Notifier
@@ -180,29 +180,6 @@ class SessionReads:
 
         # One hop (the run loop reads its session's tail this way every turn).
         return await self._run(body, write=False)
-
-    async def read_after(self, tenant: str, ref: Ref, after_seq: int) -> tuple[list[Entry], int]:
-        """Read the raw log after a seq, as `list_entries(ref, after_seq)` answers it (decision 0025).
-
-        The hot path's read (the tail an include_tail append returns, once per tool turn):
-        on SQLite driver SQL in one read transaction (`sql_sqlite.read_after`), on
-        PostgreSQL one statement (`sql_postgres.read_after`).
-
-        Returns:
-            (up to 10,000 entries with seq > after_seq in seq order, the highest seq stored).
-
-        Raises:
-            MeshError: INVALID_ARGUMENT (bad ref, negative cursor), NOT_FOUND/SESSION_NOT_FOUND
-                or STALE_GENERATION, UNAVAILABLE/DEPENDENCY_UNAVAILABLE.
-        """
-        check_ref(ref)
-        _check_cursor(after_seq)
-        try:
-            if self._db.is_sqlite:
-                return await self._db.read_sync(sql_sqlite.read_after(tenant, ref, after_seq, MAX_PAGE))
-            return await sql_postgres.read_after(self._db, tenant, ref, after_seq, MAX_PAGE)
-        except (OperationalError, InterfaceError, OSError) as exc:
-            raise _unavailable(exc) from exc
 
     async def context(
         self, tenant: str, ref: Ref, after_seq: int = 0, limit: int = 0, include_unprojected: bool = False

@@ -15,7 +15,6 @@ written, and the WatchSession streams open.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import AsyncIterator
 
@@ -26,12 +25,9 @@ from agentrt.mesh.calls import CallContext, CallsMethod, serve_calls
 from agentrt.mesh.context import current_tenant
 from agentrt.mesh.telemetry.metrics import SessionMetrics
 from agentrt.sessions import codec
-from agentrt.sessions.domain import Ref
 from agentrt.sessions.store import SessionStore
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
-
-log = logging.getLogger("agentrt.sessions")
 
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -106,8 +102,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         move to an unknown entry), ABORTED/SEQ_MISMATCH (expected_last_seq moved),
         FAILED_PRECONDITION/USAGE_ALREADY_RECORDED (004 §2.7f).
 
-        With include_tail, the log after the stored entries is read once the write has
-        committed and returned with them (`tail`, `tail_last_seq`; see `_tail_after`).
+        With include_tail, the answer also says what the log holds after the stored entries
+        as of the write's commit: nothing, since every writer of a session mints its seqs
+        under the session's lock (the append's transaction), so `tail` is empty and
+        `tail_last_seq` is the last stored entry's seq; no read is made (decision 0057).
         """
         expected = request.expected_last_seq if request.HasField("expected_last_seq") else None
         tenant, ref = current_tenant(), codec.ref_in(request.session)
@@ -124,7 +122,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self.metrics.entries_appended.inc(len(stored))
         resp = pb.AppendEntriesResponse(entries=[codec.entry_out(e) for e in stored], generation=generation)
         if request.include_tail and stored:
-            await self._tail_after(resp, tenant, Ref(ref.session_id, generation), stored[-1].seq)
+            resp.tail_last_seq = stored[-1].seq
         return resp
 
     async def AppendEntriesCalls(
@@ -150,28 +148,6 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             lambda call_id, answer: pb.AppendEntriesCallsResponse(call_id=call_id, response=answer),
             lambda call_id, error: pb.AppendEntriesCallsResponse(call_id=call_id, error=error),
         )
-
-    async def _tail_after(
-        self, resp: pb.AppendEntriesResponse, tenant: str, ref: Ref, after_seq: int
-    ) -> None:
-        """Put the log after `after_seq` into `resp` (tail, tail_last_seq), whole or not at all.
-
-        Read in the generation that took the write, after its commit: what ListEntries
-        would answer the writer next. The write has committed, so nothing here fails the
-        call: a read that fails (the generation was replaced meanwhile, the database is
-        unavailable) or a tail that would not fit beside the stored entries (3.5 MiB in
-        all) leaves tail_last_seq at 0, and the caller reads the tail itself.
-        """
-        try:
-            entries, last_seq = await self._store.read_after(tenant, ref, after_seq)
-        except Exception:  # noqa: BLE001 - the append committed; the caller reads the tail itself
-            log.debug("the tail after an append was not read", exc_info=True)
-            return
-        tail, cut = codec.bounded_out(entries, codec.MAX_RESPONSE_BYTES - resp.ByteSize())
-        if cut or resp.ByteSize() + sum(e.ByteSize() + 6 for e in tail) > codec.MAX_RESPONSE_BYTES:
-            return
-        resp.tail.extend(tail)
-        resp.tail_last_seq = last_seq
 
     async def ListEntries(
         self, request: pb.ListEntriesRequest, context: grpc.aio.ServicerContext

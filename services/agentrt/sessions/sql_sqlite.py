@@ -1,11 +1,11 @@
-"""A turn's two session statements on SQLite, run with the stdlib driver (decision 0025).
+"""A turn's session statement on SQLite, run with the stdlib driver (decision 0025).
 
-The append (AppendEntries) and the read of the log after it (the tail an include_tail
-append returns) are the session store's hot path: one of each per tool turn. Both run as
-transaction bodies of `Database.write_sync` / `read_sync` (on a SQLite file inline on the
-event loop's thread, decision 0023) and execute plain SQL on the transaction's own
-sqlite3 connection: SQLAlchemy's execution machinery (statement cache lookups, the
-execution context, result wrapping) cost several times the statements themselves.
+The append (AppendEntries) is the session store's hot path: one per tool turn (the tail an
+include_tail append returns needs no read, decision 0057). It runs as a transaction body
+of `Database.write_sync` (on a SQLite file inline on the event loop's thread, decision
+0023) and executes plain SQL on the transaction's own sqlite3 connection: SQLAlchemy's
+execution machinery (statement cache lookups, the execution context, result wrapping) cost
+several times the statements themselves.
 The tables are still SQLAlchemy's (`models`) and Alembic's; only the execution is the driver's.
 
 The append's steps and their order are the PostgreSQL function's (sessions migration
@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError
 
 from agentrt.sessions import appends as A
 from agentrt.sessions.domain import LEAF, Entry, Ref
-from agentrt.sessions.rows import ENTRY_COLUMNS, entry_from_tuple, entry_values
+from agentrt.sessions.rows import entry_values
 
 _CLAIM = (
     "UPDATE sessions SET update_time_us = max(update_time_us, :now) "
@@ -55,12 +55,6 @@ _MINT = (
 _INSERT = "INSERT INTO session_entries ({}) VALUES ({})".format(
     ", ".join(entry_values("", "", 0, Entry(kind=LEAF))),
     ", ".join(f":{c}" for c in entry_values("", "", 0, Entry(kind=LEAF))),
-)
-_GENERATION = "SELECT generation FROM sessions WHERE tenant = :tenant AND session_id = :sid"
-_MAX_SEQ = f"SELECT max(seq) FROM session_entries WHERE {_INCARNATION}"
-_AFTER = (
-    f"SELECT {', '.join(ENTRY_COLUMNS)} FROM session_entries WHERE {_INCARNATION} AND seq > :after "
-    "ORDER BY seq LIMIT :count"
 )
 
 
@@ -151,36 +145,3 @@ def _check_usage(
     if hits:
         run_id, turn, response_id = hits[0]
         raise A.refusal(A.USAGE_RECORDED, ref, expected, gen, 0, run_id, turn, response_id)
-
-
-def read_after(
-    tenant: str, ref: Ref, after_seq: int, count: int
-) -> Callable[[Connection], tuple[list[Entry], int]]:
-    """The log after a seq as a `read_sync` transaction body (one snapshot: SQLite's read).
-
-    Returns:
-        A body returning (up to `count` entries with seq > after_seq in seq order, the
-        highest seq stored).
-
-    Raises (from the body):
-        MeshError: NOT_FOUND/SESSION_NOT_FOUND or NOT_FOUND/STALE_GENERATION.
-        sqlalchemy.exc.DBAPIError: the driver failed.
-    """
-
-    def body(conn: Connection) -> tuple[list[Entry], int]:
-        db = _driver(conn)
-        with _driver_errors(_AFTER):
-            row = db.execute(_GENERATION, {"tenant": tenant, "sid": ref.session_id}).fetchone()
-            if row is None:
-                raise A.refusal(A.NO_SESSION, ref, None, 0, 0, "", 0, "")
-            gen = row[0]
-            if ref.generation and ref.generation != gen:
-                raise A.refusal(A.STALE, ref, None, gen, 0, "", 0, "")
-            where = {"tenant": tenant, "sid": ref.session_id, "gen": gen}
-            last_seq = db.execute(_MAX_SEQ, where).fetchone()[0] or 0
-            found = [
-                entry_from_tuple(r) for r in db.execute(_AFTER, {**where, "after": after_seq, "count": count})
-            ]
-        return found, max(last_seq, found[-1].seq) if found else last_seq
-
-    return body

@@ -27,10 +27,12 @@ def _batch_of(entries: list) -> str:
     return json.loads(extra or "{}").get("batch", "")
 
 
-async def test_an_entry_appended_between_turns_is_in_the_next_render(mesh, monkeypatch):
-    # A second writer appends right after turn 1's batch commits, before turn 2 renders:
-    # the store's append is wrapped so the write lands at exactly that moment (the same
-    # real store writes it; nothing is faked).
+def _note_after_turn_1(monkeypatch) -> None:
+    """A second writer appends NOTE right after turn 1's batch commits, before turn 2 renders.
+
+    The store's append is wrapped so the write lands at exactly that moment (the same real
+    store writes it; nothing is faked).
+    """
     original = SessionStore.append
 
     async def append(self, tenant, ref, entries, expected_last_seq=None):
@@ -40,26 +42,30 @@ async def test_an_entry_appended_between_turns_is_in_the_next_render(mesh, monke
         return stored
 
     monkeypatch.setattr(SessionStore, "append", append)
-    ws = mesh.work
-    call = ToolCallReply("read_file", '{"path": "missing.txt"}')
-    mesh.emu.script([Reply(tool_calls=[call]), Reply(tool_calls=[call]), Reply(text="done")])
-    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go", workspace=ws))
-    events = await mesh.events(started.run_id)
-    assert events[-2].run_completed.status == cpb.RUN_STATUS_COMPLETED
 
-    bodies = [json.dumps(body) for path, body in mesh.emu.requests if path.endswith("/responses")]
-    assert len(bodies) == 3
-    assert NOTE not in bodies[0]
-    assert NOTE in bodies[1] and NOTE in bodies[2]
-    # It renders where the log has it: after turn 1's tool output, before turn 2's call.
-    turn2 = json.loads(bodies[2])["input"]
-    texts = [json.dumps(item) for item in turn2]
-    at = next(i for i, t in enumerate(texts) if NOTE in t)
-    outputs = [i for i, t in enumerate(texts) if "function_call_output" in t]
-    assert outputs[0] < at < outputs[1]
+
+async def test_an_entry_committed_right_after_a_batch_meets_the_next_batchs_guard(mesh, monkeypatch):
+    # The batch's append answers the log as of its commit (decision 0057): the note,
+    # committed just after, is not in turn 2's request, and turn 2's batch, guarded by the
+    # seq its request was built at, goes on its own branch (decision 0010). Nothing is
+    # lost: the note stays in the log, on a sibling branch, and a diagnostic names it.
+    _note_after_turn_1(monkeypatch)
+    calls = _count_list_entries(monkeypatch)
+    bodies, started = await _three_turn_run(mesh)
+    assert len(bodies) == 3 and not any(NOTE in b for b in bodies)
+    # One ListEntries: the refused batch's read of what was appended after its request's
+    # seq (persistence.write_batch), not a per-turn tail read.
+    assert len(calls) == 1
 
     entries = await mesh.entries(started.session_id)
-    assert sum(1 for e in entries if NOTE in e.SerializeToString().decode("utf-8", "replace")) == 1
+    notes = [e for e in entries if NOTE in e.SerializeToString().decode("utf-8", "replace")]
+    assert len(notes) == 1
+    run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert any(d.code == "session_branched" and notes[0].entry_id in d.details_json for d in run.diagnostics)
+    view = await mesh.sessions.GetContext(
+        spb.GetContextRequest(session=spb.SessionRef(session_id=started.session_id))
+    )
+    assert notes[0].entry_id not in {e.entry_id for e in view.entries}
 
 
 def _count_list_entries(monkeypatch) -> list[int]:
@@ -75,62 +81,46 @@ def _count_list_entries(monkeypatch) -> list[int]:
     return calls
 
 
-async def _three_turn_run(mesh) -> list[str]:
+async def _three_turn_run(mesh) -> tuple[list[str], pb.StartRunResponse]:
     call = ToolCallReply("read_file", '{"path": "missing.txt"}')
     mesh.emu.script([Reply(tool_calls=[call]), Reply(tool_calls=[call]), Reply(text="done")])
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go", workspace=mesh.work))
     events = await mesh.events(started.run_id)
     assert events[-2].run_completed.status == cpb.RUN_STATUS_COMPLETED
-    return [json.dumps(body) for path, body in mesh.emu.requests if path.endswith("/responses")]
+    return [json.dumps(body) for path, body in mesh.emu.requests if path.endswith("/responses")], started
 
 
 async def test_the_batch_append_is_the_next_turns_tail_read(mesh, monkeypatch):
     # Each turn's batch is appended with include_tail: the log after it comes back with the
     # append, so the next turn reads nothing more (one RPC fewer per turn, decision 0020).
     calls = _count_list_entries(monkeypatch)
-    bodies = await _three_turn_run(mesh)
+    bodies, started = await _three_turn_run(mesh)
     assert len(bodies) == 3
     assert calls == []
 
 
-async def test_an_entry_after_the_batch_reaches_the_next_render_through_the_appends_tail(mesh, monkeypatch):
-    # As test_an_entry_appended_between_turns_is_in_the_next_render, with no ListEntries:
-    # the note committed right after turn 1's batch is in the tail its append returned.
-    original = SessionStore.append
-
-    async def append(self, tenant, ref, entries, expected_last_seq=None):
-        stored = await original(self, tenant, ref, entries, expected_last_seq)
-        if _batch_of(entries) == "turn:1":
-            await original(self, tenant, ref, codec.entries_in([_note()]), None)
-        return stored
-
-    monkeypatch.setattr(SessionStore, "append", append)
-    calls = _count_list_entries(monkeypatch)
-    bodies = await _three_turn_run(mesh)
-    assert NOTE not in bodies[0] and NOTE in bodies[1] and NOTE in bodies[2]
-    assert calls == []
-
-
 async def test_a_session_service_that_answers_no_tail_is_read_as_before(mesh, monkeypatch):
-    # A session service that leaves the tail unread (an older one, or a tail too big to
-    # carry) answers tail_last_seq 0: the loop reads the tail itself, and the note still
-    # reaches the next render.
-    original = SessionStore.append
+    # A session service that answers no tail (tail_last_seq 0: an older one) leaves the
+    # loop to read the log after its batch itself, beside the save point: the note
+    # committed right after turn 1's batch is in that read, so it reaches turn 2's render.
+    _note_after_turn_1(monkeypatch)
+    original = SessionServicer.AppendEntries
 
-    async def append(self, tenant, ref, entries, expected_last_seq=None):
-        stored = await original(self, tenant, ref, entries, expected_last_seq)
-        if _batch_of(entries) == "turn:1":
-            await original(self, tenant, ref, codec.entries_in([_note()]), None)
-        return stored
+    async def no_tail(self, request, context):
+        resp = await original(self, request, context)
+        resp.ClearField("tail")
+        resp.tail_last_seq = 0
+        return resp
 
-    async def no_tail(self, resp, tenant, ref, after_seq):
-        return None
-
-    monkeypatch.setattr(SessionStore, "append", append)
-    monkeypatch.setattr(SessionServicer, "_tail_after", no_tail)
+    monkeypatch.setattr(SessionServicer, "AppendEntries", no_tail)
     calls = _count_list_entries(monkeypatch)
-    bodies = await _three_turn_run(mesh)
+    bodies, started = await _three_turn_run(mesh)
     assert NOTE not in bodies[0] and NOTE in bodies[1] and NOTE in bodies[2]
+    # It renders where the log has it: after turn 1's tool output, before turn 2's call.
+    texts = [json.dumps(item) for item in json.loads(bodies[2])["input"]]
+    at = next(i for i, t in enumerate(texts) if NOTE in t)
+    outputs = [i for i, t in enumerate(texts) if "function_call_output" in t]
+    assert outputs[0] < at < outputs[1]
     # One read begun after each of the two tool turns' batches; none after the final
     # answer's (no turn follows it).
     assert len(calls) == 2 and calls[0] < calls[1]

@@ -22,9 +22,9 @@ allows it). Entry ids are minted by storage, so only a call-id target can be wri
 ahead; it changes a tool call entry's display, which rendering does not read.
 
 `TailReadAhead` holds one tail read begun early (when the executor's batch was written,
-beside the save point that follows: decision 0017), or the tail the batch's own append read
-just after its commit (decision 0020), and hands it over only while the copy is still the
-one it was read for.
+beside the save point that follows: decision 0017), or the tail the batch's own append
+answered as of its commit (decisions 0020, 0057), and hands it over only while the copy is
+still the one it was read for.
 
 No grpc here: the loop feeds entries it got from its peers.
 """

@@ -275,8 +275,8 @@ class ExecutorCore:
     ) -> None:
         """Extend the cached view with a batch as stored (None: not known, drop the copy).
 
-        Then the next turn's tail: the one the append read just after its commit (`tail`,
-        AppendEntries include_tail), else a read begun now (`_read_tail_ahead`); none when
+        Then the next turn's tail: the one the append answered as of its commit (`tail`,
+        AppendEntries include_tail, decision 0057), else a read begun now (`_read_tail_ahead`); none when
         `read_ahead` is False (a finishing turn: a next turn reads for itself).
         """
         if stored is None:

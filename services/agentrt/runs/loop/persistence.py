@@ -160,9 +160,10 @@ class Written:
             is what the session holds, never what this attempt meant to write).
         branched: ids of foreign entries the batch was written beside, on a sibling branch
             (decision 0010); [] normally.
-        tail: with `with_tail`, the log after the stored batch as the session store read it
-            just after the commit ((raw entries in seq order, the highest seq stored));
-            None when not read (not asked, not answered, or `stored` is None).
+        tail: with `with_tail`, the log after the stored batch as of its commit, as the
+            session store answered it ((raw entries in seq order, the highest seq stored);
+            decision 0057); None when not answered (not asked, an older store, or `stored`
+            is None).
     """
 
     last_seq: int

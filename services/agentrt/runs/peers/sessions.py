@@ -99,12 +99,13 @@ class SessionCalls(PeerBase):
         expected_last_seq: int | None,
         include_tail: bool = True,
     ) -> tuple[list[spb.Entry], tuple[list[spb.Entry], int] | None]:
-        """Append entries as `append` does; with include_tail, also read the log after them.
+        """Append entries as `append` does; with include_tail, also learn the log after them.
 
         Returns:
             (the stored entries; (the raw log entries after the last stored one, in seq
-            order, the highest seq stored) as read just after the commit, or None when the
-            store did not read them: not asked, or not answered, so the caller reads).
+            order, the highest seq stored) as of the commit (decision 0057: no entries), or
+            None when the store did not answer them: not asked, or an older store, so the
+            caller reads).
 
         Raises:
             MeshError: as `append`.

@@ -610,9 +610,10 @@ export type AppendEntriesRequest = Message<"agentrt.v1.AppendEntriesRequest"> & 
   expectedLastSeq?: bigint | undefined;
 
   /**
-   * When true, the response also carries the log after the stored entries, read just
-   * after the write committed (`tail`, `tail_last_seq`): a writer that keeps a copy of
-   * the session learns of other writers' entries without a ListEntries of its own.
+   * When true, the response also says what the log holds after the stored entries as of
+   * the write's commit (`tail`, `tail_last_seq`): a writer that keeps a copy of the
+   * session knows it is current without a ListEntries of its own. Other writers' entries
+   * committed after it meet the writer's next expected_last_seq.
    *
    * @generated from field: bool include_tail = 4;
    */
@@ -647,18 +648,18 @@ export type AppendEntriesResponse = Message<"agentrt.v1.AppendEntriesResponse"> 
   generation: bigint;
 
   /**
-   * With include_tail: the raw log entries after the last stored entry, in seq order, as
-   * ListEntries(after_seq = that entry's seq) would answer just after the commit (at most
-   * 10,000; fewer than the log holds when tail_last_seq is beyond the last). Empty otherwise.
+   * With include_tail: the raw log entries after the last stored entry as of the commit,
+   * in seq order. A session's writers mint seqs under its lock, so this server answers it
+   * empty; a reader treats entries here as ListEntries(after_seq = the last stored seq).
    *
    * @generated from field: repeated agentrt.v1.Entry tail = 3;
    */
   tail: Entry[];
 
   /**
-   * With include_tail: the highest seq stored in the session when the tail was read (at
-   * least the last stored entry's seq). 0 when it was not read: not asked, the read
-   * failed, or the tail would not fit beside the entries (3.5 MiB): read it with ListEntries.
+   * With include_tail: the highest seq stored in the session as of the tail (at least the
+   * last stored entry's seq). 0 when not answered (not asked, or a server that did not
+   * read it): read the tail with ListEntries.
    *
    * @generated from field: int64 tail_last_seq = 4;
    */
