@@ -275,7 +275,10 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
         if ours in results and theirs in results:
             a, b = results[ours]["model_call_ms"], results[theirs]["model_call_ms"]
             pair: dict[str, Any] = {q: round(a[q] / b[q], 2) for q in ("p50", "p90")}
-            by_round = [x / y for x, y in zip(results[ours]["p50_by_round"], results[theirs]["p50_by_round"])]
+            by_round = [
+                x / y
+                for x, y in zip(results[ours]["p50_by_round"], results[theirs]["p50_by_round"], strict=True)
+            ]
             pair["p50_by_round"] = [round(r, 2) for r in by_round]
             pair["p50_median_of_rounds"] = round(statistics.median(by_round), 2)
             out[f"{ours}/{theirs}"] = pair
