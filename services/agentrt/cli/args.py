@@ -122,6 +122,19 @@ def check_task(text: str) -> str:
     return text
 
 
+def utf8_text(text: str) -> str:
+    """Parse free text sent to a server as is (a message, a result): any UTF-8, even empty.
+
+    Raises:
+        argparse.ArgumentTypeError: not valid UTF-8 (argv bytes Python decoded to lone surrogates).
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("the text is not valid UTF-8") from None
+    return text
+
+
 def read_task(stream: BinaryIO) -> str:
     """Read the task of `agentrt run -` from a byte stream (standard input) to its end.
 

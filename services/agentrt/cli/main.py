@@ -5,6 +5,7 @@ Subcommands, one module each:
 - `up` (cli/supervise.py over cli/up.py): the whole mesh as five processes.
 - `run "<task>"` (cli/run.py, cli/render.py): a run, live.
 - `runs`, `runs show RUN`, `approve RUN`, `stop RUN --after-turn` (cli/runs.py): operate runs.
+- `reconcile RUN CALL` (cli/reconcile.py): answer a call whose outcome is unknown.
 - `demo` (cli/demo.py): mesh + local model + one run, offline.
 - `health [HOST:PORT]` (cli/health.py): one grpc.health check (container health checks).
 - `tasks [stop|retry ID]` (cli/tasks.py): background tasks.
@@ -33,12 +34,13 @@ def build_parser(*, health_only: bool = False) -> argparse.ArgumentParser:
     if health_only:
         health.add_parser(sub)
         return parser
-    from agentrt.cli import demo, run, runs, serve, supervise, tasks
+    from agentrt.cli import demo, reconcile, run, runs, serve, supervise, tasks
 
     serve.add_parser(sub)
     supervise.add_parser(sub)
     run.add_parser(sub)
     runs.add_parsers(sub)
+    reconcile.add_parser(sub)
     demo.add_parser(sub)
     health.add_parser(sub)
     tasks.add_parser(sub)

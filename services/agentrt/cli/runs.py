@@ -10,7 +10,8 @@ StopAfterTurn), one line per fact so a script can read them:
 - `approve RUN [--deny CALL]... [--reason TEXT]`: answers every call of a suspended run that
   waits for an approval: approved, except the `--deny` ones, which the model is told were
   denied (with `--reason`). Calls waiting for a client's result are not the CLI's to answer;
-  the run keeps waiting for them.
+  the run keeps waiting for them. Calls waiting for a reconciliation are answered one by one
+  with `agentrt reconcile` (cli/reconcile.py), which shares this module's client helpers.
 - `stop RUN --after-turn [--reason TEXT]`: asks the run to finish at its next save point
   (004 §2.3c). A server that does not offer it yet is said so plainly.
 
@@ -45,7 +46,8 @@ EXIT_UNREACHABLE = 4
 #: Runs listed by default; ListRuns pages are at most 1,000.
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1000
-_KINDS = {
+#: What a pending call waits for, by PendingCallKind, as the operator commands print it.
+PENDING_KINDS = {
     pb.PENDING_CALL_KIND_APPROVAL: "approval",
     pb.PENDING_CALL_KIND_EXTERNAL_RESULT: "client result",
     # a call with side effects whose outcome is unknown (the tool service stopped while it ran)
@@ -65,7 +67,8 @@ def _limit(text: str) -> int:
     return value
 
 
-def _runs_addr(p: argparse.ArgumentParser, default: Any = None) -> None:
+def add_runs_addr(p: argparse.ArgumentParser, default: Any = None) -> None:
+    """Add `--runs-addr HOST:PORT` to a subcommand (default: the RunService from the environment)."""
     p.add_argument(
         "--runs-addr",
         default=default,
@@ -76,7 +79,7 @@ def _runs_addr(p: argparse.ArgumentParser, default: Any = None) -> None:
 def add_parsers(subparsers: Any) -> None:
     """Register the `runs`, `approve` and `stop` subcommands."""
     runs = subparsers.add_parser("runs", help="list runs, or show one with its pending calls")
-    _runs_addr(runs)
+    add_runs_addr(runs)
     runs.add_argument("--session", default="", help="only the runs of this session")
     runs.add_argument(
         "--limit", type=_limit, default=DEFAULT_LIMIT, help=f"runs to list (default {DEFAULT_LIMIT})"
@@ -84,7 +87,7 @@ def add_parsers(subparsers: Any) -> None:
     inner = runs.add_subparsers(dest="runs_command", metavar="show")
     show = inner.add_parser("show", help="show a run's record and its pending calls")
     show.add_argument("run_id", metavar="RUN")
-    _runs_addr(show, argparse.SUPPRESS)  # not to overwrite `runs --runs-addr A show RUN`
+    add_runs_addr(show, argparse.SUPPRESS)  # not to overwrite `runs --runs-addr A show RUN`
     runs.set_defaults(func=runs_command)
 
     approve = subparsers.add_parser("approve", help="answer the approvals a suspended run waits for")
@@ -97,7 +100,7 @@ def add_parsers(subparsers: Any) -> None:
         help="deny this call (repeatable); others are approved",
     )
     approve.add_argument("--reason", default="", help="why the denied calls are denied (the model reads it)")
-    _runs_addr(approve)
+    add_runs_addr(approve)
     approve.set_defaults(func=approve_command)
 
     stop = subparsers.add_parser("stop", help="ask a run to finish at its next save point")
@@ -106,11 +109,12 @@ def add_parsers(subparsers: Any) -> None:
         "--after-turn", action="store_true", help="finish once the turn in flight is saved (required)"
     )
     stop.add_argument("--reason", default="", help="why, for the record")
-    _runs_addr(stop)
+    add_runs_addr(stop)
     stop.set_defaults(func=stop_command)
 
 
-def _errors() -> Console:
+def error_console() -> Console:
+    """Return the console of refusals and errors (standard error, no markup highlighting)."""
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -119,8 +123,12 @@ def _client(args: argparse.Namespace) -> MeshClient:
     return MeshClient(runs=addr, token=env("AUTH_TOKEN", ""), tenant=env("TENANT", ""))
 
 
-def _run(args: argparse.Namespace, body: Callable[[MeshClient, Console], Awaitable[int]]) -> int:
-    console, errors = Console(soft_wrap=True, highlight=False), _errors()
+def with_client(args: argparse.Namespace, body: Callable[[MeshClient, Console], Awaitable[int]]) -> int:
+    """Run `body` with a RunService client (from `--runs-addr`) and the output console; return its status.
+
+    A gRPC failure `body` lets through is printed (status, reason, details) and is EXIT_UNREACHABLE.
+    """
+    console, errors = Console(soft_wrap=True, highlight=False), error_console()
 
     async def main() -> int:
         client = _client(args)
@@ -149,16 +157,16 @@ def _rpc_failed(errors: Console, exc: grpc.aio.AioRpcError) -> int:
 def runs_command(args: argparse.Namespace) -> int:
     """Run `agentrt runs` / `agentrt runs show RUN`; return the exit status."""
     if args.runs_command == "show":
-        return _run(args, lambda client, console: show_run(client, console, args.run_id))
-    return _run(args, lambda client, console: list_runs(client, console, args.session, args.limit))
+        return with_client(args, lambda client, console: show_run(client, console, args.run_id))
+    return with_client(args, lambda client, console: list_runs(client, console, args.session, args.limit))
 
 
 def approve_command(args: argparse.Namespace) -> int:
     """Run `agentrt approve RUN`; return the exit status."""
     if args.reason and not args.deny:
-        _errors().print("agentrt approve: --reason explains denials; name them with --deny CALL")
+        error_console().print("agentrt approve: --reason explains denials; name them with --deny CALL")
         return EXIT_USAGE
-    return _run(
+    return with_client(
         args, lambda client, console: approve_run(client, console, args.run_id, args.deny, args.reason)
     )
 
@@ -166,12 +174,12 @@ def approve_command(args: argparse.Namespace) -> int:
 def stop_command(args: argparse.Namespace) -> int:
     """Run `agentrt stop RUN --after-turn`; return the exit status."""
     if not args.after_turn:
-        _errors().print(
+        error_console().print(
             "agentrt stop: say --after-turn (the run finishes once its current turn is saved); "
             "it is the only way this command stops a run"
         )
         return EXIT_USAGE
-    return _run(args, lambda client, console: stop_run(client, console, args.run_id, args.reason))
+    return with_client(args, lambda client, console: stop_run(client, console, args.run_id, args.reason))
 
 
 def _usage(u: cpb.Usage) -> str:
@@ -221,7 +229,7 @@ def pending_lines(calls: Sequence[pb.PendingCall]) -> list[str]:
         if len(args) > ARGS_CHARS:
             args = args[:ARGS_CHARS] + f" … ({len(args) - ARGS_CHARS} more characters)"
         child = f"  in child run {p.run_id}" if p.run_id else ""
-        kind = _KINDS.get(p.kind, "unknown")
+        kind = PENDING_KINDS.get(p.kind, "unknown")
         why = f" ({p.reason})" if p.reason and p.kind == pb.PENDING_CALL_KIND_RECONCILIATION else ""
         out.append(f"  {p.call.call_id}  {p.call.name}  waits for {kind}{why}{child}  arguments {args}")
     return out
@@ -281,7 +289,7 @@ async def approve_run(
         grpc.aio.AioRpcError: GetRun or ResumeRun failed for another reason.
     """
     run = (await client.run_service.GetRun(pb.GetRunRequest(run_id=run_id))).run
-    errors = _errors()
+    errors = error_console()
     if run.status != cpb.RUN_STATUS_SUSPENDED:
         errors.print(f"run {escape(run_id)} is {status_name(run.status)}, not suspended: nothing to approve")
         return EXIT_STATE
@@ -297,10 +305,7 @@ async def approve_run(
         )
         return EXIT_USAGE
     if not waiting:
-        errors.print(
-            f"run {escape(run_id)} has no call waiting for approval; "
-            f"{len(others)} wait for a client's result, which only that client can give"
-        )
+        errors.print(f"run {escape(run_id)} has no call waiting for approval; {_others(run_id, others)}")
         return EXIT_STATE
     denied = set(deny)
     decisions = [
@@ -325,10 +330,26 @@ async def approve_run(
         why = f" ({reason})" if verdict == "denied" and reason else ""
         console.print(escape(f"{verdict} {p.call.call_id} {p.call.name}{why}"))
     if others:
-        console.print(
-            escape(f"still waiting for a client's result: {', '.join(p.call.call_id for p in others)}")
-        )
+        console.print(escape(f"still waiting: {_others(run_id, others)}"))
     return 0
+
+
+def _others(run_id: str, calls: Sequence[pb.PendingCall]) -> str:
+    """Say what the calls approve leaves alone wait for, and who answers them."""
+
+    def ids(kind: int) -> str:
+        named = [p.call.call_id for p in calls if p.kind == kind]
+        return ", ".join(named) + (" waits" if len(named) == 1 else " wait") if named else ""
+
+    parts = []
+    if external := ids(pb.PENDING_CALL_KIND_EXTERNAL_RESULT):
+        parts.append(f"{external} for a client's result, which only that client can give")
+    if reconcile := ids(pb.PENDING_CALL_KIND_RECONCILIATION):
+        parts.append(
+            f"{reconcile} for a reconciliation: answer with "
+            f"`agentrt reconcile {run_id} CALL --run-again|--fail MESSAGE|--result TEXT`"
+        )
+    return escape("; ".join(parts))
 
 
 async def stop_run(client: MeshClient, console: Console, run_id: str, reason: str = "") -> int:
@@ -341,7 +362,7 @@ async def stop_run(client: MeshClient, console: Console, run_id: str, reason: st
     Raises:
         grpc.aio.AioRpcError: any other failure (NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE).
     """
-    errors = _errors()
+    errors = error_console()
     try:
         resp = await client.run_service.StopAfterTurn(pb.StopAfterTurnRequest(run_id=run_id, reason=reason))
     except grpc.aio.AioRpcError as exc:

@@ -122,7 +122,7 @@ async def test_approve_leaves_client_results_to_the_client(mesh, capsys):
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="x"))
     await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED)
     code, _, err = await cli(capsys, mesh, "approve", started.run_id)
-    assert code == 1 and "1 wait for a client's result" in err
+    assert code == 1 and "waits for a client's result" in err
     code, out, _ = await cli(capsys, mesh, "runs", "show", started.run_id)
     assert "mine  waits for client result" in out
 

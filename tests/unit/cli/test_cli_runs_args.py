@@ -46,3 +46,54 @@ def test_runs_show_names_a_reconciliation_and_why_it_waits():
     (line,) = pending_lines([call])
     assert "waits for reconciliation (the tool service stopped while it ran)" in line, line
     assert "unknown" not in line
+
+
+def test_reconcile_flags_parse_and_become_one_reconciliation():
+    from agentrt.cli.reconcile import reconciliation
+    from agentrt.v1 import common_pb2 as cpb
+    from agentrt.v1 import run_service_pb2 as rpb
+
+    args = build_parser().parse_args(["reconcile", "run_a", "call_1", "--result", "out", "--error"])
+    rec = reconciliation(args)
+    assert (rec.call_id, rec.action) == ("call_1", rpb.RECONCILIATION_ACTION_SUPPLY_RESULT)
+    assert (rec.result.content, rec.result.is_error, rec.result.status) == (
+        "out",
+        True,
+        cpb.TOOL_RESULT_STATUS_ERROR,
+    )
+    rec = reconciliation(build_parser().parse_args(["reconcile", "run_a", "call_1", "--result", ""]))
+    assert (rec.result.content, rec.result.status) == ("", cpb.TOOL_RESULT_STATUS_OK)  # no output is output
+    rec = reconciliation(build_parser().parse_args(["reconcile", "run_a", "call_1", "--fail", "gone"]))
+    assert (rec.action, rec.message) == (rpb.RECONCILIATION_ACTION_FAIL, "gone")
+    rec = reconciliation(build_parser().parse_args(["reconcile", "run_a", "call_1", "--run-again"]))
+    assert rec.action == rpb.RECONCILIATION_ACTION_RUN_AGAIN
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["reconcile", "run_a"],
+        ["reconcile", "run_a", "call_1", "--fail"],
+        ["reconcile", "run_a", "call_1", "--result", "\udcff"],  # argv bytes that are not UTF-8
+    ],
+)
+def test_reconcile_bad_arguments_exit_2_while_parsing(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and "error" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        ([], "say exactly one of --run-again, --fail MESSAGE or --result TEXT"),
+        (["--run-again", "--result", "x"], "(got --run-again and --result)"),
+        (["--fail", "no", "--error"], "goes with --result TEXT"),
+        (["--fail", ""], "--fail needs a MESSAGE"),
+    ],
+)
+def test_reconcile_checks_before_any_call_exit_2(flags, says, capsys):
+    # the address answers nothing: a check that let the command through would be exit 4
+    assert main(["reconcile", "run_a", "call_1", *flags, "--runs-addr", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1

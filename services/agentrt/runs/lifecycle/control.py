@@ -111,7 +111,17 @@ class RunControl:
             if p.kind == pb.PENDING_CALL_KIND_APPROVAL and p.call.name in always
         }  # fmt: skip
         changes: dict[str, object] = {"answers": answers, "always_approved": sorted(always)}
+        # A call reconciled with RUN_AGAIN runs as a new execution attempt (its own journal
+        # record at the tool service): exactly one more run of it. Counted when the answer
+        # arrives, also when other calls still wait: a RUN_AGAIN answered before the last
+        # answer was otherwise lost (the call kept its attempt, the journal gave back the
+        # interruption, and the model read that).
+        attempts = dict(record.state.get("attempts", {}))
+        for rec in req.reconciliations:
+            if rec.action == pb.RECONCILIATION_ACTION_RUN_AGAIN:
+                attempts[rec.call_id] = int(attempts.get(rec.call_id, 0)) + 1
         if not waiting <= answered:
+            changes["state"] = record.with_state(attempts=attempts)
             # An answered call leaves pending_calls at once: a second answer for it is then
             # refused by merge_answers (INVALID_VALUE), so a denial cannot be overturned.
             changes["pending"] = [p for p in record.pending if p.call.call_id not in answered]
@@ -122,12 +132,6 @@ class RunControl:
                 raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
             await self.children.sync_parent(await self.get_run(tenant, req.run_id))
             return await self.get_run(tenant, req.run_id)
-        # A call reconciled with RUN_AGAIN runs as a new execution attempt (its own journal
-        # record at the tool service): exactly one more run of it.
-        attempts = dict(record.state.get("attempts", {}))
-        for rec in req.reconciliations:
-            if rec.action == pb.RECONCILIATION_ACTION_RUN_AGAIN:
-                attempts[rec.call_id] = int(attempts.get(rec.call_id, 0)) + 1
         state = record.with_state(attempts=attempts, suspension_reason=0)
         await self.wake(record, changes, state, len(answered))
         if record.state.get(PARENT_RUN_ID):

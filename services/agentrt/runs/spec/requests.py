@@ -35,7 +35,10 @@ def check_text_bytes(text: str, field: str) -> None:
 
 
 def check_answers(req: Resume) -> None:
-    """Refuse a ResumeRun whose decisions or results the session could not store.
+    """Refuse a ResumeRun whose decisions, results or reconciliations the session could not store.
+
+    A reconciliation's SUPPLY_RESULT result and FAIL message are held to the same bounds as a
+    client's result and a denial's message (they reach the session the same way).
 
     Raises:
         MeshError: INVALID_ARGUMENT with REQUEST_TOO_LARGE (a text over MAX_TEXT_BYTES),
@@ -45,34 +48,43 @@ def check_answers(req: Resume) -> None:
     for i, d in enumerate(req.decisions):
         check_text_bytes(d.message, f"decisions[{i}].message")
     for i, r in enumerate(req.results):
-        where = f"results[{i}]"
-        check_text_bytes(r.content + r.summary, f"{where}.content")
-        if r.status not in cpb.ToolResultStatus.values():
+        check_result(r, f"results[{i}]")
+    for i, rec in enumerate(req.reconciliations):
+        check_text_bytes(rec.message, f"reconciliations[{i}].message")
+        if rec.HasField("result"):
+            check_result(rec.result, f"reconciliations[{i}].result")
+
+
+def check_result(r: cpb.ToolResult, where: str) -> None:
+    """Refuse a tool result a request hands a run that the session could not store.
+
+    Raises:
+        MeshError: as `check_answers`, naming fields under `where` (e.g. `results[0]`).
+    """
+    check_text_bytes(r.content + r.summary, f"{where}.content")
+    if r.status not in cpb.ToolResultStatus.values():
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"{where}.status {r.status} is not a ToolResultStatus",
+            field=f"{where}.status",
+        )
+    if r.details_json:
+        try:
+            details = json.loads(r.details_json)
+        except (ValueError, RecursionError):
+            details = None
+        if not isinstance(details, dict):
             raise invalid(
-                Reason.INVALID_VALUE,
-                f"{where}.status {r.status} is not a ToolResultStatus",
-                field=f"{where}.status",
+                Reason.INVALID_JSON,
+                f"{where}.details_json must be a JSON object",
+                field=f"{where}.details_json",
             )
-        if r.details_json:
-            try:
-                details = json.loads(r.details_json)
-            except (ValueError, RecursionError):
-                details = None
-            if not isinstance(details, dict):
-                raise invalid(
-                    Reason.INVALID_JSON,
-                    f"{where}.details_json must be a JSON object",
-                    field=f"{where}.details_json",
-                )
-        if r.HasField("duration"):
-            check_duration(r.duration, f"{where}.duration")
-        usage = r.nested_usage
-        if (
-            min(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.reasoning_tokens)
-            < 0
-        ):
-            raise invalid(
-                Reason.INVALID_VALUE,
-                f"{where}.nested_usage must not be negative",
-                field=f"{where}.nested_usage",
-            )
+    if r.HasField("duration"):
+        check_duration(r.duration, f"{where}.duration")
+    usage = r.nested_usage
+    if min(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.reasoning_tokens) < 0:
+        raise invalid(
+            Reason.INVALID_VALUE,
+            f"{where}.nested_usage must not be negative",
+            field=f"{where}.nested_usage",
+        )
