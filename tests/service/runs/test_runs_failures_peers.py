@@ -20,7 +20,10 @@ async def test_a_batch_the_session_store_refuses_fails_the_run_naming_the_sessio
     # local: the run loop calls the session store in this process (`agentrt serve all`).
     mesh = await start_mesh(start_server, tmp_path, emulator, local=local)
     huge = '{"city": "' + "x" * TOO_LARGE_CHARS + '"}'
-    mesh.emu.script([Reply(tool_calls=[ToolCallReply("read_file", huge)]), Reply(text="never asked")])
+    # Streamed in a few large deltas: at the emulator's 8 characters a delta, the gateway
+    # would parse some 400,000 events before the run saw the call.
+    reply = Reply(tool_calls=[ToolCallReply("read_file", huge)], chunk_chars=1 << 20)
+    mesh.emu.script([reply, Reply(text="never asked")])
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
     run = await mesh.wait_status(started.run_id, cpb.RUN_STATUS_FAILED)
     failure = run.failure
