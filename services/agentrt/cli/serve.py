@@ -15,7 +15,9 @@ uvloop` on it is a usage error, and AGENTRT_EVENT_LOOP does not apply to it.
 Exit status: 0 after a clean drain; `EXIT_PORT_TAKEN` (98, like EADDRINUSE) when the port
 cannot be bound, so `agentrt up` can tell a taken port from a crash; 2 for a bad flag or
 `AGENTRT_*` value (a port outside 1..65535, a database URL of another driver, a TLS or
-token file that cannot be read or parsed); 1 on any other startup failure.
+token file that cannot be read or parsed); 1 on any other startup failure (a store that does
+not answer, a SQLite file whose directory cannot be created or written), one line
+"agentrt serve <svc>: cannot start: ...", no traceback.
 """
 
 from __future__ import annotations
@@ -197,6 +199,7 @@ def with_metrics_port(config: Any, port: int | None) -> Any:
 def run_serve(args: argparse.Namespace) -> int:
     """Serve `args.service` until drained; return the exit status (see the module docstring)."""
     from agentrt.mesh.server import PortInUseError, StartupError
+    from agentrt.mesh.sqlite_file import DatabasePathError
 
     _die_with_supervisor(env("SUPERVISOR_PID", ""))
     try:
@@ -257,7 +260,9 @@ def run_serve(args: argparse.Namespace) -> int:
         port = getattr(exc, "port", None) or config.server.port
         print(f"agentrt serve {args.service}: port {port} is taken ({exc})", file=sys.stderr)
         return EXIT_PORT_TAKEN
-    except StartupError as exc:
+    except (StartupError, DatabasePathError) as exc:
+        # DatabasePathError: a SQLite file whose directory cannot be had, met while the
+        # service is built (before it binds anything); its message names the file.
         print(f"agentrt serve {args.service}: cannot start: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -100,9 +100,12 @@ async def serve_all(configs: dict[str, Any]) -> None:
 
     Raises:
         PortInUseError: a service's port (or metrics port) is taken; those started are stopped.
-        StartupError: a service could not start; those started are stopped.
+        StartupError: a service could not start (its store did not answer; a SQLite file
+            whose directory cannot be had, the message then opening with the service's
+            name); those started are stopped.
     """
-    from agentrt.mesh.server import PortInUseError
+    from agentrt.mesh.server import PortInUseError, StartupError
+    from agentrt.mesh.sqlite_file import DatabasePathError
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -113,10 +116,13 @@ async def serve_all(configs: dict[str, Any]) -> None:
     try:
         for name in START_ORDER:
             module = importlib.import_module(f"agentrt.{name}.server")
-            if name == "runs":
-                server = module.build_server(configs[name], local=hosted)
-            else:
-                server = module.build_server(configs[name])
+            try:
+                if name == "runs":
+                    server = module.build_server(configs[name], local=hosted)
+                else:
+                    server = module.build_server(configs[name])
+            except DatabasePathError as exc:  # before it bound anything; the started stop below
+                raise StartupError(f"{name}: {exc}") from exc
             try:
                 await server.start()
             except PortInUseError as exc:

@@ -139,6 +139,9 @@ class MeshError(Exception):
         message: user-safe text.
         metadata: extra ErrorInfo metadata (string to string), e.g. {"field": "run_id"}.
         retry_after_seconds: set for RESOURCE_EXHAUSTED / UNAVAILABLE; becomes RetryInfo.
+        peer: the service that answered the error, as its caller names it ("sessions",
+            "tools", "gateway"), set by the caller's peer layer (runs/peers) so a failure can
+            say who refused; "" = raised in this process, or unknown. Never sent on the wire.
     """
 
     status: Status
@@ -146,6 +149,7 @@ class MeshError(Exception):
     message: str
     metadata: dict[str, str] = field(default_factory=dict)
     retry_after_seconds: float | None = None
+    peer: str = ""
 
     def __post_init__(self) -> None:
         self.message = truncate(str(self.message), MAX_MESSAGE_BYTES)

@@ -59,6 +59,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from agentrt.mesh import pg_pool
+from agentrt.mesh.sqlite_file import prepare_directory
 from agentrt.mesh.transient import retry_transient
 
 
@@ -125,6 +126,8 @@ class Database:
 
         Raises:
             ValueError: the URL's driver is neither sqlite+aiosqlite nor postgresql+asyncpg.
+            DatabasePathError: a SQLite file whose directory cannot be created or written
+                (mesh/sqlite_file.py; an OSError naming the file).
         """
         parsed = make_url(url)
         self.url = url
@@ -133,7 +136,7 @@ class Database:
         self.dialect = parsed.get_backend_name()
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
-                os.makedirs(os.path.dirname(os.path.abspath(parsed.database)), exist_ok=True)
+                prepare_directory(parsed.database)
             self._write_engine = create_async_engine(url)
             self._read_engine = create_async_engine(url)
             _sqlite_pragmas(self._write_engine.sync_engine, immediate=True)

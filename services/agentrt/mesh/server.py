@@ -11,7 +11,9 @@ Lifecycle of a `MeshServer`:
 2. `stop()` marks health NOT_SERVING (enter_graceful_shutdown), runs the `draining` hook
    (work of the service's own that must begin stopping now, within the same grace: the run
    loop's executors), lets in-flight calls finish for `grace_seconds`, then runs the `close`
-   hook; the health and metrics ports close last.
+   hook; the health and metrics ports close last. The drain is one budget counted from the
+   moment `stop()` begins: `drain_left_seconds()` tells a hook what is left of it (the tool
+   service's close gives its commands that, not a fixed time of its own).
 `serve_forever()` does both around SIGTERM/SIGINT.
 
 Every call passes the telemetry interceptor first (mesh/telemetry/rpc.py: RPC counts and
@@ -136,6 +138,8 @@ class MeshServer:
             None for a service the run loop does not call every turn.
         telemetry: once started, the interceptor that counts and traces its RPCs (local
             calls are recorded through it too).
+        drain_deadline: once stop() began, the event loop time its drain ends (its grace
+            after the call); None before.
     """
 
     config: ServerConfig
@@ -148,6 +152,7 @@ class MeshServer:
     metrics_port: int = 0
     draining: Hook | None = None
     calls: Callable[[], CallsMethod] | None = None
+    drain_deadline: float | None = field(default=None, init=False)
     telemetry: TelemetryServerInterceptor | None = field(default=None, init=False)
     _metrics: MetricsEndpoint | None = field(default=None, init=False)
     _server: grpc.aio.Server | None = field(default=None, init=False)
@@ -246,12 +251,14 @@ class MeshServer:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        grace = self.config.grace_seconds if grace is None else grace
+        self.drain_deadline = asyncio.get_running_loop().time() + grace
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if self.draining is not None:
             await self.draining()
         if self._server is not None:
-            await self._server.stop(self.config.grace_seconds if grace is None else grace)
+            await self._server.stop(grace)
         if self.close is not None:
             await self.close()
         if self._health_server is not None:
@@ -259,6 +266,12 @@ class MeshServer:
         if self._metrics is not None:
             await self._metrics.stop()
             self._metrics = None
+
+    def drain_left_seconds(self) -> float:
+        """Seconds left of the drain stop() began (0 once spent); the configured grace before stop()."""
+        if self.drain_deadline is None:
+            return self.config.grace_seconds
+        return max(0.0, self.drain_deadline - asyncio.get_running_loop().time())
 
     async def wait_stopped(self) -> None:
         """Return once stop() has begun."""

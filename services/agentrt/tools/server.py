@@ -6,7 +6,10 @@ sandbox: a scratch command checks from both sides that isolation holds (no root,
 /etc/shadow, read-only system, no network, writable workspace). When it does not, the
 service still serves (file tools need no sandbox) but exec_command answers
 FAILED_PRECONDITION/SANDBOX_UNAVAILABLE with the finding. Unconfined mode is announced
-loudly on stderr. The `close` hook kills running commands and disposes of the database.
+loudly on stderr. The `close` hook lets running commands end within what is left of the drain
+(AGENTRT_DRAIN_SECONDS from the moment the stop began: a command whose caller went away gets
+the drain, as one whose caller still waits does), then kills them (journaled INTERRUPTED,
+SERVICE_STOPPED) and disposes of the database.
 Spans and metrics: execution/observe.py.
 """
 
@@ -93,14 +96,17 @@ def build_server(config: ToolsConfig) -> MeshServer:
             log.error("sandbox unavailable, exec_command will be refused: %s", runner.problem)
 
     async def close() -> None:
-        await executor.close()  # named shells first: their in-flight commands end in an error
+        # Commands in flight get what is left of the operator's drain (AGENTRT_DRAIN_SECONDS,
+        # counted from SIGTERM), then are killed and journaled; named shells first: their
+        # in-flight commands end in an error.
+        await executor.close(server.drain_left_seconds())
         await runner.close()
         await sandboxes.docker.close()  # kills in-flight docker commands; containers stay
         if task_tools is not None:
             await task_tools.close()
         await db.close()
 
-    return MeshServer(
+    server = MeshServer(
         config.server,
         [binding],
         ready=ready,
@@ -108,6 +114,7 @@ def build_server(config: ToolsConfig) -> MeshServer:
         registry=metrics.registry,
         calls=servicer.execute_calls,
     )
+    return server
 
 
 async def serve(config: ToolsConfig) -> None:

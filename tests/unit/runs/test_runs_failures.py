@@ -80,3 +80,47 @@ def test_tool_service_errors_after_a_call_may_have_started_are_unknown_outcomes(
         MeshError(Status.CANCELLED, Reason.INTERNAL, "cancelled"),
     ):
         assert tool_refusal(err) is None, err
+
+
+# -- the message names the peer that answered (MeshError.peer, set by runs/peers) ------------------
+
+
+def test_a_session_store_refusal_names_the_session_store_and_why():
+    err = MeshError(
+        Status.INVALID_ARGUMENT,
+        Reason.REQUEST_TOO_LARGE,
+        "entries[0] is 3211447 bytes; the limit per entry is 3145728",
+        peer="sessions",
+    )
+    got = failure_of(err)
+    assert got.kind == "invalid_request" and not got.retryable
+    assert got.message == "The session store rejected the run's request as invalid (too large)."
+    assert got.reason == "REQUEST_TOO_LARGE" and got.debug_message == err.message
+
+
+def test_the_gateways_refusals_stay_the_model_requests():
+    err = MeshError(Status.INVALID_ARGUMENT, Reason.INVALID_REQUEST, "bad input", peer="gateway")
+    assert failure_of(err).message == "The model request was rejected as invalid."
+    err = MeshError(Status.FAILED_PRECONDITION, Reason.PROVIDER_NOT_CONFIGURED, "no key", peer="gateway")
+    got = failure_of(err)
+    assert (
+        got.kind == "invalid_request" and got.message == "The model request cannot be served as configured."
+    )
+
+
+def test_each_peer_is_named_for_its_statuses_and_an_unknown_peer_stays_generic():
+    tools = failure_of(MeshError(Status.FAILED_PRECONDITION, Reason.SANDBOX_FOREIGN, "taken", peer="tools"))
+    assert tools.kind == "invalid_request"
+    assert tools.message == "The tool service cannot serve the run's request in its state (sandbox foreign)."
+    down = failure_of(
+        MeshError(Status.UNAVAILABLE, Reason.DEPENDENCY_UNAVAILABLE, "refused", peer="sessions")
+    )
+    assert down.kind == "unavailable" and down.retryable
+    assert down.message == "The session store is unavailable; try again later."
+    odd = failure_of(MeshError(Status.NOT_FOUND, Reason.ENTRY_NOT_FOUND, "no entry", peer="sessions"))
+    assert odd.kind == "internal" and odd.message == "The session store failed the run's request (NOT_FOUND)."
+    nobody = failure_of(MeshError(Status.INVALID_ARGUMENT, Reason.INVALID_VALUE, "bad"))
+    assert nobody.kind == "invalid_request" and "model" not in nobody.message
+    assert failure_of(MeshError(Status.INTERNAL, Reason.INTERNAL, "x")).message == (
+        "The run failed because of an internal error."
+    )

@@ -10,7 +10,8 @@ details (`cpb.FailureInfo`).
 - `failure`: a structured failure; every kind the run loop ends a run with is made here or
   through it (the phases name their kinds: `max_turns`, `timeout`, `refusal`,
   `handoff_failed`, `sandbox_unavailable`, ...).
-- `failure_of`: a peer's `MeshError` classified: the kind from its reason, then its status.
+- `failure_of`: a peer's `MeshError` classified: the kind from its reason, then its status;
+  the message names the peer that answered (`MeshError.peer`, set by runs/peers).
 - `tool_refusal`: the tool service's error for one call classified: refused before it ran
   (`ToolCallRefused`: its outcome is known, and whether the refusal also ends the run), or
   None (its outcome is unknown). Decision 0046.
@@ -96,30 +97,63 @@ _BY_REASON: dict[str, tuple[str, bool, str]] = {
     Reason.PROVIDER_AUTHENTICATION: ("authentication", False, "The model provider rejected the credentials."),
     Reason.SESSION_NOT_FOUND: ("session_gone", False, "The run's session no longer exists."),
 }
-_BY_STATUS: dict[Status, tuple[str, bool, str]] = {
-    Status.UNAVAILABLE: (
-        "unavailable",
-        True,
-        "A service the run depends on is unavailable; try again later.",
-    ),
-    Status.RESOURCE_EXHAUSTED: ("rate_limited", True, "A service the run depends on is over its limits."),
-    Status.DEADLINE_EXCEEDED: ("timeout", True, "A call the run made timed out."),
-    Status.INVALID_ARGUMENT: ("invalid_request", False, "The model request was rejected as invalid."),
-    Status.FAILED_PRECONDITION: (
-        "invalid_request",
-        False,
-        "The model request cannot be served as configured.",
-    ),
-    Status.UNAUTHENTICATED: (
-        "authentication",
-        False,
-        "A service the run depends on refused its credentials.",
-    ),
+#: The kind and retryable flag of a peer's error by status (its reason not in _BY_REASON).
+_BY_STATUS: dict[Status, tuple[str, bool]] = {
+    Status.UNAVAILABLE: ("unavailable", True),
+    Status.RESOURCE_EXHAUSTED: ("rate_limited", True),
+    Status.DEADLINE_EXCEEDED: ("timeout", True),
+    Status.INVALID_ARGUMENT: ("invalid_request", False),
+    Status.FAILED_PRECONDITION: ("invalid_request", False),
+    Status.UNAUTHENTICATED: ("authentication", False),
 }
+#: The user-safe message by status, "{peer}" naming the service that answered (_PEER_NAMES).
+_MESSAGES: dict[Status, str] = {
+    Status.UNAVAILABLE: "{peer} is unavailable; try again later.",
+    Status.RESOURCE_EXHAUSTED: "{peer} is over its limits.",
+    Status.DEADLINE_EXCEEDED: "A call to {peer} timed out.",
+    Status.INVALID_ARGUMENT: "{peer} rejected the run's request as invalid ({why}).",
+    Status.FAILED_PRECONDITION: "{peer} cannot serve the run's request in its state ({why}).",
+    Status.UNAUTHENTICATED: "{peer} refused the run's credentials.",
+}
+#: Messages of the gateway's refusals: the model request was refused (the run's wording
+#: before peers were named, kept: a model request is what the user can change).
+_GATEWAY_MESSAGES: dict[Status, str] = {
+    Status.INVALID_ARGUMENT: "The model request was rejected as invalid.",
+    Status.FAILED_PRECONDITION: "The model request cannot be served as configured.",
+}
+#: How a message names each peer of the run loop (runs/peers: `MeshError.peer`).
+_PEER_NAMES = {"gateway": "the model gateway", "tools": "the tool service", "sessions": "the session store"}
+#: How a message says why, for the reasons worth words of their own (else the reason, lower case).
+_WHY: dict[str, str] = {
+    Reason.REQUEST_TOO_LARGE: "too large",
+    Reason.INVALID_ENTRY: "an entry is invalid",
+    Reason.MISSING_FIELD: "a required field is missing",
+}
+
+
+def _status_message(err: MeshError) -> str:
+    """The user-safe message of a peer's error classified by its status: who answered, and why."""
+    if err.peer == "gateway" and err.status in _GATEWAY_MESSAGES:
+        return _GATEWAY_MESSAGES[err.status]
+    if err.status not in _MESSAGES and not err.peer:
+        return "The run failed because of an internal error."
+    unnamed = f"the {err.peer} service" if err.peer else "a service the run depends on"
+    peer = _PEER_NAMES.get(err.peer, unnamed)
+    why = _WHY.get(str(err.reason)) or str(err.reason).lower().replace("_", " ") or "no reason given"
+    text = _MESSAGES.get(err.status, "{peer} failed the run's request ({status}).")
+    text = text.format(peer=peer, why=why, status=err.status)
+    return text[0].upper() + text[1:]
 
 
 def failure_of(err: MeshError) -> cpb.FailureInfo:
     """Classify a peer's error into a structured failure (kind from the reason, then the status).
+
+    The kind and retryable flag are stable (the reason's, else the status's: `unavailable`,
+    `rate_limited`, `timeout`, `invalid_request`, `authentication`, else `internal`). The
+    message of a status-classified error names the service that answered it
+    (`MeshError.peer`: "The session store rejected the run's request as invalid (too large).")
+    and why; the gateway's INVALID_ARGUMENT and FAILED_PRECONDITION are the model request's.
+    The reason and the peer's own message stay in `reason` and `debug_message`.
 
     The gateway's own limiter refusing a request larger than any budget it may ever have
     (RATE_LIMITED, metadata limiter=gateway, no RetryInfo) is not retryable: it never fits.
@@ -136,10 +170,14 @@ def failure_of(err: MeshError) -> cpb.FailureInfo:
             debug=err.message,
             reason=str(err.reason),
         )
-    kind, retryable, message = _BY_REASON.get(
-        str(err.reason),
-        _BY_STATUS.get(err.status, ("internal", False, "The run failed because of an internal error.")),
-    )
+    by_reason = _BY_REASON.get(str(err.reason))
+    if by_reason is not None:
+        kind, retryable, message = by_reason
+        if err.reason == Reason.DEPENDENCY_UNAVAILABLE and err.peer:
+            message = _status_message(err)  # which service: "The session store is unavailable; ..."
+    else:
+        kind, retryable = _BY_STATUS.get(err.status, ("internal", False))
+        message = _status_message(err)
     return failure(kind, message, retryable=retryable, debug=err.message, reason=str(err.reason))
 
 

@@ -3,6 +3,8 @@
 Every call goes over the long-lived channels of one `MeshClient`, carries the run's tenant in
 metadata, and a failed call is re-raised as the peer's `MeshError` (status and reason
 preserved), so the loop and the servicer pass a peer's NOT_FOUND/SESSION_NOT_FOUND on unchanged.
+Every such error names the peer it came from (`MeshError.peer`, set by `answered_by`), so a
+run's failure says which service refused (runs/loop/failures.py `failure_of`).
 
 Reaching a peer is gRPC's job (decision 0004, issue 13): the channels are `MeshClient`'s
 with `wait_for_ready` and the fenced retry policy (`client.channels.FENCED_METHODS`). A peer
@@ -19,7 +21,8 @@ The calls themselves are in sessions.py, tools.py and gateway.py; `client.Peers`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 import grpc
@@ -42,6 +45,19 @@ T = TypeVar("T")
 def transport_failure(err: grpc.aio.AioRpcError) -> bool:
     """True when the call failed below any server (UNAVAILABLE with no ErrorInfo reason)."""
     return err.code() == grpc.StatusCode.UNAVAILABLE and not reason_of(err)
+
+
+@contextlib.contextmanager
+def answered_by(peer: str) -> Iterator[None]:
+    """Name `peer` ("sessions", "tools", "gateway") on a `MeshError` raised in the block.
+
+    An error that already names a peer keeps it; the error is re-raised unchanged otherwise.
+    """
+    try:
+        yield
+    except MeshError as err:
+        err.peer = err.peer or peer
+        raise
 
 
 def meta(tenant: str) -> list[tuple[str, str]]:
@@ -89,7 +105,8 @@ class PeerBase:
         """Wait until the peer's channel has a READY replica, for up to `unavailable_s` seconds.
 
         Raises:
-            MeshError: UNAVAILABLE/DEPENDENCY_UNAVAILABLE when none became READY in time.
+            MeshError: UNAVAILABLE/DEPENDENCY_UNAVAILABLE (naming `peer`) when none became
+                READY in time.
         """
         channel = self.client.channel(peer)
         if channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
@@ -102,6 +119,7 @@ class PeerBase:
                 Status.UNAVAILABLE,
                 Reason.DEPENDENCY_UNAVAILABLE,
                 f"the {peer} service stayed unreachable for {self._unavailable_s:g}s",
+                peer=peer,
             ) from None
 
     async def _call(self, peer: str, send: Callable[[], Awaitable[T]]) -> T:
@@ -112,11 +130,12 @@ class PeerBase:
                 stayed unreachable for `unavailable_s` seconds, or failed the call at the
                 transport and gRPC's policy could not (or must not) re-send it.
         """
-        await self._ready(peer)
-        try:
-            return await send()
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
+        with answered_by(peer):
+            await self._ready(peer)
+            try:
+                return await send()
+            except grpc.aio.AioRpcError as err:
+                raise from_rpc_error(err) from err
 
     def _resent(self) -> None:
         self.unavailable_waits += 1

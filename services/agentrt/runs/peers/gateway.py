@@ -145,6 +145,7 @@ class ModelCalls(PeerBase):
                 # A keyed one whose gateway went away is: the gateway's journal answers it,
                 # joins the call still running, or asks again once its dead holder's lease ends.
                 failed = from_rpc_error(err)
+                failed.peer = GATEWAY
                 if request.idempotency_key and _dependency_wait(failed):
                     now = time.monotonic()
                     waited_since = now if waited_since is None else waited_since

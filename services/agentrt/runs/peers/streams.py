@@ -36,6 +36,7 @@ from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import TENANT_HEADER
 from agentrt.mesh.local_calls import LocalCalls
 from agentrt.mesh.telemetry.rpc_client import client_call
+from agentrt.runs.peers.base import answered_by
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import session_service_pb2 as spb
@@ -172,8 +173,21 @@ async def send(
 
     Raises:
         MeshError: the call's failure (as its RPC's); UNAVAILABLE/DEPENDENCY_UNAVAILABLE
-            when its stream kept breaking.
+            when its stream kept breaking. Either names `peer` (`MeshError.peer`).
     """
+    with answered_by(peer):
+        return await _send(peer, payload, timeout, ready, on_event, resends, on_resend)
+
+
+async def _send(
+    peer: str,
+    payload: Any,
+    timeout: float | None,
+    ready: Callable[[str], Awaitable[None]],
+    on_event: Callable[[Any], None] | None,
+    resends: int,
+    on_resend: Callable[[], None] | None,
+) -> Any:
     via = run_calls(peer)
     if via is None:
         return NOT_SENT

@@ -183,6 +183,8 @@ class ToolCalls(PeerBase):
                 return await send()
             except grpc.aio.AioRpcError as err:
                 if not transport_failure(err):
-                    raise from_rpc_error(err) from err
+                    failed = from_rpc_error(err)
+                    failed.peer = TOOLS
+                    raise failed from err
                 self.unavailable_waits += 1
         return await self._call("tools", send)

@@ -27,8 +27,9 @@ The journal protocol:
   journaled INTERRUPTED (CALLER_DEADLINE / CALLER_CANCELLED), never TIMED_OUT (004 §2.7m).
   A cancel that comes before the call journals it NOT_EXECUTED, so it never starts; so does
   one that comes while its STARTED record is written or before its task's first step
-  (decision 0053). A service shutdown lets calls end within its grace, then kills them
-  (SERVICE_STOPPED); one that had not started yet leaves no record.
+  (decision 0053). A service shutdown lets calls end within what is left of its drain
+  (AGENTRT_DRAIN_SECONDS, counted from the stop), then kills them (SERVICE_STOPPED); one that
+  had not started yet leaves no record.
 Tool failures the model can fix (bad arguments, paths outside the workspace, non-zero
 exits) are results with is_error; MeshErrors are for the caller's mistakes and for
 infrastructure (an unavailable sandbox), and leave no record.
@@ -103,12 +104,16 @@ class ToolExecutor:
         self.dispatch = Dispatch(config, runner, self.shells, self.observer, task_tools)
         sandboxes.on_release.append(self.shells.close_group)
 
-    async def close(self, grace_seconds: float = 5.0) -> None:
+    async def close(self, grace_seconds: float) -> None:
         """Service shutdown: let calls in flight end within the grace, then kill and journal them.
 
         A call killed here is journaled INTERRUPTED (SERVICE_STOPPED), so a repeat answers
         from the record; one that had not started loses its STARTED record, so a repeat runs
         it (`_end_unrun`). Then the named shells close for good.
+
+        Args:
+            grace_seconds: how long calls in flight may still run, seconds (the server gives
+                what is left of its drain, `MeshServer.drain_left_seconds`); 0 kills at once.
         """
         flights = [f for f in self.journal.inflight.values() if not f.done.done()]
         if flights:
