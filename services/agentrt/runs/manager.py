@@ -74,6 +74,7 @@ class RunManager(RunControl, RunDrain):
         self._pending_spawns: set[asyncio.Future[Any]] = set()
         #: Runs this process is resuming: the takeover scan leaves them to the resume.
         self._claiming: set[str] = set()
+        self._resuming: dict[str, tuple[asyncio.Lock, int]] = {}
         #: Background cancels of an ended run's unfinished children (kept referenced).
         self._tails: set[asyncio.Task[None]] = set()
         #: Agents as tools: the executors' ChildHost, answers routed to children

@@ -49,6 +49,8 @@ class RunControl:
     children: ChildRuns
     _executors: dict[str, tuple[RunExecutor, asyncio.Task[None]]]
     _claiming: set[str]
+    #: Per run being resumed here: its lock and the requests holding or awaiting it (resume).
+    _resuming: dict[str, tuple[asyncio.Lock, int]]
     #: Start a run's executor in this process (record, lease token, event seq, session seq):
     #: RunManager.spawn.
     spawn: Callable[[RunRecord, int, int, int], None]
@@ -75,6 +77,12 @@ class RunControl:
     async def resume(self, tenant: str, req: Resume) -> RunRecord:
         """Record answers to a suspended run's calls; continue it once every call is answered.
 
+        Answers to one run are taken one request at a time in this process: each reads the
+        run, merges its answers into those it read and writes them back, so two requests at
+        once (two `agentrt reconcile`, two `approve`) would otherwise both be accepted with
+        one's answers lost (an answer that leaves calls waiting is saved under the status
+        guard only). Replicas racing on one run's answers are not serialized by this.
+
         Raises:
             MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION RUN_FINISHED or
                 RUN_NOT_SUSPENDED; INVALID_ARGUMENT MISSING_FIELD (nothing answered) or
@@ -82,6 +90,19 @@ class RunControl:
                 already answered by an earlier ResumeRun: an answered call leaves
                 `pending_calls` at once).
         """
+        lock, users = self._resuming.get(req.run_id, (asyncio.Lock(), 0))
+        self._resuming[req.run_id] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._resume(tenant, req)
+        finally:
+            lock, users = self._resuming[req.run_id]
+            if users == 1:
+                del self._resuming[req.run_id]
+            else:
+                self._resuming[req.run_id] = (lock, users - 1)
+
+    async def _resume(self, tenant: str, req: Resume) -> RunRecord:
         record = await self.get_run(tenant, req.run_id)
         if record.status == cpb.RUN_STATUS_SUSPENDED:
             record = await self.children.refresh(record)  # a child answered on its own meanwhile
