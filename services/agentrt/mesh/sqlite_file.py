@@ -1,7 +1,8 @@
 """Where a SQLite database file goes: its directory made ready before any engine opens it.
 
-`prepare_directory(path)` creates the file's directory (as `Database(url)` always did) and
-checks that it can be written (SQLite creates the file, and in WAL mode its `-wal` and
+`prepare_directory(path)` creates the file's directory (as `Database(url)` always did),
+checks that the path is not a directory, nor a file it cannot read and write, and checks
+that the directory can be written (SQLite creates the file, and in WAL mode its `-wal` and
 `-shm` files, beside it). A directory that cannot be had raises `DatabasePathError`: an
 `OSError` whose message names the database file and why, one line, so a service's start
 reports it as a refusal (cli/serve.py, cli/serve_all.py) rather than a traceback.
@@ -26,14 +27,15 @@ class DatabasePathError(OSError):
 
 
 def prepare_directory(path: str) -> None:
-    """Create the directory of the SQLite file `path` if missing, and check it is writable.
+    """Create the directory of the SQLite file `path` if missing; check both can be used.
 
     Args:
         path: the database file, absolute or relative to the working directory.
 
     Raises:
         DatabasePathError: the directory cannot be created (a parent is a regular file, a
-            parent is not writable, ...) or exists but cannot be written.
+            parent is not writable, ...) or exists but cannot be written; `path` is a
+            directory, or a file that cannot be read and written.
     """
     path = os.path.abspath(path)
     directory = os.path.dirname(path)
@@ -46,3 +48,7 @@ def prepare_directory(path: str) -> None:
         ) from exc
     if not os.access(directory, os.W_OK | os.X_OK):
         raise DatabasePathError(path, f"its directory {directory} is not writable")
+    if os.path.isdir(path):  # SQLite would say only "unable to open database file"
+        raise DatabasePathError(path, "it is a directory")
+    if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+        raise DatabasePathError(path, "the file is not readable and writable")

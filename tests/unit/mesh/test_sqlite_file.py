@@ -33,6 +33,15 @@ def test_a_directory_under_a_regular_file_is_refused_naming_the_file(tmp_path):
     )
 
 
+def test_a_path_that_is_a_directory_is_refused_naming_it(tmp_path):
+    # SQLite said only "unable to open database file" (two lines, the file not named)
+    path = tmp_path / "x.db"
+    path.mkdir()
+    with pytest.raises(DatabasePathError) as caught:
+        Database(f"sqlite+aiosqlite:///{path}")
+    assert str(caught.value) == f"the SQLite database {path} cannot be opened: it is a directory"
+
+
 _UNWRITABLE_CHECK = """
 import sys
 from agentrt.mesh.sqlite_file import DatabasePathError, prepare_directory
