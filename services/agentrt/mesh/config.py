@@ -121,7 +121,8 @@ def edge_from_env(service: str = "") -> dict[str, Any]:
     AGENTRT_<SERVICE>_METRICS_PORT (`metrics_port_from_env`).
 
     Raises:
-        ValueError: a malformed number, port or boolean, or an unreadable token file.
+        ValueError: a malformed number, port or boolean (a negative or NaN duration), or an
+            unreadable token file.
     """
     token = env("AUTH_TOKEN", "")
     token_file = env("AUTH_TOKEN_FILE", "")
@@ -145,8 +146,11 @@ def edge_from_env(service: str = "") -> dict[str, Any]:
         raise ValueError("AGENTRT_DB_POOL_SIZE must be at least 1 and AGENTRT_DB_MAX_OVERFLOW at least 0")
     if not 0 <= health_port <= 65535:
         raise ValueError(f"AGENTRT_HEALTH_PORT={health_port} is outside 0..65535")
-    if age < 0 or drain < 0:
-        raise ValueError("AGENTRT_MAX_CONNECTION_AGE_SECONDS and AGENTRT_DRAIN_SECONDS cannot be negative")
+    if not (age >= 0 and drain >= 0):  # also NaN, which fails every comparison
+        raise ValueError(
+            "AGENTRT_MAX_CONNECTION_AGE_SECONDS and AGENTRT_DRAIN_SECONDS must be numbers >= 0"
+            f" (got {age} and {drain})"
+        )
     extra = {"metrics_port": metrics_port_from_env(service)} if service else {}
     return {
         **extra,
