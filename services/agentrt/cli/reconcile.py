@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import grpc
 from rich.console import Console
 from rich.markup import escape
 
@@ -40,10 +39,10 @@ from agentrt.cli.runs import (
     PENDING_KINDS,
     add_runs_addr,
     error_console,
+    resume,
     with_client,
 )
 from agentrt.client.channels import MeshClient
-from agentrt.mesh.status import reason_of
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -181,17 +180,9 @@ async def reconcile_call(client: MeshClient, console: Console, run_id: str, answ
             why = f"is not pending on this run (waiting for a reconciliation: {', '.join(waiting) or 'none'})"
         errors.print(escape(visible(f"agentrt reconcile: call {call_id} of run {run_id} {why}")))
         return EXIT_USAGE
-    try:
-        resp = await client.run_service.ResumeRun(
-            pb.ResumeRunRequest(run_id=run_id, reconciliations=[answer])
-        )
-    except grpc.aio.AioRpcError as exc:
-        if reason_of(exc) in ("RUN_NOT_SUSPENDED", "RUN_FINISHED"):
-            errors.print(
-                f"run {escape(run_id)} was answered or ended meanwhile: {escape(exc.details() or '')}"
-            )
-            return EXIT_STATE
-        raise
+    resp = await resume(client, errors, pb.ResumeRunRequest(run_id=run_id, reconciliations=[answer]))
+    if resp is None:
+        return EXIT_STATE
     child = f" in child run {call.run_id}" if call.run_id else ""
     console.print(escape(visible(f"reconciled {call_id} {call.call.name}{child}: {_done(answer)}")))
     after = resp.run

@@ -316,15 +316,8 @@ async def approve_run(
         )
         for p in waiting
     ]
-    try:
-        await client.run_service.ResumeRun(pb.ResumeRunRequest(run_id=run_id, decisions=decisions))
-    except grpc.aio.AioRpcError as exc:
-        if reason_of(exc) in ("RUN_NOT_SUSPENDED", "RUN_FINISHED"):
-            errors.print(
-                f"run {escape(run_id)} was answered or ended meanwhile: {escape(exc.details() or '')}"
-            )
-            return EXIT_STATE
-        raise
+    if await resume(client, errors, pb.ResumeRunRequest(run_id=run_id, decisions=decisions)) is None:
+        return EXIT_STATE
     for p in waiting:
         verdict = "denied" if p.call.call_id in denied else "approved"
         why = f" ({reason})" if verdict == "denied" and reason else ""
@@ -332,6 +325,25 @@ async def approve_run(
     if others:
         console.print(escape(f"still waiting: {_others(run_id, others)}"))
     return 0
+
+
+async def resume(
+    client: MeshClient, errors: Console, req: pb.ResumeRunRequest
+) -> pb.ResumeRunResponse | None:
+    """Send ResumeRun; None (said on `errors`) when the run was answered or ended meanwhile.
+
+    Raises:
+        grpc.aio.AioRpcError: any other refusal (the command prints it, `with_client`).
+    """
+    try:
+        return await client.run_service.ResumeRun(req)
+    except grpc.aio.AioRpcError as exc:
+        if reason_of(exc) in ("RUN_NOT_SUSPENDED", "RUN_FINISHED"):
+            errors.print(
+                f"run {escape(req.run_id)} was answered or ended meanwhile: {escape(exc.details() or '')}"
+            )
+            return None
+        raise
 
 
 def _others(run_id: str, calls: Sequence[pb.PendingCall]) -> str:

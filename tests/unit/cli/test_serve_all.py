@@ -9,10 +9,7 @@ that nothing of it is left: no process in that session, no port of it still boun
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,12 +18,7 @@ from agentrt.cli.main import build_parser
 from agentrt.cli.ports import free_ports, port_taken
 from agentrt.cli.serve import EXIT_PORT_TAKEN, EXIT_USAGE, SERVICES, build_config
 from agentrt.cli.serve_all import build_configs, run_serve_all
-
-#: Bound on one `serve all` subprocess, in seconds (a taken port ends it once the services
-#: before it have started and stopped again).
-PROCESS_TIMEOUT_S = 120
-#: A model file that does not exist: the gateway loads no local model at start.
-NO_LOCAL_MODEL = "/nonexistent/agentrt-serve-all-no-local-model.gguf"
+from tests.unit.cli.serve_process import serve_to_end
 
 
 @pytest.mark.parametrize(
@@ -85,35 +77,8 @@ def _ports() -> dict[str, int]:
 
 
 def _serve_all(tmp_path: Path, env: dict[str, str], *argv: str) -> tuple[int, str]:
-    """Run `serve all` to its end in a session of its own; return its status and stderr.
-
-    Fails when anything of that session is still running once it exited.
-    """
-    full_env = {
-        **os.environ,
-        "AGENTRT_STATE_DIR": str(tmp_path / "state"),
-        "AGENTRT_LOCAL_MODEL_PATH": NO_LOCAL_MODEL,
-        **env,
-    }
-    full_env.pop("AGENTRT_SUPERVISOR_PID", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentrt.cli.main", "serve", "all", *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=full_env,
-        cwd=tmp_path,
-        start_new_session=True,
-    )
-    try:
-        _, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    with pytest.raises(ProcessLookupError):  # its session (the process group it led) is empty
-        os.killpg(proc.pid, 0)
-    return proc.returncode, err.decode(errors="replace")
+    """Run `serve all` to its end in a session of its own (`serve_to_end`)."""
+    return serve_to_end(tmp_path, env, "all", *argv)
 
 
 def _port_env(ports: dict[str, int]) -> dict[str, str]:

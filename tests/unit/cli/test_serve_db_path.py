@@ -7,49 +7,18 @@ file, no traceback, and leave no process or port behind (mesh/sqlite_file.py).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agentrt.cli.ports import free_ports, port_taken
 from agentrt.cli.serve import SERVICES
-
-#: Bound on one `serve` subprocess, in seconds.
-PROCESS_TIMEOUT_S = 120
-#: A model file that does not exist: the gateway loads no local model at start.
-NO_LOCAL_MODEL = "/nonexistent/agentrt-serve-db-path-no-local-model.gguf"
+from tests.unit.cli.serve_process import serve_to_end
 
 
 def _serve(tmp_path: Path, env: dict[str, str], *argv: str) -> tuple[int, str]:
-    """Run `agentrt serve ...` to its end in a session of its own; return its status and stderr."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRT_", "OTEL_"))}
-    full_env = {
-        **base,
-        "AGENTRT_STATE_DIR": str(tmp_path / "state"),
-        "AGENTRT_LOCAL_MODEL_PATH": NO_LOCAL_MODEL,
-        **env,
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentrt.cli.main", "serve", *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=full_env,
-        cwd=tmp_path,
-        start_new_session=True,
-    )
-    try:
-        _, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    with pytest.raises(ProcessLookupError):  # its session (the process group it led) is empty
-        os.killpg(proc.pid, 0)
-    return proc.returncode, err.decode(errors="replace")
+    """Run `agentrt serve ...` to its end in a session of its own (`serve_to_end`)."""
+    return serve_to_end(tmp_path, env, *argv)
 
 
 def _under_a_file(tmp_path: Path, name: str) -> tuple[str, str]:
