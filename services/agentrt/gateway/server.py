@@ -143,12 +143,14 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
                 log.exception("the local model could not be loaded; local calls will fail")
 
     async def close() -> None:
-        await journal.close()
+        # Calls that outlived their caller get what is left of the drain to finish and be
+        # recorded (AGENTRT_DRAIN_SECONDS, counted from SIGTERM), then are stopped.
+        await journal.close(server.drain_left_seconds())
         await gateway.close()
         if owned is not None:
             await owned.close()
 
-    return MeshServer(
+    server = MeshServer(
         config.server,
         [binding],
         ready=ready,
@@ -156,6 +158,7 @@ def build_server(config: GatewayConfig, limiter: TokenLimiter | None = None) -> 
         registry=metrics.registry,
         calls=servicer.generate_calls,
     )
+    return server
 
 
 async def serve(config: GatewayConfig) -> None:

@@ -385,3 +385,38 @@ async def test_claim_and_record_wait_for_another_writer_without_blocking_the_loo
     finally:
         other.close()
         await store.close()
+
+
+async def test_a_call_that_outlived_its_caller_is_recorded_within_the_drain(emu, tmp_path):
+    # The runs replica is gone mid-stream and the gateway is stopped (SIGTERM) while the call
+    # still streams: the drain lets it finish and be recorded, so the repeat on the restarted
+    # gateway is replayed from the journal, not asked of the provider again. Before, the stop
+    # cancelled the call and released its claim: the repeat asked again.
+    url = f"sqlite+aiosqlite:///{tmp_path}/gateway.db"
+    emu.script([Reply(text="an answer that outlives its caller", chunk_chars=2, event_delay=0.03)])
+    request = keyed()
+    config = emulator_config(emu, journal_url=url)
+    first = build_server(replace(config, server=replace(config.server, grace_seconds=30.0)))
+    port = await first.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = pb_grpc.ModelGatewayServiceStub(channel).StreamGenerate(
+            pb.StreamGenerateRequest(request=request)
+        )
+        async for item in call:
+            if item.text_delta:
+                call.cancel()  # the caller goes away after its first delta
+                break
+    await first.stop()  # the call is still streaming (about 0.5 s of deltas left)
+    assert asked(emu) == 1
+
+    second = build_server(emulator_config(emu, journal_url=url))
+    port = await second.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            gw = pb_grpc.ModelGatewayServiceStub(channel)
+            again = [i async for i in gw.StreamGenerate(pb.StreamGenerateRequest(request=request))]
+    finally:
+        await second.stop(grace=0)
+    assert asked(emu) == 1
+    assert again[-1].final.replayed
+    assert "".join(i.text_delta for i in again) == "an answer that outlives its caller"

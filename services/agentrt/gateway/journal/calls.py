@@ -106,8 +106,20 @@ class CallJournal:
         """Prepare the store (migrations); see JournalStore.prepare."""
         await self._store.prepare()
 
-    async def close(self) -> None:
-        """Stop the flights still running (their claims are released) and close the store."""
+    async def close(self, grace: float = 0.0) -> None:
+        """Let the flights still running finish for up to `grace` seconds, stop the rest, close the store.
+
+        A flight that outlived its caller (a runs replica gone mid-call) and ends within the
+        grace has its answer recorded, so the caller's repeat after a restart is replayed
+        rather than asked of the provider again (decision 0019: a keyed call reaches the
+        provider once). One still running after it is cancelled: its claim is released and a
+        repeat asks again.
+
+        Args:
+            grace: seconds, the gateway's drain left when its close hook runs (0: stop now).
+        """
+        if self._tasks and grace > 0:
+            await asyncio.wait(list(self._tasks), timeout=grace)
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
