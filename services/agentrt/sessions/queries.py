@@ -68,10 +68,11 @@ def _incarnation(tenant: str, session: Row) -> dict[str, Any]:
 
 
 def stale(ref: Ref, current: int) -> MeshError:
-    """NOT_FOUND/STALE_GENERATION for a ref naming a dead incarnation."""
+    """NOT_FOUND/STALE_GENERATION for a ref naming a dead incarnation, or one above the current."""
+    state = "is gone" if ref.generation < current else "was never made"
     return not_found(
         Reason.STALE_GENERATION,
-        f"session {quote(ref.session_id)} generation {ref.generation} is gone (current is {current})",
+        f"session {quote(ref.session_id)} generation {ref.generation} {state} (current is {current})",
         session_id=ref.session_id,
     )
 

@@ -414,6 +414,26 @@ async def test_refused_entry_is_named_and_the_session_still_runs(tenant_env, ent
     assert ctx.entries[0].item.tool_call.arguments == odd
 
 
+async def test_a_generation_never_made_is_told_apart_from_one_gone(tenant_env):
+    env = tenant_env
+    await new_session(env.stub, "s")
+    await env.stub.DeleteSession(pb.DeleteSessionRequest(session=S))
+    await new_session(env.stub, "s")  # generation 2; generation 1 is gone
+    for generation, words in (
+        (1, "generation 1 is gone (current is 2)"),
+        (99, "generation 99 was never made"),
+    ):
+        for send in (
+            lambda r: env.stub.AppendEntries(pb.AppendEntriesRequest(session=r, entries=[user("x")])),
+            lambda r: env.stub.GetSession(pb.GetSessionRequest(session=r)),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await send(ref("s", generation))
+            assert info.value.code() == GONE and reason_of(info.value) == "STALE_GENERATION"
+            assert words in (info.value.details() or ""), info.value.details()
+    assert (await env.stub.ListEntries(pb.ListEntriesRequest(session=S))).entries == []
+
+
 async def test_watch_with_a_negative_cursor_is_invalid(tenant_env):
     env = tenant_env
     await new_session(env.stub, "s")
