@@ -109,10 +109,14 @@ class SessionStore(SessionReads):
         check_session_fields(title, metadata)
         session_id = session_id or new_id("ses")
         try:
-            async with self._tx(write=True) as conn:
-                return await self._create(
+            # One transaction in one hop (inline on the loop's thread on SQLite, as an
+            # append): a run's start waits for it. The body awaits only the connection.
+            return await self._run(
+                lambda conn: self._create(
                     conn, tenant, session_id, hidden, parent_session_id, title, metadata
-                )
+                ),
+                write=True,
+            )
         except IntegrityError:
             raise _taken(session_id) from None
 
