@@ -121,6 +121,76 @@ async def test_a_session_service_that_answers_no_tail_is_read_as_before(mesh, mo
     at = next(i for i, t in enumerate(texts) if NOTE in t)
     outputs = [i for i, t in enumerate(texts) if "function_call_output" in t]
     assert outputs[0] < at < outputs[1]
-    # One read begun after each of the two tool turns' batches; none after the final
+    # One read begun after the input (the new session's view is known empty before it,
+    # decision 0058) and after each of the two tool turns' batches; none after the final
     # answer's (no turn follows it).
-    assert len(calls) == 2 and calls[0] < calls[1]
+    assert len(calls) == 3 and calls[0] == 1 and calls[0] < calls[1] < calls[2]
+
+
+def _count_context_reads(monkeypatch) -> list[str]:
+    """Count the run loop's GetContext calls (Peers.context, its one caller), by session."""
+    calls: list[str] = []
+    original = Peers.context
+
+    async def context(self, tenant, session_id):
+        calls.append(session_id)
+        return await original(self, tenant, session_id)
+
+    monkeypatch.setattr(Peers, "context", context)
+    return calls
+
+
+def _inputs(body: str) -> list[str]:
+    return [json.dumps(item) for item in json.loads(body)["input"]]
+
+
+async def test_a_run_on_a_new_session_reads_no_context(mesh, monkeypatch):
+    # StartRun created the session: its view is empty until the run's input, whose
+    # append answers the log as of its commit, so no turn reads the whole view (decision 0058).
+    reads = _count_context_reads(monkeypatch)
+    tails = _count_list_entries(monkeypatch)
+    bodies, started = await _three_turn_run(mesh)
+    assert reads == [] and tails == []
+    assert '"go"' in _inputs(bodies[0])[0]
+    # Each request holds everything the session's view held when it was built.
+    view = await mesh.sessions.GetContext(
+        spb.GetContextRequest(session=spb.SessionRef(session_id=started.session_id))
+    )
+    assert len(view.entries) == 6  # the input, two calls and their outputs, the answer
+    assert len(_inputs(bodies[2])) == 5
+
+
+async def test_a_run_on_a_session_with_history_reads_it_once(mesh, monkeypatch):
+    reads = _count_context_reads(monkeypatch)
+    created = await mesh.sessions.CreateSession(spb.CreateSessionRequest())
+    session_id = created.session.session_id
+    await mesh.sessions.AppendEntries(
+        spb.AppendEntriesRequest(session=spb.SessionRef(session_id=session_id), entries=[_note()])
+    )
+    mesh.emu.script([Reply(text="done")])
+    started = await mesh.runs.StartRun(
+        pb.StartRunRequest(agent=agent(), input="go", workspace=mesh.work, session_id=session_id)
+    )
+    events = await mesh.events(started.run_id)
+    assert events[-2].run_completed.status == cpb.RUN_STATUS_COMPLETED
+    assert reads == [started.session_id]
+    body = json.dumps(mesh.emu.requests[-1][1])
+    assert -1 < body.find(NOTE) < body.find('"go"')
+
+
+async def test_an_entry_written_before_the_runs_input_reaches_its_first_request(mesh, monkeypatch):
+    # A second writer appends to the new session between StartRun and the run's input:
+    # the input's guard (seq 0) fails, the input goes after the note, the copy is dropped
+    # and the first turn reads the whole view, note included.
+    original = SessionStore.append
+
+    async def append(self, tenant, ref, entries, expected_last_seq=None):
+        if _batch_of(entries) == "input" and expected_last_seq == 0:
+            await original(self, tenant, ref, codec.entries_in([_note()]), None)
+        return await original(self, tenant, ref, entries, expected_last_seq)
+
+    monkeypatch.setattr(SessionStore, "append", append)
+    reads = _count_context_reads(monkeypatch)
+    bodies, started = await _three_turn_run(mesh)
+    assert reads == [started.session_id]
+    assert -1 < bodies[0].find(NOTE) < bodies[0].find('"go"')

@@ -122,11 +122,13 @@ async def test_a_run_is_one_trace_of_run_turn_generation_and_tool_spans(traced):
         dict(runs_tool.attributes or {})["gen_ai.tool.call.id"]
         == dict(commands[0].attributes or {})["gen_ai.tool.call.id"]
     )
-    # session reads and writes of the run are in its trace too
+    # the session calls of the run are in its trace too (a run on the session it created
+    # reads no context: decision 0058)
     session_rpcs = {
         s.name for s in spans if s.name.startswith("agentrt.v1.SessionService/") and s.kind == SpanKind.SERVER
     }
-    assert {"agentrt.v1.SessionService/AppendEntries", "agentrt.v1.SessionService/GetContext"} <= session_rpcs
+    run_calls = {"agentrt.v1.SessionService/AppendEntries", "agentrt.v1.SessionService/CreateSession"}
+    assert run_calls <= session_rpcs
 
     # conversation content: absent by default, present with the opt-in (004 §2.11c)
     everything = " ".join(str(dict(s.attributes or {})) for s in spans)

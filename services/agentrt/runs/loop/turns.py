@@ -81,8 +81,18 @@ class TurnSteps(SandboxSteps, GuardrailSteps, SavePointSteps):
         """Persist the run's input (`text`: a blocking input guardrail's replacement)."""
         r = self.r
         entry = input_entry(r.run_id, r.agent.name, r.input if text is None else text)
-        written = await write_batch(self.deps.peers, r.tenant, r.session_id, [entry], r.session_last_seq)
-        self._wrote(written.stored)
+        # A session with no entries when the run was recorded (the one StartRun created for
+        # it, mostly) has an empty view at seq 0: the input's append, guarded on that seq,
+        # extends it, and answers the log as of its commit (decision 0057), so the first
+        # turn reads nothing (decision 0058). A foreign entry before the input fails the
+        # guard; the copy is then dropped and the first turn reads the whole view.
+        empty = r.session_last_seq == 0 and not self._context.loaded
+        if empty:
+            self._context.reset([], 0, "")
+        written = await write_batch(
+            self.deps.peers, r.tenant, r.session_id, [entry], r.session_last_seq, with_tail=empty
+        )
+        self._wrote(written.stored, written.tail)
         self._publish(items_persisted=pb.ItemsPersisted(last_seq=written.last_seq, entries=written.count))
         await self._save(
             "input_persisted", {"session_seq": written.last_seq}, session_last_seq=written.last_seq
