@@ -234,3 +234,23 @@ async def test_saves_with_events_notify_other_replicas_at_commit():
     finally:
         await listener.close()
         await db.close()
+
+
+async def test_input_pushed_concurrently_is_all_queued_once(store: RunStore):
+    # InjectInput from many clients at once, and a save point consuming the queue meanwhile:
+    # every push lands exactly once (none lost to another's write, none brought back after
+    # the save consumed it). On PostgreSQL the push reads the queue under the row's lock.
+    import asyncio
+
+    await store.insert_run(_record("q1"), [])
+    first = await store.push_input("q1", {"id": "first", "kind": "steer", "text": "0"})
+    assert first == 1
+    items = [{"id": f"i{n}", "kind": "steer", "text": str(n)} for n in range(20)]
+
+    async def consume_first() -> None:
+        assert await store.save("q1", changes={}, token=1, drop_inputs=["first"]) is not None
+
+    positions = await asyncio.gather(consume_first(), *(store.push_input("q1", item) for item in items))
+    queued = await store.pending_input("q1")
+    assert sorted(i["id"] for i in queued) == sorted(i["id"] for i in items)
+    assert all(isinstance(p, int) and p >= 1 for p in positions[1:])

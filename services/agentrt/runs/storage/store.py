@@ -257,11 +257,17 @@ class RunStore(LeaseRows, TimelineRows):
         """Queue injected input on an unfinished run; return its 1-based queue position.
 
         Returns None when the run has finished (nothing is queued).
+
+        The queue is read under the row's lock (PostgreSQL's FOR UPDATE; SQLite's write
+        transaction is exclusive), so a push never overwrites another push, nor brings
+        back what a save point consumed meanwhile.
         """
         async with self.db.write() as conn:
             row = (
                 await conn.execute(
-                    select(RunRow.status, RunRow.pending_input_json).where(RunRow.run_id == run_id)
+                    select(RunRow.status, RunRow.pending_input_json)
+                    .where(RunRow.run_id == run_id)
+                    .with_for_update()
                 )
             ).first()
             if row is None or row[0] in TERMINAL:
@@ -319,7 +325,9 @@ class RunStore(LeaseRows, TimelineRows):
         """Mark an ended run's sandbox as gone (state `sandbox_released`); one transaction."""
         async with self.db.write() as conn:
             raw = await conn.scalar(
-                select(RunRow.state_json).where(RunRow.run_id == run_id, RunRow.status.in_(list(TERMINAL)))
+                select(RunRow.state_json)
+                .where(RunRow.run_id == run_id, RunRow.status.in_(list(TERMINAL)))
+                .with_for_update()  # read and written back whole: under the row's lock
             )
             if raw is None:
                 return
