@@ -254,3 +254,16 @@ async def test_input_pushed_concurrently_is_all_queued_once(store: RunStore):
     queued = await store.pending_input("q1")
     assert sorted(i["id"] for i in queued) == sorted(i["id"] for i in items)
     assert all(isinstance(p, int) and p >= 1 for p in positions[1:])
+
+
+async def test_concurrent_registrations_of_one_name_get_successive_versions(store: RunStore):
+    # Ten RegisterAgent calls for one name at once: each gets its own version, 1..10 (on
+    # PostgreSQL all but one failed on the version's key before the name's lock).
+    import asyncio
+
+    specs = await asyncio.gather(
+        *(store.register_agent("t", pb.AgentSpec(name="shared", instructions=str(n))) for n in range(10))
+    )
+    assert sorted(s.version for s in specs) == list(range(1, 11))
+    latest = await store.get_agent("t", "shared")
+    assert latest is not None and latest.version == 10

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import asyncpg
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.mesh.db import Database
@@ -48,6 +48,9 @@ from agentrt.runs.storage.sql import EVENTS_CHANNEL, GuardFailed
 from agentrt.runs.storage.timeline import TimelineRows
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
+
+#: Serializes the registrations of one agent name on PostgreSQL (until the transaction ends).
+_AGENT_NAME_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))")
 
 
 class RunStore(LeaseRows, TimelineRows):
@@ -65,8 +68,15 @@ class RunStore(LeaseRows, TimelineRows):
     # -- agents ---------------------------------------------------------------------------
 
     async def register_agent(self, tenant: str, spec: pb.AgentSpec) -> pb.AgentSpec:
-        """Store spec as the next version of its name; return it with the version set."""
+        """Store spec as the next version of its name; return it with the version set.
+
+        Registrations of one name are serialized (SQLite's write transaction; on PostgreSQL
+        a transaction-scoped advisory lock on the name), so concurrent ones get successive
+        versions; without it all but one failed on the version's key.
+        """
         async with self.db.write() as conn:
+            if conn.dialect.name == "postgresql":
+                await conn.execute(_AGENT_NAME_LOCK, {"k": f"agent:{tenant}/{spec.name}"})
             latest = await conn.scalar(
                 select(func.max(AgentRow.version)).where(
                     AgentRow.tenant == tenant, AgentRow.name == spec.name
