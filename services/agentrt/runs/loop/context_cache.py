@@ -14,8 +14,9 @@ reads the whole view again (GetContext). That is, a tail entry that is:
 - not numbered right after the previous one (something in between was not seen);
 
 or a tail whose reported highest seq is not its last entry's (a page cut short, or a log
-that moved backwards). An executor starts with an empty copy, so a resume or a takeover
-always begins with a full read.
+that moved backwards). An executor starts with no copy, so a resume or a takeover always
+begins with a full read; a new run on a session with no entries seeds the copy as the empty
+view at seq 0 before its input's append (decision 0058).
 
 What an extension cannot see: an update written *before* the entry it targets (004 §2.5b
 allows it). Entry ids are minted by storage, so only a call-id target can be written
