@@ -95,6 +95,39 @@ async def test_pending_input_is_reported_when_a_run_ends(mesh):
     assert [p.text for p in run.pending_input] == ["too late"]  # still readable: never dropped
 
 
+async def test_input_accepted_while_a_run_writes_its_end_is_reported(store_mesh, monkeypatch):
+    # An InjectInput accepted after the finishing run read its queue, before its terminal
+    # save commits: it is reported in run_completed.unconsumed_input, which the terminal save
+    # settles under the run row's lock (decision 0058). It was reported nowhere before.
+    from agentrt.runs.storage.store import RunStore
+
+    mesh = store_mesh
+    original = RunStore.save
+    pushed: list[int] = []
+
+    async def save(self, run_id, *args, **kw):
+        if (kw.get("changes") or {}).get("status") == cpb.RUN_STATUS_COMPLETED and not pushed:
+            answer = await mesh.runs.InjectInput(
+                pb.InjectInputRequest(run_id=run_id, text="late", kind=pb.INJECTION_KIND_FOLLOW_UP)
+            )
+            pushed.append(answer.position)
+        return await original(self, run_id, *args, **kw)
+
+    monkeypatch.setattr(RunStore, "save", save)
+    mesh.emu.script([Reply(text="done")])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go", workspace=mesh.work))
+    events = await mesh.events(started.run_id)
+    done = next(e.run_completed for e in events if e.WhichOneof("payload") == "run_completed")
+    assert done.status == cpb.RUN_STATUS_COMPLETED and pushed == [1]
+    assert [p.text for p in done.unconsumed_input] == ["late"]
+    run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
+    assert [p.text for p in run.pending_input] == ["late"]  # still readable: never dropped
+    # A stream opened after the run ended replays it from storage: stored as reported.
+    replay = await mesh.events(started.run_id)
+    replayed = next(e.run_completed for e in replay if e.WhichOneof("payload") == "run_completed")
+    assert [p.text for p in replayed.unconsumed_input] == ["late"]
+
+
 async def test_a_provider_retry_is_a_diagnostic_on_events_run_and_session(mesh):
     mesh.emu.script([ErrorReply(status=500), Reply(text="answer after a retry")])
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))

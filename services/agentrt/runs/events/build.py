@@ -14,12 +14,14 @@ Payloads built here for both paths: `run_completed` (the executor's end and the 
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from agentrt.core.guardrails import Result
-from agentrt.runs.convert.run import injected_out
-from agentrt.runs.domain import RunRecord
+from agentrt.runs.convert.run import injected_only, injected_out
+from agentrt.runs.domain import RunRecord, StoredEvent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -84,6 +86,36 @@ def run_completed(
     if failure is not None:
         completed.failure.CopyFrom(failure)
     return completed
+
+
+#: The diagnostic a run's end adds when injected input was left undelivered.
+NOT_CONSUMED = "injected_input_not_consumed"
+
+
+def not_consumed_message(count: int) -> str:
+    """The message of the NOT_CONSUMED diagnostic for `count` inputs."""
+    return f"{count} injected input(s) arrived too late and were not delivered."
+
+
+def settle_unconsumed(events: Sequence[StoredEvent], queue_json: str | None) -> None:
+    """Make a run's end report the injected input its queue holds as of the end's commit.
+
+    The run reads its queue before it builds `run_completed`; an InjectInput accepted
+    between that read and the terminal save (which closes the queue: a finished run takes
+    none) would be reported nowhere. Called by the terminal save under the run row's lock
+    (RunStore.save `settle`), this rewrites `run_completed.unconsumed_input` among `events`
+    from the queue, and the NOT_CONSUMED diagnostic's count and ids when the run published one.
+    """
+    left = injected_only(json.loads(queue_json or "[]"))
+    for stored in events:
+        kind = stored.event.WhichOneof("payload")
+        if kind == "run_completed":
+            done = stored.event.run_completed
+            del done.unconsumed_input[:]
+            done.unconsumed_input.extend(injected_out(i) for i in left)
+        elif kind == "diagnostic" and stored.event.diagnostic.code == NOT_CONSUMED and left:
+            stored.event.diagnostic.message = not_consumed_message(len(left))
+            stored.event.diagnostic.details_json = json.dumps({"ids": [i.get("id") for i in left]})
 
 
 def run_ended_events(record: RunRecord, completed: pb.RunCompleted) -> list[pb.RunEvent]:

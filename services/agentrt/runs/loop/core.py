@@ -20,7 +20,7 @@ from typing import Any
 
 from agentrt.runs.convert.run import injected_only
 from agentrt.runs.domain import MAX_DIAGNOSTICS, RunRecord, diagnostic_out
-from agentrt.runs.events.build import run_completed
+from agentrt.runs.events.build import NOT_CONSUMED, not_consumed_message, run_completed, settle_unconsumed
 from agentrt.runs.loop.compaction import Compactor
 from agentrt.runs.loop.context_cache import ContextCache, TailReadAhead
 from agentrt.runs.loop.deps import Deps
@@ -184,6 +184,7 @@ class ExecutorCore:
         follows, so a later owner's seqs continue without a gap).
         """
         drop = changes.pop("_drop_inputs", ())
+        ending = changes.pop("_ending", False)  # the run's end: report its queue as of the commit
         events = self.channel.take()
         reserved, session_reserved = (
             (self.channel.seq, self.channel.session_seq) if final else self.channel.reservation()
@@ -202,6 +203,7 @@ class ExecutorCore:
             events=events,
             token=self.token,
             drop_inputs=drop,
+            settle=(lambda queue: settle_unconsumed(events, queue)) if ending else None,
         )
         if done is None:
             raise LeaseLost()
@@ -312,11 +314,7 @@ class ExecutorCore:
         phase = _TERMINAL_PHASE[status]  # type: ignore[index]
         left = injected_only(await self.deps.store.pending_input(r.run_id))
         if left:
-            self._diagnose(
-                "injected_input_not_consumed",
-                f"{len(left)} injected input(s) arrived too late and were not delivered.",
-                ids=[i.get("id") for i in left],
-            )
+            self._diagnose(NOT_CONSUMED, not_consumed_message(len(left)), ids=[i.get("id") for i in left])
         completed = run_completed(
             r, status, phase, final_output=final_output, unconsumed=left, failure=failure
         )
@@ -339,6 +337,7 @@ class ExecutorCore:
             pending=[],
             lease_owner="",
             lease_expires_s=0.0,
+            _ending=True,  # input accepted since the read above is reported too (settle_unconsumed)
         )
         self.ended = status
         self.deps.releases.start(self.deps.peers, r)

@@ -27,7 +27,7 @@ import functools
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from sqlalchemy import Connection
@@ -134,6 +134,7 @@ def save(
     new_events: Sequence[pb.RunEvent],
     session: tuple[str, str] | None,
     drop_inputs: Sequence[str],
+    settle: Callable[[str | None], None] | None = None,
 ) -> list[StoredEvent]:
     """The save point's body (runs/storage/store.py `RunStore.save` has the arguments' meaning).
 
@@ -157,7 +158,10 @@ def save(
     if drop_inputs:
         dropped = set(drop_inputs)
         kept = [i for i in json.loads(queue or "[]") if i.get("id") not in dropped]
-        _run(cur, _DROP_INPUTS, (json.dumps(kept), run_id))
+        queue = json.dumps(kept)
+        _run(cur, _DROP_INPUTS, (queue, run_id))
+    if settle is not None:
+        settle(queue)
     if log:
         now, last = time.time(), last or 0
         rows = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, insert, select, text, update
@@ -191,6 +191,7 @@ def save(
     new_events: Sequence[pb.RunEvent],
     session: tuple[str, str] | None,
     drop_inputs: Sequence[str],
+    settle: Callable[[str | None], None] | None = None,
 ) -> list[StoredEvent]:
     """The save point's body through SQLAlchemy (runs/storage/store.py `RunStore.save` has the meaning).
 
@@ -212,11 +213,14 @@ def save(
     held = conn.execute(fenced, params).first()
     if held is None:
         raise GuardFailed()
+    queue = held[2]
     if drop_inputs:
         dropped = set(drop_inputs)
-        kept = [i for i in json.loads(held[2] or "[]") if i.get("id") not in dropped]
+        kept = [i for i in json.loads(queue or "[]") if i.get("id") not in dropped]
         queue = json.dumps(kept)
         conn.execute(update(RunRow).where(RunRow.run_id == run_id).values(pending_input_json=queue))
+    if settle is not None:
+        settle(queue)
     if log:
         last = conn.scalar(LAST_LOG_SEQ, {"p_run": run_id}) or 0
         conn.execute(INSERT_LOG, log_rows(run_id, last, log, held[0], held[1]))

@@ -200,6 +200,7 @@ class RunStore(LeaseRows, TimelineRows):
         expect_status: Sequence[int] | None = None,
         session: tuple[str, str] | None = None,
         drop_inputs: Sequence[str] = (),
+        settle: Callable[[str | None], None] | None = None,
     ) -> list[StoredEvent] | None:
         """The save point: update the run, append log entries, insert events; one transaction.
 
@@ -214,6 +215,10 @@ class RunStore(LeaseRows, TimelineRows):
             session: (tenant, session_id) for new_events.
             drop_inputs: ids of injected input consumed (removed from the queue here, so
                 input injected meanwhile is kept).
+            settle: called with the run's input queue (JSON) as the save finds it, under
+                the row's lock, before `events` are written; it may change them in place
+                (a run's end reports the input it leaves undelivered as of its commit).
+                Called again when the transaction is retried.
 
         Returns:
             The events numbered here (possibly []), or None when a guard failed (nothing written).
@@ -235,9 +240,9 @@ class RunStore(LeaseRows, TimelineRows):
             nonlocal reached_commit
             reached_commit = False
             if self.db.is_sqlite:
-                stored = lite.save(conn, *what, new_events, session, drop_inputs)
+                stored = lite.save(conn, *what, new_events, session, drop_inputs, settle)
             else:
-                stored = sql.save(conn, self.replica, *what, new_events, session, drop_inputs)
+                stored = sql.save(conn, self.replica, *what, new_events, session, drop_inputs, settle)
             reached_commit = True
             return stored
 
@@ -254,7 +259,7 @@ class RunStore(LeaseRows, TimelineRows):
         # connection, a serialization failure, a deadlock) is retried (runs/storage/save_retry.py);
         # a guard that fails is an answer, never retried.
         attempt: Callable[[], Awaitable[list[StoredEvent]]] = one_call
-        if self.db.is_sqlite or new_events or drop_inputs or not pg.carries(values, run_id, events):
+        if self.db.is_sqlite or new_events or drop_inputs or settle or not pg.carries(values, run_id, events):
             attempt = lambda: self.db.write_sync(transaction)  # noqa: E731
         try:
             return await save_with_retries(
