@@ -40,6 +40,7 @@ from agentrt.runs.loop import failures
 from agentrt.runs.loop.deps import Deps
 from agentrt.runs.loop.executor import RunExecutor
 from agentrt.runs.observe import store_gauges
+from agentrt.runs.peers.sessions import SESSION_GENERATION
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.runs.spec.requests import check_text_bytes
 from agentrt.runs.spec.start import (
@@ -269,7 +270,7 @@ class RunManager(RunControl, RunDrain):
                 check_replay(req, str(existing.state.get(DIGEST_STATE, "")))
                 return existing
         snap = snapshot(spec, self.default_model, await self.deps.peers.catalog(tenant))
-        session_id, last_seq = await self._session_for(tenant, req.session_id)
+        session_id, last_seq, generation = await self._session_for(tenant, req.session_id)
         now = time.time()
         budget = limits_of(snap).time_budget_s
         record = RunRecord(
@@ -281,6 +282,8 @@ class RunManager(RunControl, RunDrain):
             state={DIGEST_STATE: digest} if digest else {},
         )  # fmt: skip
         record.state.update(sandboxes.initial_state(record.run_id, sandboxes.effective(spec, req)))
+        if generation:
+            record.state[SESSION_GENERATION] = generation  # the run holds its session by generation
         try:
             stored_record, stored = await self.unabandoned(self._record_and_spawn(record))
         except SessionBusy as busy:
@@ -331,9 +334,11 @@ class RunManager(RunControl, RunDrain):
         validate_agent(req.agent, require_name=False)
         return req.agent
 
-    async def _session_for(self, tenant: str, session_id: str) -> tuple[str, int]:
+    async def _session_for(self, tenant: str, session_id: str) -> tuple[str, int, int]:
+        """(session id, its last seq, its generation) of the run's session, created when not named."""
         if not session_id:
-            return await self.deps.peers.create_session(tenant), 0
+            created = await self.deps.peers.create_session(tenant)
+            return created.session_id, 0, created.generation
         if not valid_id(session_id):
             raise invalid(Reason.INVALID_ID, "session_id is malformed", field="session_id")
         session = await self.deps.peers.get_session(tenant, session_id)
@@ -342,7 +347,7 @@ class RunManager(RunControl, RunDrain):
             raise precondition(
                 Reason.SESSION_BUSY, f"session {session_id!r} already has an unfinished run {busy}"
             )
-        return session.session_id, session.last_seq
+        return session.session_id, session.last_seq, session.generation
 
     async def events(self, tenant: str, req: pb.StreamRunEventsRequest) -> AsyncIterator[list[pb.RunEvent]]:
         """Follow a run's or a session's events after req.after_seq, in batches (stream.follow_batches).

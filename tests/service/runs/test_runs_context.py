@@ -194,3 +194,47 @@ async def test_an_entry_written_before_the_runs_input_reaches_its_first_request(
     bodies, started = await _three_turn_run(mesh)
     assert reads == [started.session_id]
     assert -1 < bodies[0].find(NOTE) < bodies[0].find('"go"')
+
+
+async def _replaced_at_input(monkeypatch, *, before: bool) -> None:
+    """Delete the run's session and create it again under the same id when the input is appended.
+
+    `before`: ahead of the input's append; else right after it commits. The same real store
+    does it (nothing is faked).
+    """
+    from agentrt.sessions.domain import Ref
+
+    original = SessionStore.append
+
+    async def append(self, tenant, ref, entries, expected_last_seq=None):
+        replace = _batch_of(entries) == "input"
+        if replace and before:
+            await self.delete(tenant, Ref(ref.session_id))
+            await self.create(tenant, ref.session_id)
+        stored = await original(self, tenant, ref, entries, expected_last_seq)
+        if replace and not before:
+            await self.delete(tenant, Ref(ref.session_id))
+            await self.create(tenant, ref.session_id)
+        return stored
+
+    monkeypatch.setattr(SessionStore, "append", append)
+
+
+async def test_a_run_never_writes_into_a_session_created_again_under_its_id(store_mesh, monkeypatch):
+    # 004 §2.5e2: a handle to a deleted session neither reads nor writes its replacement. The
+    # run holds its session by the generation it started on (decision 0058): deleted and
+    # created again under the same id, the replacement gets nothing of the run, which fails.
+    for before in (True, False):
+        monkeypatch.undo()
+        await _replaced_at_input(monkeypatch, before=before)
+        call = ToolCallReply("read_file", '{"path": "missing.txt"}')
+        store_mesh.emu.script([Reply(tool_calls=[call]), Reply(text="done")])
+        started = await store_mesh.runs.StartRun(
+            pb.StartRunRequest(agent=agent(), input="go", workspace=store_mesh.work)
+        )
+        events = await store_mesh.events(started.run_id)
+        done = next(e.run_completed for e in events if e.WhichOneof("payload") == "run_completed")
+        assert done.status == cpb.RUN_STATUS_FAILED, (before, done)
+        assert done.failure.kind == "session_gone", done.failure
+        assert done.failure.message == "The run's session was deleted.", done.failure
+        assert await store_mesh.entries(started.session_id) == [], before

@@ -67,6 +67,7 @@ from agentrt.runs.loop.phases.batch import BatchResult
 from agentrt.runs.loop.phases.savepoint import AT_FINAL, AT_SAVE_POINT
 from agentrt.runs.loop.phases.structured import Verdict
 from agentrt.runs.loop.turns import CANCELLED, TurnSteps
+from agentrt.runs.peers.sessions import RUN_SESSION, SESSION_GENERATION
 from agentrt.runs.peers.streams import RUN_CALLS, RunCalls
 from agentrt.runs.spec.agents import limits_of
 from agentrt.v1 import common_pb2 as cpb
@@ -93,9 +94,12 @@ class RunExecutor(TurnSteps):
         peers = self.deps.peers
         calls = RunCalls(peers.client, self.r.tenant, peers.local) if self.deps.peer_streams else None
         token = RUN_CALLS.set(calls)
+        # Its session by the generation it started on (decision 0058; 004 §2.5e2).
+        held = RUN_SESSION.set((self.r.session_id, int(self.r.state.get(SESSION_GENERATION, 0) or 0)))
         try:
             await self._run()
         finally:
+            RUN_SESSION.reset(held)
             RUN_CALLS.reset(token)
             if calls is not None:
                 calls.close()

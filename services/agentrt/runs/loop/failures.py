@@ -96,6 +96,9 @@ _BY_REASON: dict[str, tuple[str, bool, str]] = {
     ),
     Reason.PROVIDER_AUTHENTICATION: ("authentication", False, "The model provider rejected the credentials."),
     Reason.SESSION_NOT_FOUND: ("session_gone", False, "The run's session no longer exists."),
+    # The run holds its session by generation (decision 0058): deleted, and maybe created
+    # again under the same id, which is another session.
+    Reason.STALE_GENERATION: ("session_gone", False, "The run's session was deleted."),
 }
 #: The kind and retryable flag of a peer's error by status (its reason not in _BY_REASON).
 _BY_STATUS: dict[Status, tuple[str, bool]] = {

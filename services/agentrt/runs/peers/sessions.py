@@ -2,10 +2,18 @@
 
 A turn's AppendEntries goes over the run's stream of calls when there is one
 (runs/peers/streams.py), else as its own RPC; both are fenced by `expected_last_seq`.
+
+A run holds its session by generation (004 §2.5e2: a handle to a deleted session neither
+reads nor writes its replacement). The executor sets `RUN_SESSION` (its session's id and the
+generation it started on, decision 0058) for its task and the tasks it starts, and every
+call here that names that session carries the generation: after a delete, or a delete and
+a create of the same id, the store answers NOT_FOUND (SESSION_NOT_FOUND, STALE_GENERATION)
+and the run fails instead of writing into the replacement.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 
 from agentrt.runs.peers import streams
@@ -13,12 +21,27 @@ from agentrt.runs.peers.base import SESSION_CALL_TIMEOUT_S, PeerBase, meta
 from agentrt.runs.peers.streams import NOT_SENT, SESSIONS
 from agentrt.v1 import session_service_pb2 as spb
 
+#: The run state key of the generation a run holds its session by (absent: an older run, unpinned).
+SESSION_GENERATION = "session_generation"
+#: (session id, generation) of the run whose executor's task this is; None: no run's.
+RUN_SESSION: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
+    "agentrt_run_session", default=None
+)
+
+
+def session_ref(session_id: str) -> spb.SessionRef:
+    """The ref of `session_id`: with the run's generation when it is the current run's session."""
+    held = RUN_SESSION.get()
+    if held is not None and held[0] == session_id and held[1] > 0:
+        return spb.SessionRef(session_id=session_id, generation=held[1])
+    return spb.SessionRef(session_id=session_id)
+
 
 class SessionCalls(PeerBase):
     """Typed calls to the session store."""
 
-    async def create_session(self, tenant: str, title: str = "") -> str:
-        """Create a session; return its id."""
+    async def create_session(self, tenant: str, title: str = "") -> spb.Session:
+        """Create a session; return it (its id and generation)."""
         resp = await self._call(
             "sessions",
             lambda: self.client.session_service.CreateSession(
@@ -27,7 +50,7 @@ class SessionCalls(PeerBase):
                 timeout=SESSION_CALL_TIMEOUT_S,
             ),
         )
-        return resp.session.session_id
+        return resp.session
 
     async def create_hidden_session(self, tenant: str, parent_session_id: str, title: str = "") -> str:
         """Create a hidden session serving parent_session_id (a child run's, 004 §2.8); return its id."""
@@ -45,7 +68,7 @@ class SessionCalls(PeerBase):
         resp = await self._call(
             "sessions",
             lambda: self.client.session_service.GetSession(
-                spb.GetSessionRequest(session=spb.SessionRef(session_id=session_id)),
+                spb.GetSessionRequest(session=session_ref(session_id)),
                 metadata=meta(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
             ),
@@ -57,7 +80,7 @@ class SessionCalls(PeerBase):
         resp = await self._call(
             "sessions",
             lambda: self.client.session_service.GetContext(
-                spb.GetContextRequest(session=spb.SessionRef(session_id=session_id)),
+                spb.GetContextRequest(session=session_ref(session_id)),
                 metadata=meta(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
             ),
@@ -69,7 +92,7 @@ class SessionCalls(PeerBase):
         resp = await self._call(
             "sessions",
             lambda: self.client.session_service.ListEntries(
-                spb.ListEntriesRequest(session=spb.SessionRef(session_id=session_id), after_seq=after_seq),
+                spb.ListEntriesRequest(session=session_ref(session_id), after_seq=after_seq),
                 metadata=meta(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
             ),
@@ -111,7 +134,7 @@ class SessionCalls(PeerBase):
             MeshError: as `append`.
         """
         req = spb.AppendEntriesRequest(
-            session=spb.SessionRef(session_id=session_id), entries=entries, include_tail=include_tail
+            session=session_ref(session_id), entries=entries, include_tail=include_tail
         )
         if expected_last_seq is not None:
             req.expected_last_seq = expected_last_seq
@@ -140,7 +163,7 @@ class SessionCalls(PeerBase):
             "sessions",
             lambda: self.client.session_service.RecoverSession(
                 spb.RecoverSessionRequest(
-                    session=spb.SessionRef(session_id=session_id), retry_safe_tools=list(retry_safe_tools)
+                    session=session_ref(session_id), retry_safe_tools=list(retry_safe_tools)
                 ),
                 metadata=meta(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
@@ -157,9 +180,7 @@ class SessionCalls(PeerBase):
         resp = await self._call(
             "sessions",
             lambda: self.client.session_service.SwitchBranch(
-                spb.SwitchBranchRequest(
-                    session=spb.SessionRef(session_id=session_id), leaf_entry_id=leaf_entry_id
-                ),
+                spb.SwitchBranchRequest(session=session_ref(session_id), leaf_entry_id=leaf_entry_id),
                 metadata=meta(tenant),
                 timeout=SESSION_CALL_TIMEOUT_S,
             ),
