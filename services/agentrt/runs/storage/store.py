@@ -249,7 +249,7 @@ class RunStore(LeaseRows, TimelineRows):
         async def one_call() -> list[StoredEvent]:
             nonlocal reached_commit
             reached_commit = False
-            if not await pg.save(self.db, *what, self.replica, marker, sending):
+            if not await pg.save(self.db, *what, self.replica, marker, sending, settle):
                 raise GuardFailed()
             return []
 
@@ -259,7 +259,7 @@ class RunStore(LeaseRows, TimelineRows):
         # connection, a serialization failure, a deadlock) is retried (runs/storage/save_retry.py);
         # a guard that fails is an answer, never retried.
         attempt: Callable[[], Awaitable[list[StoredEvent]]] = one_call
-        if self.db.is_sqlite or new_events or drop_inputs or settle or not pg.carries(values, run_id, events):
+        if self.db.is_sqlite or new_events or drop_inputs or not pg.carries(values, run_id, events):
             attempt = lambda: self.db.write_sync(transaction)  # noqa: E731
         try:
             return await save_with_retries(
