@@ -202,12 +202,17 @@ async def mint_seqs(conn: AsyncConnection, tenant: str, session_id: str, count: 
     return int(result.scalar_one()) - count
 
 
-async def mint_generation(conn: AsyncConnection, tenant: str, session_id: str) -> int:
+async def mint_generation(conn: AsyncConnection, tenant: str, session_id: str, *, first: bool = False) -> int:
     """Return a new generation for (tenant, id), creating its marks row on first use.
 
-    A concurrent first use of the same id fails the insert (IntegrityError), which the
-    caller reports as the id being taken.
+    `first`: the id was minted just now, so it has no marks row: insert it at once (one
+    statement fewer). A concurrent first use of the same id fails the insert
+    (IntegrityError), which the caller reports as the id being taken.
     """
+    first_row = M.insert().values(tenant=tenant, session_id=session_id, last_seq=0, last_generation=1)
+    if first:
+        await conn.execute(first_row)
+        return 1
     result = await conn.execute(
         M.update()
         .where(M.c.tenant == tenant, M.c.session_id == session_id)
@@ -217,7 +222,7 @@ async def mint_generation(conn: AsyncConnection, tenant: str, session_id: str) -
     gen = result.scalar_one_or_none()
     if gen is not None:
         return int(gen)
-    await conn.execute(M.insert().values(tenant=tenant, session_id=session_id, last_seq=0, last_generation=1))
+    await conn.execute(first_row)
     return 1
 
 

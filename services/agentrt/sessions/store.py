@@ -107,13 +107,14 @@ class SessionStore(SessionReads):
         if parent_session_id and not valid_id(parent_session_id):
             raise invalid(Reason.INVALID_ID, "parent_session_id is malformed", field="parent_session_id")
         check_session_fields(title, metadata)
+        minted = not session_id
         session_id = session_id or new_id("ses")
         try:
             # One transaction in one hop (inline on the loop's thread on SQLite, as an
             # append): a run's start waits for it. The body awaits only the connection.
             return await self._run(
                 lambda conn: self._create(
-                    conn, tenant, session_id, hidden, parent_session_id, title, metadata
+                    conn, tenant, session_id, hidden, parent_session_id, title, metadata, minted
                 ),
                 write=True,
             )
@@ -129,7 +130,13 @@ class SessionStore(SessionReads):
         parent: str,
         title: str,
         metadata: dict[str, str],
+        minted: bool = False,
     ) -> SessionInfo:
+        """Insert the session in `conn`'s transaction.
+
+        `minted`: its id was minted by this call; a new id has no row and no marks, so
+        neither is looked up.
+        """
         parent_gen = 0
         if parent:
             # Locked, so a delete of the parent cannot miss a child created meanwhile.
@@ -137,13 +144,13 @@ class SessionStore(SessionReads):
             if parent_row is None:
                 raise q.no_session(parent, "parent_session_id")
             parent_gen = parent_row["generation"]
-        if await q.row(conn, tenant, session_id) is not None:
+        if not minted and await q.row(conn, tenant, session_id) is not None:
             raise _taken(session_id)
         now = self._now_us()
         values = {
             "tenant": tenant,
             "session_id": session_id,
-            "generation": await q.mint_generation(conn, tenant, session_id),
+            "generation": await q.mint_generation(conn, tenant, session_id, first=minted),
             "hidden": hidden,
             "parent_session_id": parent,
             "parent_generation": parent_gen,
