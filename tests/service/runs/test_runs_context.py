@@ -238,3 +238,37 @@ async def test_a_run_never_writes_into_a_session_created_again_under_its_id(stor
         assert done.failure.kind == "session_gone", done.failure
         assert done.failure.message == "The run's session was deleted.", done.failure
         assert await store_mesh.entries(started.session_id) == [], before
+
+
+async def test_a_child_run_is_held_by_its_hidden_sessions_generation(store_mesh, monkeypatch):
+    # An agent tool's child run, like every run (decision 0058): its hidden session deleted
+    # and created again under its id just before the child's input, the replacement gets
+    # nothing of the child, which fails session_gone (a newcomer's reproducer).
+    from agentrt.sessions.domain import Ref
+
+    mesh = store_mesh
+    helper = agent(name="helper", instructions="You are the helper.", tools=[])
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=helper))
+    tool = pb.AgentTool(name="ask_helper", agent_name="helper")
+    await mesh.runs.RegisterAgent(pb.RegisterAgentRequest(agent=agent(name="boss", tools=[tool])))
+    original = SessionStore.append
+    inputs: list[str] = []
+
+    async def append(self, tenant, ref, entries, expected_last_seq=None):
+        if _batch_of(entries) == "input":
+            inputs.append(ref.session_id)
+            if len(inputs) == 2:  # the child's input
+                await self.delete(tenant, Ref(ref.session_id))
+                await self.create(tenant, ref.session_id)
+        return await original(self, tenant, ref, entries, expected_last_seq)
+
+    monkeypatch.setattr(SessionStore, "append", append)
+    ask = ToolCallReply("ask_helper", json.dumps({"input": "hello"}))
+    mesh.emu.script([Reply(tool_calls=[ask]), Reply(text="child says hi"), Reply(text="done")])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent_name="boss", input="go", workspace=mesh.work))
+    done = (cpb.RUN_STATUS_COMPLETED, cpb.RUN_STATUS_FAILED, cpb.RUN_STATUS_CANCELED)
+    run = await mesh.wait_status(started.run_id, *done)
+    assert len(inputs) == 2 and len(run.child_run_ids) == 1, (inputs, run)
+    child = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=run.child_run_ids[0]))).run
+    assert await mesh.entries(child.session_id) == []
+    assert child.status == cpb.RUN_STATUS_FAILED and child.failure.kind == "session_gone", child.failure

@@ -128,6 +128,35 @@ async def test_input_accepted_while_a_run_writes_its_end_is_reported(store_mesh,
     assert [p.text for p in replayed.unconsumed_input] == ["late"]
 
 
+async def test_input_accepted_while_a_suspended_run_is_canceled_is_reported(store_mesh, monkeypatch):
+    # CancelRun of a suspended run ends it in the manager, from the run it read: an
+    # InjectInput accepted before its guarded save is in unconsumed_input too (a newcomer's
+    # reproducer; decision 0058).
+    from agentrt.runs.storage.store import RunStore
+
+    mesh = store_mesh
+    original = RunStore.save
+    pushed: list[int] = []
+
+    async def save(self, run_id, *args, **kw):
+        if (kw.get("changes") or {}).get("status") == cpb.RUN_STATUS_CANCELED and not pushed:
+            kind = pb.INJECTION_KIND_FOLLOW_UP
+            answer = await mesh.runs.InjectInput(pb.InjectInputRequest(run_id=run_id, text="late", kind=kind))
+            pushed.append(answer.position)
+        return await original(self, run_id, *args, **kw)
+
+    mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "echo hi"}')])])
+    spec = agent(tools=[pb.AgentTool(name="exec_command", needs_approval=True)])
+    started = await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="go", workspace=mesh.work))
+    await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED)
+    monkeypatch.setattr(RunStore, "save", save)
+    await mesh.runs.CancelRun(pb.CancelRunRequest(run_id=started.run_id))
+    events = await mesh.events(started.run_id)
+    done = next(e.run_completed for e in events if e.WhichOneof("payload") == "run_completed")
+    assert done.status == cpb.RUN_STATUS_CANCELED and pushed == [1]
+    assert [p.text for p in done.unconsumed_input] == ["late"]
+
+
 async def test_a_provider_retry_is_a_diagnostic_on_events_run_and_session(mesh):
     mesh.emu.script([ErrorReply(status=500), Reply(text="answer after a retry")])
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))

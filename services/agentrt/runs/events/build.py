@@ -21,7 +21,7 @@ from typing import Any
 
 from agentrt.core.guardrails import Result
 from agentrt.runs.convert.run import injected_only, injected_out
-from agentrt.runs.domain import RunRecord, StoredEvent
+from agentrt.runs.domain import RunRecord
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 
@@ -97,7 +97,7 @@ def not_consumed_message(count: int) -> str:
     return f"{count} injected input(s) arrived too late and were not delivered."
 
 
-def settle_unconsumed(events: Sequence[StoredEvent], queue_json: str | None) -> None:
+def settle_unconsumed(events: Sequence[pb.RunEvent], queue_json: str | None) -> None:
     """Make a run's end report the injected input its queue holds as of the end's commit.
 
     The run reads its queue before it builds `run_completed`; an InjectInput accepted
@@ -107,15 +107,15 @@ def settle_unconsumed(events: Sequence[StoredEvent], queue_json: str | None) -> 
     from the queue, and the NOT_CONSUMED diagnostic's count and ids when the run published one.
     """
     left = injected_only(json.loads(queue_json or "[]"))
-    for stored in events:
-        kind = stored.event.WhichOneof("payload")
+    for event in events:
+        kind = event.WhichOneof("payload")
         if kind == "run_completed":
-            done = stored.event.run_completed
+            done = event.run_completed
             del done.unconsumed_input[:]
             done.unconsumed_input.extend(injected_out(i) for i in left)
-        elif kind == "diagnostic" and stored.event.diagnostic.code == NOT_CONSUMED and left:
-            stored.event.diagnostic.message = not_consumed_message(len(left))
-            stored.event.diagnostic.details_json = json.dumps({"ids": [i.get("id") for i in left]})
+        elif kind == "diagnostic" and event.diagnostic.code == NOT_CONSUMED and left:
+            event.diagnostic.message = not_consumed_message(len(left))
+            event.diagnostic.details_json = json.dumps({"ids": [i.get("id") for i in left]})
 
 
 def run_ended_events(record: RunRecord, completed: pb.RunCompleted) -> list[pb.RunEvent]:

@@ -19,7 +19,7 @@ from agentrt.core.errors import Reason, invalid, missing, not_found, preconditio
 from agentrt.core.ids import valid_id
 from agentrt.runs.convert.run import STOP_KIND, injected_only
 from agentrt.runs.domain import Resume, RunRecord, StoredEvent
-from agentrt.runs.events.build import run_completed, run_ended_events, run_resumed_event
+from agentrt.runs.events.build import run_completed, run_ended_events, run_resumed_event, settle_unconsumed
 from agentrt.runs.lifecycle.child_runs import split
 from agentrt.runs.loop.phases.child import PARENT_RUN_ID
 from agentrt.runs.loop.phases.tools import merge_answers
@@ -265,16 +265,19 @@ class RunControl:
             record, status, phase, unconsumed=injected_only(record.pending_input), failure=failure
         )
         failure_text = base64.b64encode(failure.SerializeToString()).decode("ascii") if failure else ""
+        ended = run_ended_events(record, completed)
         stored = await self.store.save(
             record.run_id,
             changes={"status": status, "phase": phase, "pending": [], "lease_owner": "",
                      "lease_expires_s": 0.0, "failure": failure,
                      "state": record.with_state(suspension_reason=0)},
             log=[("completed", {"status": status, "failure": failure_text, "reason": reason})],
-            new_events=run_ended_events(record, completed),
+            new_events=ended,
             session=(record.tenant, record.session_id),
             token=token,
             expect_status=[record.status],
+            # input accepted since `record` was read is reported too (decision 0058)
+            settle=lambda queue: settle_unconsumed(ended, queue),
         )  # fmt: skip
         if stored is None:
             raise precondition(Reason.RUN_FINISHED, f"run {record.run_id!r} changed state; read it again")

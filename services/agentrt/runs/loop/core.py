@@ -203,7 +203,7 @@ class ExecutorCore:
             events=events,
             token=self.token,
             drop_inputs=drop,
-            settle=(lambda queue: settle_unconsumed(events, queue)) if ending else None,
+            settle=(lambda queue: settle_unconsumed([e.event for e in events], queue)) if ending else None,
         )
         if done is None:
             raise LeaseLost()

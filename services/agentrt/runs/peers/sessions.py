@@ -52,8 +52,10 @@ class SessionCalls(PeerBase):
         )
         return resp.session
 
-    async def create_hidden_session(self, tenant: str, parent_session_id: str, title: str = "") -> str:
-        """Create a hidden session serving parent_session_id (a child run's, 004 §2.8); return its id."""
+    async def create_hidden_session(
+        self, tenant: str, parent_session_id: str, title: str = ""
+    ) -> spb.Session:
+        """Create a hidden session serving parent_session_id (a child run's, 004 §2.8); return it."""
         req = spb.CreateSessionRequest(hidden=True, parent_session_id=parent_session_id, title=title)
         resp = await self._call(
             "sessions",
@@ -61,7 +63,7 @@ class SessionCalls(PeerBase):
                 req, metadata=meta(tenant), timeout=SESSION_CALL_TIMEOUT_S
             ),
         )
-        return resp.session.session_id
+        return resp.session
 
     async def get_session(self, tenant: str, session_id: str) -> spb.Session:
         """Return the session. Raises the session service's NOT_FOUND/SESSION_NOT_FOUND."""

@@ -35,6 +35,7 @@ from agentrt.runs.loop.phases.child.records import (
     finished_result,
 )
 from agentrt.runs.loop.phases.tools import Planned, runtime_result
+from agentrt.runs.peers.sessions import SESSION_GENERATION
 from agentrt.runs.spec.agents import limits_of, snapshot, validate_agent
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -291,15 +292,20 @@ async def _create(
         if err.status not in (Status.INVALID_ARGUMENT, Status.UNIMPLEMENTED):
             raise
         return _error(p, f"The agent tool {p.call.name} cannot run: {err.message}")
-    session_id = await deps.peers.create_hidden_session(
-        r.tenant, r.session_id, title=f"{snap.name} for run {r.run_id}"
-    )
+    title = f"{snap.name} for run {r.run_id}"
+    hidden = await deps.peers.create_hidden_session(r.tenant, r.session_id, title=title)
+    session_id = hidden.session_id
     now = time.time()
     budget = limits_of(snap).time_budget_s
     run_id = new_id("run")
     # The child's own agent may name a sandbox (created at its first batch, released at its
     # end); the parent's sandbox is not shared: the child's end would release it.
-    state: dict[str, Any] = {PARENT_RUN_ID: r.run_id, PARENT_CALL_ID: p.call.call_id, CHILD_DEPTH: depth}
+    state: dict[str, Any] = {
+        PARENT_RUN_ID: r.run_id,
+        PARENT_CALL_ID: p.call.call_id,
+        CHILD_DEPTH: depth,
+        SESSION_GENERATION: hidden.generation,  # held by generation, as every run (decision 0058)
+    }
     state.update(sandboxes.initial_state(run_id, snap.sandbox if snap.HasField("sandbox") else None))
     record = RunRecord(
         run_id=run_id, tenant=r.tenant, session_id=session_id, agent_name=snap.name,
