@@ -95,64 +95,61 @@ async def test_pending_input_is_reported_when_a_run_ends(mesh):
     assert [p.text for p in run.pending_input] == ["too late"]  # still readable: never dropped
 
 
-async def test_input_accepted_while_a_run_writes_its_end_is_reported(store_mesh, monkeypatch):
-    # An InjectInput accepted after the finishing run read its queue, before its terminal
-    # save commits: it is reported in run_completed.unconsumed_input, which the terminal save
-    # settles under the run row's lock (decision 0058). It was reported nowhere before.
+def _inject_before_the_end(mesh, monkeypatch, status: int) -> list[int]:
+    """Send InjectInput("late") just before the save that ends a run with `status`; its positions.
+
+    The real RunStore.save runs right after it (nothing is faked): the input is accepted
+    after the run read its queue for its end, before that end commits.
+    """
     from agentrt.runs.storage.store import RunStore
 
-    mesh = store_mesh
     original = RunStore.save
     pushed: list[int] = []
 
     async def save(self, run_id, *args, **kw):
-        if (kw.get("changes") or {}).get("status") == cpb.RUN_STATUS_COMPLETED and not pushed:
-            answer = await mesh.runs.InjectInput(
-                pb.InjectInputRequest(run_id=run_id, text="late", kind=pb.INJECTION_KIND_FOLLOW_UP)
-            )
+        if (kw.get("changes") or {}).get("status") == status and not pushed:
+            kind = pb.INJECTION_KIND_FOLLOW_UP
+            answer = await mesh.runs.InjectInput(pb.InjectInputRequest(run_id=run_id, text="late", kind=kind))
             pushed.append(answer.position)
         return await original(self, run_id, *args, **kw)
 
     monkeypatch.setattr(RunStore, "save", save)
+    return pushed
+
+
+def _completed(events: list) -> pb.RunCompleted:
+    return next(e.run_completed for e in events if e.WhichOneof("payload") == "run_completed")
+
+
+async def test_input_accepted_while_a_run_writes_its_end_is_reported(store_mesh, monkeypatch):
+    # An InjectInput accepted after the finishing run read its queue, before its terminal
+    # save commits: it is reported in run_completed.unconsumed_input, which the terminal save
+    # settles under the run row's lock (decision 0058). It was reported nowhere before.
+    mesh = store_mesh
+    pushed = _inject_before_the_end(mesh, monkeypatch, cpb.RUN_STATUS_COMPLETED)
     mesh.emu.script([Reply(text="done")])
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go", workspace=mesh.work))
-    events = await mesh.events(started.run_id)
-    done = next(e.run_completed for e in events if e.WhichOneof("payload") == "run_completed")
+    done = _completed(await mesh.events(started.run_id))
     assert done.status == cpb.RUN_STATUS_COMPLETED and pushed == [1]
     assert [p.text for p in done.unconsumed_input] == ["late"]
     run = (await mesh.runs.GetRun(pb.GetRunRequest(run_id=started.run_id))).run
     assert [p.text for p in run.pending_input] == ["late"]  # still readable: never dropped
     # A stream opened after the run ended replays it from storage: stored as reported.
-    replay = await mesh.events(started.run_id)
-    replayed = next(e.run_completed for e in replay if e.WhichOneof("payload") == "run_completed")
-    assert [p.text for p in replayed.unconsumed_input] == ["late"]
+    assert [p.text for p in _completed(await mesh.events(started.run_id)).unconsumed_input] == ["late"]
 
 
 async def test_input_accepted_while_a_suspended_run_is_canceled_is_reported(store_mesh, monkeypatch):
     # CancelRun of a suspended run ends it in the manager, from the run it read: an
     # InjectInput accepted before its guarded save is in unconsumed_input too (a newcomer's
     # reproducer; decision 0058).
-    from agentrt.runs.storage.store import RunStore
-
     mesh = store_mesh
-    original = RunStore.save
-    pushed: list[int] = []
-
-    async def save(self, run_id, *args, **kw):
-        if (kw.get("changes") or {}).get("status") == cpb.RUN_STATUS_CANCELED and not pushed:
-            kind = pb.INJECTION_KIND_FOLLOW_UP
-            answer = await mesh.runs.InjectInput(pb.InjectInputRequest(run_id=run_id, text="late", kind=kind))
-            pushed.append(answer.position)
-        return await original(self, run_id, *args, **kw)
-
     mesh.emu.script([Reply(tool_calls=[ToolCallReply("exec_command", '{"cmd": "echo hi"}')])])
     spec = agent(tools=[pb.AgentTool(name="exec_command", needs_approval=True)])
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent=spec, input="go", workspace=mesh.work))
     await mesh.wait_status(started.run_id, cpb.RUN_STATUS_SUSPENDED)
-    monkeypatch.setattr(RunStore, "save", save)
+    pushed = _inject_before_the_end(mesh, monkeypatch, cpb.RUN_STATUS_CANCELED)
     await mesh.runs.CancelRun(pb.CancelRunRequest(run_id=started.run_id))
-    events = await mesh.events(started.run_id)
-    done = next(e.run_completed for e in events if e.WhichOneof("payload") == "run_completed")
+    done = _completed(await mesh.events(started.run_id))
     assert done.status == cpb.RUN_STATUS_CANCELED and pushed == [1]
     assert [p.text for p in done.unconsumed_input] == ["late"]
 
