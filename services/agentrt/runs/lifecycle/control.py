@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
 from agentrt.core.ids import valid_id
-from agentrt.runs.convert.run import STOP_KIND, injected_only
+from agentrt.runs.convert.run import STOP_KIND
 from agentrt.runs.domain import Resume, RunRecord, StoredEvent
 from agentrt.runs.events.build import run_completed, run_ended_events, run_resumed_event, settle_unconsumed
 from agentrt.runs.lifecycle.child_runs import split
@@ -261,9 +261,8 @@ class RunControl:
             MeshError: FAILED_PRECONDITION/RUN_FINISHED when it changed state meanwhile.
         """
         phase = cpb.RUN_PHASE_CANCELED if status == cpb.RUN_STATUS_CANCELED else cpb.RUN_PHASE_FAILED
-        completed = run_completed(
-            record, status, phase, unconsumed=injected_only(record.pending_input), failure=failure
-        )
+        # Its unconsumed_input is the queue as the save finds it (settle_unconsumed, below).
+        completed = run_completed(record, status, phase, failure=failure)
         failure_text = base64.b64encode(failure.SerializeToString()).decode("ascii") if failure else ""
         ended = run_ended_events(record, completed)
         stored = await self.store.save(
@@ -276,8 +275,7 @@ class RunControl:
             session=(record.tenant, record.session_id),
             token=token,
             expect_status=[record.status],
-            # input accepted since `record` was read is reported too (decision 0058)
-            settle=lambda queue: settle_unconsumed(ended, queue),
+            settle=lambda queue: settle_unconsumed(ended, queue),  # under the row's lock (decision 0058)
         )  # fmt: skip
         if stored is None:
             raise precondition(Reason.RUN_FINISHED, f"run {record.run_id!r} changed state; read it again")
