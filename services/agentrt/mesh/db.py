@@ -57,6 +57,7 @@ from sqlalchemy import Connection, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.util import greenlet_spawn
 
 from agentrt.mesh import pg_pool
 from agentrt.mesh.sqlite_file import prepare_directory
@@ -226,6 +227,32 @@ class Database:
                     raw = await conn.get_raw_connection()
                     if pg_pool.driver_closed(raw.dbapi_connection):
                         await conn.invalidate()
+
+    @asynccontextmanager
+    async def driver(self) -> AsyncIterator[Any]:
+        """Yield a pooled PostgreSQL connection as the driver's own (an asyncpg Connection).
+
+        `autocommit()` for callers that send their statements on the driver and handle its
+        exceptions themselves: the pool's checkout and checkin only, without SQLAlchemy's
+        connection wrapper and its isolation-level switch on the way in and out (about 70 µs
+        of CPU per statement against 145, decision 0059). Outside any transaction, as asyncpg
+        runs a statement it is given: each commits alone. The same pool and the same
+        checkout guard (mesh/pg_pool.py); a connection the driver found closed on the way
+        is dropped, not returned (decision 0044).
+
+        Raises:
+            RuntimeError: on SQLite.
+        """
+        if self._write_lock is not None:
+            raise RuntimeError("driver() is for PostgreSQL; SQLite writes go through write()")
+        pooled = await self._write_engine.raw_connection()
+        try:
+            yield pooled.driver_connection
+        finally:
+            if pg_pool.driver_closed(pooled.dbapi_connection):
+                await greenlet_spawn(pooled.invalidate)
+            else:
+                await greenlet_spawn(pooled.close)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:

@@ -6,7 +6,7 @@ What it owns, for `mesh.db.Database` on PostgreSQL (asyncpg under SQLAlchemy's p
   (asyncpg's `is_closed()`, a flag of the client: no round trip) is replaced before anyone
   uses it; a connection that sat idle past `PING_IDLE_S` is also pinged (a close nobody
   saw: a proxy that dropped it silently). The hot path sends nothing extra (decision 0025).
-- `driver_closed(dbapi_connection)`: that flag, for `Database.autocommit()`, which drops a
+- `driver_closed(dbapi_connection)`: that flag, for `Database.autocommit()` and `driver()`, which drop a
   connection that broke under its raw-driver statements instead of returning it to the pool
   (SQLAlchemy invalidates a connection only when the error passed through its own execution).
 - `once_more(begin, body)`: the transaction forms of `Database` run a body whose

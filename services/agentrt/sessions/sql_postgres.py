@@ -4,7 +4,8 @@ The append (AppendEntries) was a client-driven transaction: BEGIN, the claim, th
 entry, the usage check, the seq mint, the insert, COMMIT, each a round trip with the
 session row's lock held across them. It is now one call of the function `sessions_append`
 (sessions migration 0002, which documents its steps: the same as `sql_sqlite.append`'s),
-sent outside a transaction (`Database.autocommit`): the statement is the transaction,
+sent outside a transaction on the pooled driver connection (`Database.driver`, decision 0059):
+the statement is the transaction,
 the row lock is held only while the function runs on the server, and nothing is written
 unless the function returns 'ok'. (The tail an include_tail append returns needs no read:
 decision 0057.)
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
+import asyncpg
 
 from agentrt.mesh.db import Database
 from agentrt.sessions import appends as A
@@ -48,6 +49,19 @@ _APPEND = (
     "SELECT o_outcome, o_generation, o_value, o_text, o_turn, o_response FROM sessions_append("
     + ", ".join(f"${i}" for i in range(1, 9 + 2 + len(_BATCH_COLUMNS) + 1 + 1))
     + ")"
+)
+
+
+#: The driver's failures that say the database cannot be reached or is going away now: a
+#: closed or broken connection (asyncpg's InterfaceError, ConnectionDoesNotExistError), a
+#: connection exception (SQLSTATE class 08), an administrator's shutdown or a crash (57P),
+#: no connection slot (53300), a socket error.
+UNAVAILABLE = (
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.TooManyConnectionsError,
+    OSError,
 )
 
 
@@ -82,15 +96,14 @@ async def append(
     Raises:
         MeshError: what `appends.refusal` returns; ABORTED/SEQ_MISMATCH when the insert met
             the unique positions (unreachable under the row lock: the backstop).
-        sqlalchemy.exc.DBAPIError: the database failed (the caller reports UNAVAILABLE);
-            the statement may or may not have committed, as a failed COMMIT before.
+        UNAVAILABLE's exceptions: the connection failed or the server is going away (the
+            caller reports UNAVAILABLE); the statement may or may not have committed.
+        asyncpg.PostgresError: any other failure of the statement (INTERNAL).
     """
     try:
-        async with db.autocommit() as conn:
-            row = tuple(
-                (await conn.exec_driver_sql(_APPEND, _arguments(tenant, ref, expected, prepared))).one()
-            )
-    except IntegrityError:
+        async with db.driver() as conn:
+            row = tuple(await conn.fetchrow(_APPEND, *_arguments(tenant, ref, expected, prepared)))
+    except asyncpg.IntegrityConstraintViolationError:
         raise A.lost_race() from None
     answer, generation, value, text, turn, response = row
     if answer != "ok":

@@ -247,7 +247,7 @@ class SessionStore(SessionReads):
                 stored, generation = await sql_postgres.append(
                     self._db, tenant, ref, expected_last_seq, prepared
                 )
-        except (OperationalError, InterfaceError, OSError) as exc:
+        except (OperationalError, InterfaceError, *sql_postgres.UNAVAILABLE) as exc:
             raise _unavailable(exc) from exc
         self._notifier.notify(tenant, ref.session_id)
         return stored, generation

@@ -5,8 +5,9 @@ an operator's kill does) and the next operations must be served on a new connect
 
 - a connection whose driver saw the close is replaced at checkout without a round trip, however
   recently it was used (the idle ping, test_db_idle_ping.py, is for closes nobody saw);
-- one that broke under `autocommit()`'s raw-driver statements (the hot one-statement paths:
-  `runs_save`, `sessions_append`, the tool journal) does not go back to the pool;
+- one that broke under `autocommit()`'s or `driver()`'s raw-driver statements (the hot
+  one-statement paths: `runs_save`, `sessions_append`, the tool journal) does not go back to
+  the pool;
 - a transaction body (`write_tx`, `write_sync`, `read_tx`) whose connection was lost before
   COMMIT was sent runs once more on a fresh connection; its writes land once.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -28,11 +31,21 @@ from tests.service.mesh.pg_helpers import count_pings, terminate_backend
 from tests.stores import PG_DSN, PG_URL, pg_reachable
 
 
-async def _raw(database: dbmod.Database) -> tuple[int, Any]:
-    """(pg_backend_pid(), the asyncpg connection), sent as the hot paths send a statement:
-    autocommit, on the driver's connection."""
+@asynccontextmanager
+async def _on_driver(database: dbmod.Database, form: str) -> AsyncIterator[Any]:
+    """The asyncpg connection as a hot path gets it: `autocommit()`'s, or `driver()`'s."""
+    if form == "driver":
+        async with database.driver() as driver:
+            yield driver
+        return
     async with database.autocommit() as conn:
-        driver = (await conn.get_raw_connection()).driver_connection
+        yield (await conn.get_raw_connection()).driver_connection
+
+
+async def _raw(database: dbmod.Database, form: str = "autocommit") -> tuple[int, Any]:
+    """(pg_backend_pid(), the asyncpg connection), sent as the hot paths send a statement:
+    outside a transaction, on the driver's connection."""
+    async with _on_driver(database, form) as driver:
         return int(await driver.fetchval("SELECT pg_backend_pid()")), driver
 
 
@@ -59,13 +72,13 @@ async def table(database):
         await conn.execute(sa.text(f"DROP TABLE {name}"))
 
 
-async def test_a_connection_terminated_mid_statement_does_not_go_back_to_the_pool(database):
-    first = await _raw_pid(database)
+@pytest.mark.parametrize("form", ["autocommit", "driver"])
+async def test_a_connection_terminated_mid_statement_does_not_go_back_to_the_pool(database, form):
+    first = (await _raw(database, form))[0]
 
     async def sleeping() -> None:
-        async with database.autocommit() as conn:
-            raw = await conn.get_raw_connection()
-            await raw.driver_connection.fetchval("SELECT pg_sleep(30)")
+        async with _on_driver(database, form) as driver:
+            await driver.fetchval("SELECT pg_sleep(30)")
 
     slow = asyncio.create_task(sleeping())
     admin = await asyncpg.connect(PG_DSN)
@@ -84,10 +97,11 @@ async def test_a_connection_terminated_mid_statement_does_not_go_back_to_the_poo
     assert first not in pids
 
 
-async def test_a_connection_terminated_in_the_pool_is_replaced_without_a_ping(database, monkeypatch):
+@pytest.mark.parametrize("form", ["autocommit", "driver"])
+async def test_a_connection_terminated_in_the_pool_is_replaced_without_a_ping(database, monkeypatch, form):
     monkeypatch.setattr(pg_pool, "PING_IDLE_S", 3600.0)  # recently used: no ping would be sent
     pings = count_pings(database, monkeypatch)
-    first, driver = await _raw(database)
+    first, driver = await _raw(database, form)
     await terminate_backend(first)
 
     async def seen_closed() -> None:
@@ -95,7 +109,7 @@ async def test_a_connection_terminated_in_the_pool_is_replaced_without_a_ping(da
             await asyncio.sleep(0.01)
 
     await asyncio.wait_for(seen_closed(), 10)
-    second = await _raw_pid(database)  # no error: the driver knew it closed, the pool replaced it
+    second = (await _raw(database, form))[0]  # no error: the driver knew it closed, the pool replaced it
     async with database.read() as conn:
         third = int(await conn.scalar(sa.text("SELECT pg_backend_pid()")))
     assert first not in (second, third)
@@ -170,3 +184,33 @@ async def test_other_failures_are_not_run_again(database, table):
     with pytest.raises(sa.exc.IntegrityError):
         await database.write_tx(body)
     assert len(runs) == 1
+
+
+async def test_a_driver_statement_commits_alone_and_a_failure_leaves_the_connection_usable(database, table):
+    async with database.driver() as driver:
+        pid = int(await driver.fetchval("SELECT pg_backend_pid()"))
+        await driver.execute(f"INSERT INTO {table} VALUES (5, 'alone')")
+        async with database.read() as conn:  # another connection sees it before the block ends
+            assert (await conn.execute(sa.text(f"SELECT note FROM {table} WHERE id = 5"))).scalar() == "alone"
+        with pytest.raises(asyncpg.UniqueViolationError):
+            await driver.execute(f"INSERT INTO {table} VALUES (5, 'twice')")
+        assert not driver.is_in_transaction() and not driver.is_closed()
+    # the connection went back to the pool (not dropped): every later checkout is one of the two
+    pids = {(await _raw(database, "driver"))[0] for _ in range(4)}
+    assert pid in pids and len(pids) <= 2
+    async with database.driver() as driver:
+        assert not driver.is_in_transaction()
+        await driver.execute(f"INSERT INTO {table} VALUES (6, 'next')")
+    async with database.read() as conn:
+        rows = (await conn.execute(sa.text(f"SELECT id, note FROM {table} ORDER BY id"))).all()
+    assert [tuple(r) for r in rows] == [(5, "alone"), (6, "next")]
+
+
+async def test_driver_is_for_postgresql_only(tmp_path):
+    lite = dbmod.Database(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+    try:
+        with pytest.raises(RuntimeError, match="PostgreSQL"):
+            async with lite.driver():
+                pass
+    finally:
+        await lite.close()

@@ -3,8 +3,8 @@
 What it owns: the save point and the insert of a run as calls of the server-side functions
 `runs_save` / `runs_insert` (runs migration 0004, whose docstring has their steps), and the
 reads a turn or a stream's replay makes (the run row, its input queue, its events, its
-log), each sent as one statement outside a transaction (`Database.autocommit`) on the
-asyncpg connection under it: no BEGIN/COMMIT round trips, no pass through SQLAlchemy's
+log), each sent as one statement outside a transaction on a pooled asyncpg connection
+(`Database.driver`): no BEGIN/COMMIT round trips, no pass through SQLAlchemy's
 execution machinery. A single statement is its own transaction, so a save point is still
 all-or-nothing, its NOTIFY still delivered at its commit (decision 0011).
 
@@ -45,9 +45,8 @@ _LOG = "SELECT seq, kind, payload FROM run_log WHERE run_id = $1 ORDER BY seq"
 
 async def _one(db: Database, call: Callable[[Any], Awaitable[T]]) -> T:
     """Run call(asyncpg connection) outside a transaction on a pooled connection."""
-    async with db.autocommit() as conn:
-        raw = await conn.get_raw_connection()
-        return await call(raw.driver_connection)
+    async with db.driver() as conn:
+        return await call(conn)
 
 
 async def _read(db: Database, call: Callable[[Any], Awaitable[T]]) -> T:

@@ -8,8 +8,9 @@ one database write per such call, so it runs without SQLAlchemy's execution mach
 - SQLite: plain SQL on the stdlib connection of a `Database.write_sync` transaction (inline
   on the loop's thread, decision 0023), the datetimes bound by the column type's own
   SQLite processor, so SQLAlchemy reads back exactly what it would have written.
-- PostgreSQL: one statement outside a transaction (`Database.autocommit()`): no BEGIN and
-  no COMMIT round trips; the statement commits when it ends.
+- PostgreSQL: one statement outside a transaction on the pooled driver connection
+  (`Database.driver()`, decision 0059): no BEGIN and no COMMIT round trips, no pass through
+  SQLAlchemy's connection wrapper; the statement commits when it ends.
 
 `INSERT ... ON CONFLICT DO NOTHING` on both: a lost insert is a row count of 0, not an
 error. The row is the same as `ToolStore.start` + `finish` would leave: state "finished",
@@ -72,13 +73,14 @@ async def insert_finished(db: Database, values: tuple[Any, ...]) -> bool:
         True when inserted, False when a record already held the key.
 
     Raises:
-        sqlalchemy.exc.DBAPIError: the database failed (nothing is known to be written).
+        sqlalchemy.exc.DBAPIError: SQLite failed; asyncpg.PostgresError, asyncpg.InterfaceError
+            or OSError: PostgreSQL failed. Nothing is known to be written (INTERNAL either way).
     """
     if db.is_sqlite:
         return await db.write_sync(_sqlite_body(values))
-    async with db.autocommit() as conn:
-        result = await conn.exec_driver_sql(_PG_INSERT, (*values, False))
-    return bool(result.rowcount)
+    async with db.driver() as conn:
+        status = await conn.execute(_PG_INSERT, *values, False)
+    return status == "INSERT 0 1"
 
 
 def _sqlite_body(values: tuple[Any, ...]) -> Callable[[Connection], bool]:
