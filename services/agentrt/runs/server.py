@@ -63,7 +63,7 @@ def build_server(config: RunsConfig, local: LocalCalls | None = None) -> MeshSer
         local=local,
     )
     hub = EventHub(config.subscriber_buffer)
-    listener = None if db.is_sqlite else EventListener(config.server.db_url, hub, owner)
+    listener = None if db.is_sqlite else EventListener(config.server.db_url, hub, owner, store.input_watch)
     metrics = RunMetrics()  # the server's registry: one /metrics with the RPC series
     deps = Deps(
         store=store,

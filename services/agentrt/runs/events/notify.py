@@ -16,6 +16,11 @@ Invariants:
   so a lost connection delays events but never loses them;
 - SQLite has no listener: there, the in-process hub (and the stream's poll, for a second
   process on the same file) is the path.
+
+The same connection LISTENs on `store.INPUT_CHANNEL`, where every push of injected input
+notifies its run id at its commit, and tells the process's `InputWatch`
+(runs/storage/input_watch.py, decision 0060): a push it hears of makes the run's executor
+read its queue again; while the connection is down, every executor reads its queue each turn.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from agentrt.runs.events.hub import EventHub
-from agentrt.runs.storage.store import EVENTS_CHANNEL
+from agentrt.runs.storage.input_watch import InputWatch
+from agentrt.runs.storage.store import EVENTS_CHANNEL, INPUT_CHANNEL
 
 log = logging.getLogger("agentrt.runs")
 
@@ -46,11 +52,15 @@ def libpq_dsn(url: str) -> str:
 class EventListener:
     """The LISTEN connection of one runs process (see the module docstring)."""
 
-    def __init__(self, url: str, hub: EventHub, replica: str) -> None:
-        """Listen on the database of `url` (postgresql+asyncpg) for `hub`; skip `replica`'s own."""
+    def __init__(self, url: str, hub: EventHub, replica: str, watch: InputWatch | None = None) -> None:
+        """Listen on the database of `url` (postgresql+asyncpg) for `hub`; skip `replica`'s own.
+
+        With `watch`, also hear of pushed input for it (see the module docstring).
+        """
         self._dsn = libpq_dsn(url)
         self._hub = hub
         self._replica = replica
+        self._watch = watch
         self._conn: Any = None
         self._lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -74,6 +84,8 @@ class EventListener:
 
     async def close(self) -> None:
         """Stop listening and close the connection."""
+        if self._watch is not None:
+            self._watch.lost()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -88,9 +100,27 @@ class EventListener:
 
         conn = await asyncio.wait_for(asyncpg.connect(self._dsn), 10)
         self._lost.clear()
-        conn.add_termination_listener(lambda _c: self._lost.set())
-        await conn.add_listener(EVENTS_CHANNEL, self._on_notify)
+        conn.add_termination_listener(self._on_lost)
+        try:
+            await conn.add_listener(EVENTS_CHANNEL, self._on_notify)
+            if self._watch is not None:
+                await conn.add_listener(INPUT_CHANNEL, self._on_input)
+        except BaseException:
+            conn.remove_termination_listener(self._on_lost)
+            conn.terminate()
+            raise
+        if self._watch is not None:
+            self._watch.heard_again()
         self._conn = conn
+
+    def _on_lost(self, _conn: Any) -> None:
+        if self._watch is not None:
+            self._watch.lost()
+        self._lost.set()
+
+    def _on_input(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if self._watch is not None:
+            self._watch.pushed(payload)
 
     async def _keep(self) -> None:
         while True:

@@ -96,9 +96,11 @@ class RunExecutor(TurnSteps):
         token = RUN_CALLS.set(calls)
         # Its session by the generation it started on (decision 0058; 004 §2.5e2).
         held = RUN_SESSION.set((self.r.session_id, int(self.r.state.get(SESSION_GENERATION, 0) or 0)))
+        self.deps.store.input_watch.track(self.r.run_id)  # pushes to it are heard of (decision 0060)
         try:
             await self._run()
         finally:
+            self.deps.store.input_watch.untrack(self.r.run_id)
             RUN_SESSION.reset(held)
             RUN_CALLS.reset(token)
             if calls is not None:

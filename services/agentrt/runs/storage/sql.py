@@ -31,6 +31,9 @@ class GuardFailed(Exception):
 
 #: The PostgreSQL notification channel carrying "events were written" (runs/events/notify.py).
 EVENTS_CHANNEL = "agentrt_run_events"
+#: The PostgreSQL notification channel carrying "input was queued on this run" (its run id;
+#: runs/storage/input_watch.py, decision 0060).
+INPUT_CHANNEL = "agentrt_run_input"
 
 #: What a save point's fenced update returns: the lease it holds, the input queue.
 HELD = (RunRow.fencing_token, RunRow.lease_owner, RunRow.pending_input_json)

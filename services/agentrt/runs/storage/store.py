@@ -40,11 +40,12 @@ from sqlalchemy.exc import IntegrityError
 from agentrt.mesh.db import Database
 from agentrt.runs.domain import TERMINAL, RunRecord, StoredEvent
 from agentrt.runs.storage import lite, migrate, pg, sql
+from agentrt.runs.storage.input_watch import InputWatch
 from agentrt.runs.storage.leases import LeaseRows, lease_overlaps
 from agentrt.runs.storage.models import AgentRow, RunRow
 from agentrt.runs.storage.records import COLUMNS, decode, decode_mapping, encode
 from agentrt.runs.storage.save_retry import save_with_retries
-from agentrt.runs.storage.sql import EVENTS_CHANNEL, GuardFailed
+from agentrt.runs.storage.sql import EVENTS_CHANNEL, INPUT_CHANNEL, GuardFailed
 from agentrt.runs.storage.timeline import TimelineRows
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
@@ -60,6 +61,8 @@ class RunStore(LeaseRows, TimelineRows):
         """Wrap an open Database; `replica` names this process in its event notifications."""
         self.db = db
         self.replica = replica
+        #: The pushes this process has heard of, for its executors (decision 0060).
+        self.input_watch = InputWatch()
 
     async def create_tables(self) -> None:
         """Bring the runs tables to the newest schema (Alembic; see agentrt.runs.migrate)."""
@@ -275,7 +278,9 @@ class RunStore(LeaseRows, TimelineRows):
 
         The queue is read under the row's lock (PostgreSQL's FOR UPDATE; SQLite's write
         transaction is exclusive), so a push never overwrites another push, nor brings
-        back what a save point consumed meanwhile.
+        back what a save point consumed meanwhile. Once committed, the push is noted in this
+        process's `input_watch`; on PostgreSQL it also notifies `INPUT_CHANNEL` at its commit,
+        for the replica whose executor drives the run (decision 0060).
         """
         async with self.db.write() as conn:
             row = (
@@ -291,6 +296,9 @@ class RunStore(LeaseRows, TimelineRows):
             await conn.execute(
                 update(RunRow).where(RunRow.run_id == run_id).values(pending_input_json=json.dumps(queued))
             )
+            if not self.db.is_sqlite:
+                await conn.execute(text("SELECT pg_notify(:ch, :run)"), {"ch": INPUT_CHANNEL, "run": run_id})
+        self.input_watch.pushed(run_id)
         return len(queued)
 
     async def reserve(self, run_id: str, token: int, seq: int, session_seq: int) -> bool:
@@ -357,4 +365,4 @@ class SessionBusy(Exception):
     """The session already has an unfinished run (its id is the argument)."""
 
 
-__all__ = ["EVENTS_CHANNEL", "RunStore", "SessionBusy", "lease_overlaps"]
+__all__ = ["EVENTS_CHANNEL", "INPUT_CHANNEL", "RunStore", "SessionBusy", "lease_overlaps"]

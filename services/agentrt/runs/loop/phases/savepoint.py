@@ -24,6 +24,7 @@ from agentrt.runs.loop.persistence import attach_diagnostics, injected_entry, tu
 from agentrt.runs.loop.phases import disclosure as disclosure_phase
 from agentrt.runs.loop.phases import handoff as handoff_phase
 from agentrt.runs.loop.phases.stopping import STOPPED_OUTPUT
+from agentrt.runs.storage.input_watch import Mark
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb
@@ -36,10 +37,28 @@ AT_FINAL = ("steer", "follow_up")
 class SavePointSteps(ExecutorCore):
     """The save point of a turn (see the module docstring)."""
 
+    #: The run's input queue as last read (with what the InputWatch knew then), less what
+    #: this executor's save points consumed since; None until read or after a failed save.
+    _inbox: tuple[Mark, list[dict[str, Any]]] | None = None
+
     @property
     def agent(self) -> pb.AgentSpec:
         """The snapshot whose turn it is: the entry agent, or the last handoff's target."""
         return handoff_phase.current_agent(self.r.state, self.r.agent)
+
+    async def _pending_input(self) -> list[dict[str, Any]]:
+        """The run's input queue before a batch (decision 0060).
+
+        The queue this executor read, less what its own save points consumed, while the
+        process's InputWatch says no input can have been queued since the read; else read.
+        """
+        watch, run_id = self.deps.store.input_watch, self.r.run_id
+        if self._inbox is not None and watch.unchanged(run_id, self._inbox[0]):
+            return list(self._inbox[1])
+        mark = watch.mark(run_id)
+        inbox = await self.deps.store.pending_input(run_id)
+        self._inbox = (mark, inbox)
+        return inbox
 
     async def _save_turn(
         self,
@@ -67,7 +86,7 @@ class SavePointSteps(ExecutorCore):
         Returns True when injected input that extends a finishing run was consumed.
         """
         r = self.r
-        inbox = await self.deps.store.pending_input(r.run_id)
+        inbox = await self._pending_input()
         queued = [i for i in inbox if i.get("kind") in consume]
         stops = [i for i in inbox if i.get("kind") == STOP_KIND] if stoppable else []
         entries = turn_entries(r.run_id, turn, self.agent.name, response, decision, results)
@@ -126,9 +145,11 @@ class SavePointSteps(ExecutorCore):
             "answers": Answers(),
             "pending": [],
         }
-        await self._save(
-            "turn_persisted", payload, **changes, _drop_inputs=[*consumed, *(str(i["id"]) for i in stops)]
-        )
+        dropped = [*consumed, *(str(i["id"]) for i in stops)]
+        known, self._inbox = self._inbox, None  # a save that fails leaves the queue unknown
+        await self._save("turn_persisted", payload, **changes, _drop_inputs=dropped)
+        if known is not None:
+            self._inbox = (known[0], [i for i in known[1] if str(i["id"]) not in set(dropped)])
         return (
             any(i.get("kind") in ("steer", "follow_up") and i["id"] in consumed for i in queued)
             and decision.kind == DecisionKind.FINAL
