@@ -124,7 +124,7 @@ class Reason(enum.StrEnum):
     TASK_DEPTH_UNKNOWN = "TASK_DEPTH_UNKNOWN"  # FAILED_PRECONDITION: the parent's depth cannot be told
     TASK_NOT_RETRYABLE = "TASK_NOT_RETRYABLE"  # FAILED_PRECONDITION: only a failed task is retried
     TASK_ATTEMPTS_EXHAUSTED = "TASK_ATTEMPTS_EXHAUSTED"  # FAILED_PRECONDITION: the attempt ceiling
-    RETRY_CONFLICT = "RETRY_CONFLICT"  # ABORTED: a concurrent writer moved the task first
+    RETRY_CONFLICT = "RETRY_CONFLICT"  # ABORTED: a concurrent writer moved the task (or run) first
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"  # INVALID_ARGUMENT: same key, another request
     SERVICE_STARTING = "SERVICE_STARTING"  # UNAVAILABLE: the service's start-up sweep has not run yet
 

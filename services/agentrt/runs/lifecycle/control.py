@@ -15,10 +15,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from agentrt.core.errors import Reason, invalid, missing, not_found, precondition
+from agentrt.core.errors import MeshError, Reason, Status, invalid, missing, not_found, precondition
 from agentrt.core.ids import valid_id
 from agentrt.runs.convert.run import STOP_KIND
-from agentrt.runs.domain import Resume, RunRecord, StoredEvent
+from agentrt.runs.domain import Answers, Resume, RunRecord, StoredEvent
 from agentrt.runs.events.build import run_completed, run_ended_events, run_resumed_event, settle_unconsumed
 from agentrt.runs.lifecycle.child_runs import split
 from agentrt.runs.loop.phases.child import PARENT_RUN_ID
@@ -40,6 +40,12 @@ _INJECTION_KINDS = {
 }
 #: How long CancelRun waits for a local run to record its end, in seconds.
 CANCEL_WAIT_S = 30.0
+#: Reads and merges of one ResumeRun's answers when other replicas keep writing the run first.
+ANSWER_ATTEMPTS = 5
+
+
+class _Moved(Exception):
+    """A guarded answer write found the run written since it was read (nothing written)."""
 
 
 class RunControl:
@@ -80,15 +86,18 @@ class RunControl:
         Answers to one run are taken one request at a time in this process: each reads the
         run, merges its answers into those it read and writes them back, so two requests at
         once (two `agentrt reconcile`, two `approve`) would otherwise both be accepted with
-        one's answers lost (an answer that leaves calls waiting is saved under the status
-        guard only). Replicas racing on one run's answers are not serialized by this.
+        one's answers lost. Across replicas each write of the answers is guarded by the
+        run's last save as read (`expect_marker`, decision 0061): a write that finds the run
+        written meanwhile writes nothing, and the answers are read and merged again, so answers
+        to different calls all count and a second answer to one call is INVALID_VALUE.
 
         Raises:
             MeshError: NOT_FOUND/RUN_NOT_FOUND; FAILED_PRECONDITION RUN_FINISHED or
                 RUN_NOT_SUSPENDED; INVALID_ARGUMENT MISSING_FIELD (nothing answered) or
                 INVALID_VALUE (a call that is not pending, answered twice in one request, or
                 already answered by an earlier ResumeRun: an answered call leaves
-                `pending_calls` at once).
+                `pending_calls` at once); ABORTED/RETRY_CONFLICT when other replicas wrote
+                the run first ANSWER_ATTEMPTS times in a row (retry).
         """
         lock, users = self._resuming.get(req.run_id, (asyncio.Lock(), 0))
         self._resuming[req.run_id] = (lock, users + 1)
@@ -124,6 +133,37 @@ class RunControl:
                 return await self.get_run(tenant, req.run_id)
             record, req = await self.get_run(tenant, req.run_id), own
             answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
+        for _ in range(ANSWER_ATTEMPTS):
+            done = await self._answer(tenant, record, req, answers, always)
+            if done is not None:
+                return done
+            # Another replica wrote the run since it was read (its own answers, a cancel):
+            # read it again and merge again; an answer it took for the same call is now
+            # refused (INVALID_VALUE), as on one replica.
+            record = await self.get_run(tenant, req.run_id)
+            if record.status == cpb.RUN_STATUS_SUSPENDED:
+                record = await self.children.refresh(record)
+            if record.finished:
+                raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
+            if record.status != cpb.RUN_STATUS_SUSPENDED:
+                raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
+            answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
+        raise MeshError(
+            Status.ABORTED,
+            Reason.RETRY_CONFLICT,
+            f"run {req.run_id!r} was answered on another replica at the same time; retry",
+            retry_after_seconds=0.1,
+        )
+
+    async def _answer(
+        self, tenant: str, record: RunRecord, req: Resume, answers: Answers, always: set[str]
+    ) -> RunRecord | None:
+        """Write the merged answers of a suspended run as read; continue it when all are in.
+
+        Returns:
+            The run after the write, or None when the run was written since `record` was read
+            (nothing written here; the caller reads it again).
+        """
         waiting = {p.call.call_id for p in record.pending}
         answered = answers.answered()
         # An "always" approval answers the turn's other waiting calls of the same tool too.
@@ -147,21 +187,32 @@ class RunControl:
             # refused by merge_answers (INVALID_VALUE), so a denial cannot be overturned.
             changes["pending"] = [p for p in record.pending if p.call.call_id not in answered]
             done = await self.store.save(
-                record.run_id, changes=changes, expect_status=[cpb.RUN_STATUS_SUSPENDED]
+                record.run_id,
+                changes=changes,
+                expect_status=[cpb.RUN_STATUS_SUSPENDED],
+                expect_marker=record.update_time_s,
             )
             if done is None:
-                raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
+                return None
             await self.children.sync_parent(await self.get_run(tenant, req.run_id))
             return await self.get_run(tenant, req.run_id)
         state = record.with_state(attempts=attempts, suspension_reason=0)
-        await self.wake(record, changes, state, len(answered))
+        try:
+            await self.wake(record, changes, state, len(answered), expect_marker=record.update_time_s)
+        except _Moved:
+            return None
         if record.state.get(PARENT_RUN_ID):
             self.deps.crash("after_child_resumed")  # crash tests: the parent is repaired later
         await self.children.sync_parent(await self.get_run(tenant, req.run_id))
         return await self.get_run(tenant, req.run_id)
 
     async def wake(
-        self, record: RunRecord, changes: dict[str, object], state: dict[str, object], answered: int
+        self,
+        record: RunRecord,
+        changes: dict[str, object],
+        state: dict[str, object],
+        answered: int,
+        expect_marker: float | None = None,
     ) -> None:
         """Continue a suspended run here: one guarded write (SUSPENDED -> RUNNING), then its executor.
 
@@ -170,11 +221,17 @@ class RunControl:
 
         Raises:
             MeshError: FAILED_PRECONDITION/RUN_NOT_SUSPENDED when it changed state meanwhile.
+            _Moved: with `expect_marker`, the run was written since it was read (nothing written).
         """
-        await self.unabandoned(self._wake(record, changes, state, answered))
+        await self.unabandoned(self._wake(record, changes, state, answered, expect_marker))
 
     async def _wake(
-        self, record: RunRecord, changes: dict[str, object], state: dict[str, object], answered: int
+        self,
+        record: RunRecord,
+        changes: dict[str, object],
+        state: dict[str, object],
+        answered: int,
+        expect_marker: float | None,
     ) -> None:
         resumed = run_resumed_event(record, answered)
         self._claiming.add(record.run_id)
@@ -186,7 +243,10 @@ class RunControl:
                 new_events=[resumed],
                 session=(record.tenant, record.session_id),
                 expect_status=[cpb.RUN_STATUS_SUSPENDED],
+                expect_marker=expect_marker,
             )
+            if stored is None and expect_marker is not None:
+                raise _Moved()
             if stored is None:
                 raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {record.run_id!r} is not suspended")
             self.deps.hub.deliver(stored)

@@ -204,6 +204,7 @@ class RunStore(LeaseRows, TimelineRows):
         session: tuple[str, str] | None = None,
         drop_inputs: Sequence[str] = (),
         settle: Callable[[str | None], None] | None = None,
+        expect_marker: float | None = None,
     ) -> list[StoredEvent] | None:
         """The save point: update the run, append log entries, insert events; one transaction.
 
@@ -222,6 +223,10 @@ class RunStore(LeaseRows, TimelineRows):
                 the row's lock, before `events` are written; it may change them in place
                 (a run's end reports the input it leaves undelivered as of its commit).
                 Called again when the transaction is retried.
+            expect_marker: the write happens only while the run's last save is still the one
+                whose mark (`RunRecord.update_time_s`) the caller read: a read-merge-write
+                (ResumeRun's answers) then never overwrites another replica's write made
+                since its read. Checked under the row's lock; one more statement.
 
         Returns:
             The events numbered here (possibly []), or None when a guard failed (nothing written).
@@ -242,6 +247,12 @@ class RunStore(LeaseRows, TimelineRows):
         def transaction(conn: Connection) -> list[StoredEvent]:
             nonlocal reached_commit
             reached_commit = False
+            if expect_marker is not None:
+                mark = select(RunRow.update_time_s).where(RunRow.run_id == run_id)
+                if not self.db.is_sqlite:  # SQLite's write transaction is exclusive already
+                    mark = mark.with_for_update()
+                if conn.execute(mark).scalar() != expect_marker:
+                    raise GuardFailed()
             if self.db.is_sqlite:
                 stored = lite.save(conn, *what, new_events, session, drop_inputs, settle)
             else:
@@ -262,7 +273,8 @@ class RunStore(LeaseRows, TimelineRows):
         # connection, a serialization failure, a deadlock) is retried (runs/storage/save_retry.py);
         # a guard that fails is an answer, never retried.
         attempt: Callable[[], Awaitable[list[StoredEvent]]] = one_call
-        if self.db.is_sqlite or new_events or drop_inputs or not pg.carries(values, run_id, events):
+        slow = new_events or drop_inputs or expect_marker is not None
+        if self.db.is_sqlite or slow or not pg.carries(values, run_id, events):
             attempt = lambda: self.db.write_sync(transaction)  # noqa: E731
         try:
             return await save_with_retries(
