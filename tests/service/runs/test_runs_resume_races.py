@@ -39,37 +39,21 @@ from tests.service.runs.resume_races import (
 pytestmark = pytest.mark.postgres
 
 
-async def test_one_approval_answered_on_two_replicas_at_once_continues_once(start_server, tmp_path, emulator):
+@pytest.mark.parametrize("where", ["one_on_each_replica", "both_on_one_replica"])
+async def test_one_approval_answered_twice_at_once_continues_once(start_server, tmp_path, emulator, where):
     mesh, stub_b = await two_replicas(start_server, tmp_path, emulator)
-    rng = random.Random(1)
+    rng = random.Random(1 if where == "one_on_each_replica" else 2)
     for i in range(ROUNDS):
+        if where == "one_on_each_replica":
+            stubs = [mesh.runs, stub_b]
+        else:
+            stubs = [mesh.runs if i % 2 else stub_b] * 2
         outcomes, final = await race_round(
             mesh,
             [mesh.runs, stub_b],
             rng,
             i,
-            lambda s, r: [
-                approve(stub, s.run_id, r.pending_calls[0].call.call_id) for stub in (mesh.runs, stub_b)
-            ],
-        )
-        answers = sorted(check_answer(o) for o in outcomes)
-        assert answers[0] in LOSER_REASONS and answers[1] == "ok", (i, answers)
-        assert final.status == cpb.RUN_STATUS_COMPLETED, (i, final.failure)
-
-
-async def test_one_approval_answered_twice_at_once_on_one_replica_continues_once(
-    start_server, tmp_path, emulator
-):
-    mesh, stub_b = await two_replicas(start_server, tmp_path, emulator)
-    rng = random.Random(2)
-    for i in range(ROUNDS):
-        stub = mesh.runs if i % 2 else stub_b
-        outcomes, final = await race_round(
-            mesh,
-            [mesh.runs, stub_b],
-            rng,
-            i,
-            lambda s, r: [approve(stub, s.run_id, r.pending_calls[0].call.call_id)] * 2,  # noqa: B023
+            lambda s, r: [approve(stub, s.run_id, r.pending_calls[0].call.call_id) for stub in stubs],  # noqa: B023
         )
         answers = sorted(check_answer(o) for o in outcomes)
         assert answers[0] in LOSER_REASONS and answers[1] == "ok", (i, answers)
