@@ -24,7 +24,7 @@ from agentrt.runs.storage.store import INPUT_CHANNEL
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from tests.emulators.providers import Reply, ToolCallReply
-from tests.service.runs.harness import WAIT_S, agent, start_mesh, start_replica
+from tests.service.runs.harness import PG_ENV, WAIT_S, agent, start_mesh, start_replica
 
 
 def _store(server: object):
@@ -79,7 +79,12 @@ async def test_batches_read_the_queue_once_while_no_input_arrives(
     assert reads == [started.run_id, started.run_id]
 
 
-async def test_on_sqlite_every_batch_reads_the_queue(mesh, monkeypatch, trust_long):
+async def test_on_sqlite_every_batch_reads_the_queue(
+    start_server, tmp_path, emulator, monkeypatch, trust_long
+):
+    monkeypatch.delenv(PG_ENV, raising=False)  # CI runs this directory's meshes on PostgreSQL too
+    mesh = await start_mesh(start_server, tmp_path, emulator)
+    assert _store(mesh.runs_server).db.is_sqlite
     reads = _count_reads(_store(mesh.runs_server), monkeypatch)
     mesh.emu.script(_tool_turns(3))
     started = await mesh.runs.StartRun(pb.StartRunRequest(agent=agent(), input="go"))
