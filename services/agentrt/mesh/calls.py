@@ -13,8 +13,9 @@ keeps one stream per run and sends each call as a request that opens with a `Cal
   MeshInterceptor for the stream) and a deadline from `header.timeout` (a call past it is
   cancelled, as an RPC past its deadline is, and answered DEADLINE_EXCEEDED);
 - a call's messages are what its unary or server-streaming RPC would send, then nothing; a
-  failure is one `CallError` message built from the MeshError the handler raised (anything
-  else: INTERNAL, logged), exactly the status and ErrorInfo the RPC would have ended with;
+  failure is one `CallError` message built from the MeshError the handler raised (a
+  transient database failure: UNAVAILABLE; anything else: INTERNAL, logged), exactly the
+  status and ErrorInfo the RPC would have ended with;
 - a request with `header.cancel` cancels that call's handler (as a cancelled RPC: no
   further message); an id of 0 is refused INVALID_ARGUMENT (a CallError tagged 0); an id
   already in flight ends the whole stream INVALID_ARGUMENT/INVALID_ID (a refusal tagged with
@@ -42,6 +43,7 @@ import grpc
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.status import call_error
 from agentrt.mesh.telemetry.rpc import InnerOutcome, inner_call
+from agentrt.mesh.transient import database_unavailable
 from agentrt.v1 import common_pb2 as cpb
 
 log = logging.getLogger("agentrt.mesh")
@@ -121,9 +123,12 @@ async def _run_call(
     except asyncio.CancelledError:
         outcome.cancelled()
         return None
-    except Exception:  # noqa: BLE001 - a server never dies of a request
-        log.exception("unhandled error in %s/%s", how.service, how.method)
-        failed = MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error")
+    except Exception as exc:  # noqa: BLE001 - a server never dies of a request
+        if (unavailable := database_unavailable(exc)) is not None:
+            failed = unavailable
+        else:
+            log.exception("unhandled error in %s/%s", how.service, how.method)
+            failed = MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error")
     outcome.fail(failed)
     return failed
 

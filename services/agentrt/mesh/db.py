@@ -237,8 +237,9 @@ class Database:
         connection wrapper and its isolation-level switch on the way in and out (about 70 µs
         of CPU per statement against 145, decision 0059). Outside any transaction, as asyncpg
         runs a statement it is given: each commits alone. The same pool and the same
-        checkout guard (mesh/pg_pool.py); a connection the driver found closed on the way
-        is dropped, not returned (decision 0044).
+        checkout guard (mesh/pg_pool.py); a connection the driver found closed on the way,
+        or one whose statement failed for any reason but the server's answer (a cut, the
+        driver's own state error, a cancellation), is dropped, not returned (decision 0044).
 
         Raises:
             RuntimeError: on SQLite.
@@ -246,10 +247,17 @@ class Database:
         if self._write_lock is not None:
             raise RuntimeError("driver() is for PostgreSQL; SQLite writes go through write()")
         pooled = await self._write_engine.raw_connection()
+        broken = False
         try:
             yield pooled.driver_connection
+        except BaseException as exc:
+            # Anything but the server's answer to a statement (a constraint, a bad value)
+            # may leave the driver mid-protocol: a lost or cut connection, the driver's own
+            # state error after one ("another operation is in progress"), a cancellation.
+            broken = not pg_pool.server_answered(exc)
+            raise
         finally:
-            if pg_pool.driver_closed(pooled.dbapi_connection):
+            if broken or pg_pool.driver_closed(pooled.dbapi_connection):
                 await greenlet_spawn(pooled.invalidate)
             else:
                 await greenlet_spawn(pooled.close)

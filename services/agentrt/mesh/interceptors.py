@@ -32,6 +32,7 @@ from agentrt.core.errors import MeshError, Reason, Status, invalid
 from agentrt.mesh.context import DEFAULT_TENANT, TENANT_HEADER, reset_tenant, set_tenant, valid_tenant
 from agentrt.mesh.security import ANY_TENANT, TokenTable, identify
 from agentrt.mesh.status import to_grpc_status
+from agentrt.mesh.transient import database_unavailable
 
 log = logging.getLogger("agentrt.mesh")
 
@@ -263,12 +264,16 @@ async def _answered(outcome: Awaitable[Any], context: grpc.aio.ServicerContext, 
 def _failure_of(exc: Exception, method: str) -> MeshError:
     """Return the status a handler's exception ends its call with.
 
-    A MeshError as raised; a method the servicer does not implement UNIMPLEMENTED; anything
-    else INTERNAL (logged, with the traceback of the exception being handled).
+    A MeshError as raised; a method the servicer does not implement UNIMPLEMENTED; a transient
+    database failure UNAVAILABLE (mesh/transient.py `database_unavailable`); anything else
+    INTERNAL (logged, with the traceback of the exception being handled).
     """
     if isinstance(exc, MeshError):
         return exc
     if isinstance(exc, NotImplementedError):
         return _NOT_SERVED
+    if (unavailable := database_unavailable(exc)) is not None:
+        log.warning("%s: %s", method, unavailable.message)
+        return unavailable
     log.exception("unhandled error in %s", method)
     return MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error")

@@ -50,6 +50,20 @@ def driver_closed(dbapi_connection: Any) -> bool:
     return bool(is_closed()) if callable(is_closed) else False
 
 
+def server_answered(exc: BaseException) -> bool:
+    """Whether exc is the server's answer to a statement, after which the connection is fine.
+
+    True for asyncpg's PostgresError with a SQLSTATE (a constraint, a bad value); False for a
+    connection's failure, the driver's own state error or a cancellation, after which the
+    connection may be mid-protocol, and for the server ending the session (SQLSTATE 08,
+    57P01..57P03).
+    """
+    code = getattr(exc, "sqlstate", None)
+    if not isinstance(code, str) or not code:
+        return False
+    return not (code.startswith("08") or code in ("57P01", "57P02", "57P03"))
+
+
 def guard_checkout(engine: Engine) -> None:
     """Replace a pooled connection at checkout when it is closed, or idle and dead.
 

@@ -28,12 +28,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from agentrt.core.errors import MeshError, Reason, Status
+
 log = logging.getLogger("agentrt.mesh.db")
 
 T = TypeVar("T")
 
 #: SQLSTATEs worth running the transaction again for (see the module docstring).
 _SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300"})
+#: asyncpg's errors for a connection lost under a statement. InternalClientError ("cannot
+#: switch to state ...; another operation is in progress") is what its protocol raises when
+#: the server ends the session while a statement is being prepared.
+_DRIVER_LOST = ("ConnectionDoesNotExistError", "ConnectionFailureError", "InternalClientError")
 #: Messages of driver errors that say the connection is gone (asyncpg's, psycopg's).
 _GONE = ("connection is closed", "connection was closed", "server closed the connection")
 #: Messages of driver errors that carry no SQLSTATE but mean the transaction may succeed again.
@@ -95,7 +101,7 @@ def is_transient(exc: BaseException) -> bool:
     for e in chain:
         if isinstance(e, (ConnectionError, TimeoutError)):
             return True
-        if type(e).__name__ in ("ConnectionDoesNotExistError", "ConnectionFailureError"):
+        if type(e).__name__ in _DRIVER_LOST:
             return True
         if any(m in str(e).lower() for m in _LOST):
             return True
@@ -108,7 +114,9 @@ def connection_lost(exc: BaseException) -> bool:
     SQLAlchemy's `connection_invalidated` (its dialect recognised a disconnect), a SQLSTATE
     of class 08 or 57P01..57P03 (the server ended the session), or in the cause chain a
     socket error, asyncpg's ConnectionDoesNotExistError, or a driver's "connection is
-    closed". A serialization failure or a deadlock is not (mesh/transient.py retries those).
+    closed", or asyncpg's InternalClientError (its protocol's state error when the server ends
+    the session mid-statement). A serialization failure or a deadlock is not (mesh/transient.py
+    retries those).
     """
     if getattr(exc, "connection_invalidated", False):
         return True
@@ -119,12 +127,30 @@ def connection_lost(exc: BaseException) -> bool:
         code = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
         if isinstance(code, str) and (code.startswith("08") or code in ("57P01", "57P02", "57P03")):
             return True
-        if isinstance(err, ConnectionError) or type(err).__name__ == "ConnectionDoesNotExistError":
+        if isinstance(err, ConnectionError) or type(err).__name__ in _DRIVER_LOST:
             return True
         if any(m in str(err).lower() for m in _GONE):
             return True
         err = getattr(err, "orig", None) or err.__cause__
     return False
+
+
+def database_unavailable(exc: BaseException) -> MeshError | None:
+    """The answer for a transient database failure that reached a handler's edge, else None.
+
+    A driver's or SQLAlchemy's error that `is_transient` (a lost connection, the server
+    ending the session, no connection slot, a lock timeout) is UNAVAILABLE/DEPENDENCY_UNAVAILABLE
+    with a retry hint, not INTERNAL: nothing is wrong with the request, and the clients'
+    channels re-send only idempotent methods on UNAVAILABLE (client/channels.py).
+    """
+    if not type(exc).__module__.startswith(("asyncpg", "sqlalchemy", "sqlite3")) or not is_transient(exc):
+        return None
+    return MeshError(
+        Status.UNAVAILABLE,
+        Reason.DEPENDENCY_UNAVAILABLE,
+        f"the database is unavailable ({type(exc).__name__}); retry",
+        retry_after_seconds=1.0,
+    )
 
 
 async def retry_transient(

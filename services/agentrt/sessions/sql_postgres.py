@@ -53,11 +53,13 @@ _APPEND = (
 
 
 #: The driver's failures that say the database cannot be reached or is going away now: a
-#: closed or broken connection (asyncpg's InterfaceError, ConnectionDoesNotExistError), a
-#: connection exception (SQLSTATE class 08), an administrator's shutdown or a crash (57P),
+#: closed or broken connection (asyncpg's InterfaceError, ConnectionDoesNotExistError, and
+#: InternalClientError: its protocol's state error when the server ends the session
+#: mid-statement), a connection exception (SQLSTATE class 08), an administrator's shutdown or a crash (57P),
 #: no connection slot (53300), a socket error.
 UNAVAILABLE = (
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,
     asyncpg.OperatorInterventionError,
     asyncpg.TooManyConnectionsError,

@@ -184,7 +184,7 @@ def test_the_watch_trusts_a_mark_only_while_nothing_can_have_been_missed():
     assert not watch.unchanged("other", untracked)  # no executor here: nothing is counted
     watch.pushed("other")  # another run's push changes nothing for r
     assert watch.unchanged("r", mark)
-    now[0] += input_watch.TRUST_S
+    now[0] += input_watch.TRUST_S + 0.001
     assert not watch.unchanged("r", mark)  # too old: a lost notification is bounded
     mark = watch.mark("r")
     watch.pushed("r")
