@@ -29,11 +29,9 @@ async def test_three_answers_split_over_replicas_with_a_stop_or_cancel(
     start_server, tmp_path, emulator, extra
 ):
     mesh, stub_b = await two_replicas(start_server, tmp_path, emulator)
-    rng = random.Random(21)
-    problems = []
+    rng, problems = random.Random(21), []
     for i in range(ROUNDS):
-        workspace = os.path.join(mesh.work, f"r{i}")
-        started, run = await suspended_run(mesh, workspace, calls=3)
+        started, run = await suspended_run(mesh, workspace := os.path.join(mesh.work, f"r{i}"), calls=3)
         ids = [p.call.call_id for p in run.pending_calls]
         approved = [True, False, True]
         stubs = [mesh.runs, stub_b, stub_b]
