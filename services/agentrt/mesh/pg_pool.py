@@ -59,9 +59,7 @@ def server_answered(exc: BaseException) -> bool:
     57P01..57P03).
     """
     code = getattr(exc, "sqlstate", None)
-    if not isinstance(code, str) or not code:
-        return False
-    return not (code.startswith("08") or code in ("57P01", "57P02", "57P03"))
+    return isinstance(code, str) and bool(code) and not connection_lost(exc)
 
 
 def guard_checkout(engine: Engine) -> None:

@@ -111,14 +111,19 @@ class RunControl:
             else:
                 self._resuming[req.run_id] = (lock, users - 1)
 
-    async def _resume(self, tenant: str, req: Resume) -> RunRecord:
-        record = await self.get_run(tenant, req.run_id)
+    async def _suspended(self, tenant: str, run_id: str) -> RunRecord:
+        """The run as it is now, which must be suspended (FAILED_PRECONDITION otherwise)."""
+        record = await self.get_run(tenant, run_id)
         if record.status == cpb.RUN_STATUS_SUSPENDED:
             record = await self.children.refresh(record)  # a child answered on its own meanwhile
         if record.finished:
-            raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
+            raise precondition(Reason.RUN_FINISHED, f"run {run_id!r} has finished")
         if record.status != cpb.RUN_STATUS_SUSPENDED:
-            raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
+            raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {run_id!r} is not suspended")
+        return record
+
+    async def _resume(self, tenant: str, req: Resume) -> RunRecord:
+        record = await self._suspended(tenant, req.run_id)
         if not req.decisions and not req.results and not req.reconciliations:
             raise missing("decisions, results or reconciliations")
         check_answers(req)
@@ -140,13 +145,7 @@ class RunControl:
             # Another replica wrote the run since it was read (its own answers, a cancel):
             # read it again and merge again; an answer it took for the same call is now
             # refused (INVALID_VALUE), as on one replica.
-            record = await self.get_run(tenant, req.run_id)
-            if record.status == cpb.RUN_STATUS_SUSPENDED:
-                record = await self.children.refresh(record)
-            if record.finished:
-                raise precondition(Reason.RUN_FINISHED, f"run {req.run_id!r} has finished")
-            if record.status != cpb.RUN_STATUS_SUSPENDED:
-                raise precondition(Reason.RUN_NOT_SUSPENDED, f"run {req.run_id!r} is not suspended")
+            record = await self._suspended(tenant, req.run_id)
             answers, always = merge_answers(record.pending, record.answers, record.always_approved, req)
         raise MeshError(
             Status.ABORTED,

@@ -149,7 +149,8 @@ class SavePointSteps(ExecutorCore):
         known, self._inbox = self._inbox, None  # a save that fails leaves the queue unknown
         await self._save("turn_persisted", payload, **changes, _drop_inputs=dropped)
         if known is not None:
-            self._inbox = (known[0], [i for i in known[1] if str(i["id"]) not in set(dropped)])
+            gone = set(dropped)
+            self._inbox = (known[0], [i for i in known[1] if str(i["id"]) not in gone])
         return (
             any(i.get("kind") in ("steer", "follow_up") and i["id"] in consumed for i in queued)
             and decision.kind == DecisionKind.FINAL
