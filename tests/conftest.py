@@ -50,6 +50,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return SuiteScheduling(config, log)  # type: ignore[arg-type]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the meshes' metrics endpoints ports from tests/ports.py's band.
+
+    `start_mesh` (agentrt/cli/up.py) picks a free port per service for its metrics with
+    `agentrt.cli.ports.free_ports`, which asks the OS for an ephemeral port: the child binds
+    it about a second later, by which time an outgoing connection of this suite may hold it
+    (exit 98). Within the tests, that choice comes from the band the tests' own ports come from.
+    """
+    import agentrt.cli.ports
+    from tests import ports
+
+    agentrt.cli.ports.free_ports = ports.free_ports
+
+
 @pytest.fixture(scope="session")
 def _one_ca_bundle(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A CA file with the first certificate of the system bundle ("" when there is none)."""

@@ -28,13 +28,13 @@ import grpc
 from e2e_helpers import NO_LOCAL_MODEL, STATE_TIMEOUT, free_port_map
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.ports import free_ports
 from agentrt.cli.up import Mesh, start_mesh
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import session_service_pb2_grpc as spb_grpc
 from tests.emulators.providers import ProviderEmulator
+from tests.ports import free_ports
 from tests.stores import PG_DATABASE, PG_HOST
 
 #: The run lease of the crash tests' replicas, in seconds (a dead owner's runs are taken

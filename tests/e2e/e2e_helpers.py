@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import subprocess
 import sys
 import time
@@ -14,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentrt.cli.ports import free_ports, port_taken
 from agentrt.cli.serve import SERVICES
+from tests import ports
+from tests.ports import free_ports
 
 T = TypeVar("T")
 
@@ -35,12 +35,8 @@ def free_port_map(host: str = "127.0.0.1") -> dict[str, int]:
 
 
 def free_base_port(host: str = "127.0.0.1") -> int:
-    """Return a base port such that base..base+4 are all free right now."""
-    for _ in range(200):
-        base = random.randint(20000, 40000)
-        if not any(port_taken(host, base + i) for i in range(len(SERVICES))):
-            return base
-    raise RuntimeError("no five consecutive free ports found")
+    """Return a base port such that base..base+4 are all free right now (tests/ports.py)."""
+    return ports.free_base_port(len(SERVICES), host)
 
 
 def wait_for(predicate: Callable[[], T | None], what: str, timeout: float = STATE_TIMEOUT) -> T:

@@ -29,8 +29,9 @@ from chaos_helpers import create_databases, drop_databases, wait_serving
 from dnslib import QTYPE, RR, A
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
-from agentrt.cli.ports import free_ports, port_taken
+from agentrt.cli.ports import port_taken
 from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
+from tests.ports import free_ports
 from tests.stores import PG_DATABASE, PG_HOST
 
 ZONE = "agentrt.test"

@@ -22,7 +22,6 @@ import pytest
 from e2e_helpers import STATE_TIMEOUT, agentrt, output_of
 from rich.console import Console
 
-from agentrt.cli.ports import free_ports
 from agentrt.cli.run import build_agent, follow_run, terminal_approver
 from agentrt.client.channels import MeshClient
 from agentrt.v1 import common_pb2 as cpb
@@ -31,6 +30,7 @@ from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import session_service_pb2_grpc as spb_grpc
 from tests.emulators.providers import ErrorReply, Reply, ToolCallReply
+from tests.ports import free_ports
 
 pytestmark = pytest.mark.slow
 

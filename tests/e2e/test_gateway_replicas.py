@@ -30,12 +30,12 @@ import pytest
 from e2e_helpers import wait_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.ports import free_ports
 from agentrt.mesh.status import details_of
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
 from tests.needs import unavailable
+from tests.ports import free_ports
 from tests.stores import PG_URL, REDIS_URL
 
 pytestmark = pytest.mark.slow

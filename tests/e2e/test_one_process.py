@@ -52,7 +52,6 @@ from one_process_helpers import (
 )
 from shared_meshes import run_async
 
-from agentrt.cli.ports import free_ports
 from agentrt.cli.serve import SERVICES
 from agentrt.cli.up import PortTakenError, start_mesh
 from agentrt.runs.loop.deps import CRASH_POINTS
@@ -61,6 +60,7 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from tests.emulators.providers import ProviderEmulator, Reply, ToolCallReply
 from tests.needs import unavailable
+from tests.ports import free_ports
 from tests.stores import pg_reachable
 
 pytestmark = pytest.mark.slow

@@ -21,9 +21,9 @@ from e2e_helpers import (
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.ports import free_ports
 from agentrt.cli.serve import SERVICES
 from agentrt.cli.up import MeshStartError, PortTakenError, start_mesh
+from tests.ports import free_ports
 
 pytestmark = pytest.mark.slow
 

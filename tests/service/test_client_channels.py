@@ -135,7 +135,7 @@ async def test_wait_for_ready_waits_for_a_replica_that_comes_up(start_server, tm
     """With wait_for_ready a call sent before any replica listens is served once one does."""
     import asyncio
 
-    from agentrt.cli.ports import free_ports
+    from tests.ports import free_ports
 
     port = free_ports(1)[0]
     config = SessionsConfig(server=ServerConfig(port=port, db_url=sqlite_url(str(tmp_path), "s")))

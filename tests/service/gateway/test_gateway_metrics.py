@@ -21,14 +21,9 @@ from agentrt.mesh.server import PortInUseError
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
 from tests.emulators.providers import ErrorReply, Reply
+from tests.ports import free_port
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _scrape_text(port: int) -> str:
@@ -63,7 +58,7 @@ def tokens(samples: Samples, tenant: str, provider: str, model: str) -> tuple[fl
 @pytest.fixture
 async def served(start_server, emu):
     """A gateway serving /metrics on a port of its own; yields (stub, metrics port)."""
-    port = _free_port()
+    port = free_port()
     address = await start_server(build_server(emulator_config(emu, metrics_port=port)))
     async with grpc.aio.insecure_channel(address) as channel:
         yield pb_grpc.ModelGatewayServiceStub(channel), port
@@ -233,7 +228,7 @@ async def test_stream_failures_and_cancellations_are_counted(served, emu):
 
 
 async def test_two_gateways_in_one_process_keep_separate_counts(start_server, emu):
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     addresses = [await start_server(build_server(emulator_config(emu, metrics_port=p))) for p in ports]
     emu.script([Reply(text="only one", input_tokens=9)])
     async with grpc.aio.insecure_channel(addresses[0]) as channel:
@@ -262,7 +257,7 @@ async def test_metrics_endpoint_is_off_by_default_and_a_taken_port_is_refused(st
 
 
 async def test_the_endpoint_stops_with_the_server(start_server, emu):
-    port = _free_port()
+    port = free_port()
     server = build_server(emulator_config(emu, metrics_port=port))
     await start_server(server)
     assert "# TYPE agentrt_gateway_requests_total counter" in await asyncio.to_thread(_scrape_text, port)
@@ -309,7 +304,7 @@ async def test_limiter_budget_is_exposed_as_gauges(served, emu):
 
 async def test_limiter_gauges_age_out_and_name_tenants_like_the_other_metrics(start_server, emu):
     """Per-tenant budgets are labelled with the charged tenant; usage leaves with its window."""
-    port = _free_port()
+    port = free_port()
     limiter = replace(
         GatewayConfig().limiter, per_tenant=True, window_seconds=0.5, guard_seconds=0.0, cooldown_seconds=0.0
     )

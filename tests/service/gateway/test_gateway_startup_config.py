@@ -11,23 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 pytestmark = pytest.mark.slow
 
 #: Generous: a process that does not exit by then is a failure (it should exit at start).
 EXIT_TIMEOUT = 60
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def serve_gateway(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """Run `agentrt serve gateway` on a free port with env (and no local model) until it exits."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRT_", "OPENAI_", "ANTHROPIC_"))}
     base.update(AGENTRT_LOCAL_MODEL_PATH="/nonexistent", AGENTRT_STATE_DIR=str(tmp_path))
-    port = str(_free_port())
+    port = str(free_port())
     return subprocess.run(
         [sys.executable, "-m", "agentrt.cli.main", "serve", "gateway", "--port", port],
         env={**base, **env},

@@ -34,6 +34,7 @@ from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server as build_sessions
 from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import session_service_pb2_grpc as spb_grpc
+from tests.ports import free_port
 from tests.tracing import recorded
 
 SERVICE = "test.v1.EchoService"
@@ -79,12 +80,6 @@ def echo_binding(peer: list[grpc.aio.Channel] | None = None) -> ServiceBinding:
         },
     )
     return ServiceBinding(SERVICE, lambda server: server.add_generic_rpc_handlers([handlers]))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -230,7 +225,7 @@ async def test_a_stream_left_early_ends_its_client_span_at_the_cancel(start_serv
 
 async def test_health_is_counted_but_never_traced(start_server):
     with recorded() as rec:
-        port = _free_port()
+        port = free_port()
         address = await start_server(MeshServer(ServerConfig(port=0, metrics_port=port), [echo_binding()]))
         channel = open_channel(address)
         try:
@@ -245,7 +240,7 @@ async def test_health_is_counted_but_never_traced(start_server):
 
 
 async def test_metrics_count_calls_by_method_and_code_with_durations(start_server):
-    port = _free_port()
+    port = free_port()
     server = MeshServer(ServerConfig(port=0, metrics_port=port), [echo_binding()])
     address = await start_server(server)
     assert server.metrics_port == port

@@ -12,7 +12,6 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tls_certs import CertificateAuthority
 
-from agentrt.cli.ports import free_ports
 from agentrt.client.channels import MeshClient, open_channel
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.db import sqlite_url
@@ -22,6 +21,7 @@ from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
+from tests.ports import free_ports
 
 
 @pytest.fixture

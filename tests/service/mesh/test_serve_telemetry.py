@@ -17,15 +17,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.ports import free_port
+
 pytestmark = pytest.mark.slow
 
 EXIT_TIMEOUT = 60
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -36,7 +32,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def _serve(tmp_path: Path, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run `agentrt serve sessions` until it exits (it should, at start)."""
     return subprocess.run(
-        [sys.executable, "-m", "agentrt.cli.main", "serve", "sessions", "--port", str(_free_port()), *flags],
+        [sys.executable, "-m", "agentrt.cli.main", "serve", "sessions", "--port", str(free_port()), *flags],
         env=_env(tmp_path, **env),
         cwd=tmp_path,
         stdin=subprocess.DEVNULL,
@@ -84,7 +80,7 @@ def test_a_bad_event_loop_flag_is_a_usage_error(tmp_path):
 
 def test_the_tools_service_refuses_uvloop(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "agentrt.cli.main", "serve", "tools", "--port", str(_free_port())]
+        [sys.executable, "-m", "agentrt.cli.main", "serve", "tools", "--port", str(free_port())]
         + ["--event-loop", "uvloop"],
         env=_env(tmp_path),
         cwd=tmp_path,
@@ -100,7 +96,7 @@ def test_the_tools_service_refuses_uvloop(tmp_path):
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_metrics_port_and_json_logs_from_the_flags(tmp_path, loop):
     # Serves, answers and drains on either event loop (uvloop is the default: no flag).
-    port, metrics = _free_port(), _free_port()
+    port, metrics = free_port(), free_port()
     log_path = tmp_path / "sessions.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

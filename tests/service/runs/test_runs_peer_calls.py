@@ -10,7 +10,6 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from agentrt.cli.ports import free_ports
 from agentrt.client.channels import MeshClient
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.runs.peers.client import MODEL_CALL_TIMEOUT_S, Peers
@@ -18,6 +17,7 @@ from agentrt.v1 import gateway_service_pb2 as gpb
 from agentrt.v1 import gateway_service_pb2_grpc as gpb_grpc
 from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import session_service_pb2_grpc as spb_grpc
+from tests.ports import free_ports
 
 
 class Going(gpb_grpc.ModelGatewayServiceServicer, spb_grpc.SessionServiceServicer):

@@ -28,7 +28,6 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.ports import free_ports
 from agentrt.core.decide import mint_call_id
 from agentrt.mesh.db import Database, sqlite_url
 from agentrt.runs.storage.leases import lease_overlaps
@@ -39,6 +38,7 @@ from agentrt.v1 import run_service_pb2_grpc as pb_grpc
 from agentrt.v1 import tool_service_pb2 as tpb
 from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
 from tests.emulators.providers import Reply, ToolCallReply
+from tests.ports import free_ports
 from tests.service.runs import harness
 from tests.service.runs.harness import Mesh, agent, start_mesh
 from tests.service.runs.test_runs_takeover import until

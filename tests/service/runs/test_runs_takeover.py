@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 
 import grpc
 
@@ -19,6 +18,7 @@ from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2 as tpb
 from agentrt.v1 import tool_service_pb2_grpc as tpb_grpc
 from tests.emulators.providers import Reply, ToolCallReply
+from tests.ports import free_port
 from tests.service.runs.harness import WAIT_S, agent, start_mesh, start_replica
 
 
@@ -99,12 +99,6 @@ async def test_takeover_continues_from_the_log(start_server, tmp_path, emulator)
     assert [kind for _, kind, _ in log].count("tools_started") == 2  # a's, then b's re-send
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def _take_over_with_tools_down(start_server, tmp_path, emulator, **runs_kw):
     """Replica a dies while a tool runs; replica b takes over with its tool service not up."""
     mesh = await start_mesh(start_server, tmp_path, emulator, lease_seconds=0.6, replica_id="replica-a")
@@ -121,7 +115,7 @@ async def _take_over_with_tools_down(start_server, tmp_path, emulator, **runs_kw
 
     await until(tool_running, "the tool call to be running in the tool service")
     crash(mesh.runs_server)
-    port = _free_port()
+    port = free_port()
     replica_b, stub = await start_replica(mesh, start_server, tools_address=f"127.0.0.1:{port}", **runs_kw)
     return mesh, started, replica_b, stub, port
 

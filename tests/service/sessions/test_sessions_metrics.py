@@ -6,7 +6,6 @@ The production server on SQLite, its /metrics scraped over HTTP after real calls
 from __future__ import annotations
 
 import asyncio
-import socket
 import urllib.request
 
 import grpc
@@ -21,12 +20,7 @@ from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port
 
 
 def _scrape(port: int) -> dict[tuple[str, frozenset], float]:
@@ -40,7 +34,7 @@ def _scrape(port: int) -> dict[tuple[str, frozenset], float]:
 
 
 async def test_appends_are_counted_by_outcome_and_watchers_while_open(start_server, tmp_path):
-    port = _free_port()
+    port = free_port()
     config = SessionsConfig(
         server=ServerConfig(port=0, db_url=sqlite_url(str(tmp_path), "s"), metrics_port=port)
     )

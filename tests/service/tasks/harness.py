@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -35,6 +34,7 @@ from agentrt.v1 import session_service_pb2 as spb
 from agentrt.v1 import task_service_pb2 as pb
 from agentrt.v1 import task_service_pb2_grpc as pb_grpc
 from tests.needs import unavailable
+from tests.ports import free_port
 from tests.service.runs.harness import WAIT_S, Mesh, agent, start_mesh
 from tests.stores import PG_URL, pg_reachable
 
@@ -254,13 +254,6 @@ def crash(server: TaskServer) -> None:
             task.cancel()
     for _, watcher in list(attempts._watchers.values()):
         watcher.cancel()
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (for a server whose address a peer needs first)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def replace_config(config: TasksConfig, **kw: Any) -> TasksConfig:

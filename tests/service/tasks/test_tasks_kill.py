@@ -25,7 +25,6 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.ports import free_ports
 from agentrt.mesh.db import Database
 from agentrt.tasks.storage.store import TaskStore
 from agentrt.v1 import common_pb2 as cpb
@@ -33,6 +32,7 @@ from agentrt.v1 import run_service_pb2 as rpb
 from agentrt.v1 import task_service_pb2 as pb
 from agentrt.v1 import task_service_pb2_grpc as pb_grpc
 from tests.emulators.providers import Reply, ToolCallReply
+from tests.ports import free_ports
 from tests.service.runs.harness import start_mesh
 from tests.service.tasks.harness import TaskMesh, tasks_db_url, until
 

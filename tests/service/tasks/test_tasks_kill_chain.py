@@ -16,11 +16,11 @@ from __future__ import annotations
 import pytest
 from test_tasks_kill import TaskProcess, _notes
 
-from agentrt.cli.ports import free_ports
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as rpb
 from agentrt.v1 import task_service_pb2 as pb
 from tests.emulators.providers import Reply
+from tests.ports import free_ports
 from tests.service.runs.harness import start_mesh
 from tests.service.tasks.harness import TaskMesh, tasks_db_url, until
 

@@ -8,7 +8,6 @@ over HTTP.
 from __future__ import annotations
 
 import asyncio
-import socket
 import urllib.request
 from dataclasses import replace
 
@@ -21,13 +20,8 @@ from tools_helpers import ToolsEnv, make_config
 from agentrt.tools.server import build_server
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
+from tests.ports import free_port
 from tests.tracing import recorded
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _scrape(port: int) -> dict[tuple[str, frozenset], float]:
@@ -43,7 +37,7 @@ def _scrape(port: int) -> dict[tuple[str, frozenset], float]:
 @pytest.fixture
 async def served(start_server, tmp_path):
     config = make_config(tmp_path)
-    port = _free_port()
+    port = free_port()
     config = replace(config, server=replace(config.server, metrics_port=port))
     address = await start_server(build_server(config))
     async with grpc.aio.insecure_channel(address) as channel:

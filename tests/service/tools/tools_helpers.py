@@ -17,12 +17,12 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.cli.ports import free_ports
 from agentrt.mesh.config import ServerConfig
 from agentrt.tools.config import ToolsConfig
 from agentrt.v1 import common_pb2
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
+from tests.ports import free_ports
 from tests.stores import PG_URL, pg_reachable  # noqa: F401 - re-exported to the suite
 
 

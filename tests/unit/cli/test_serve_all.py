@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from agentrt.cli.main import build_parser
-from agentrt.cli.ports import free_ports, port_taken
+from agentrt.cli.ports import port_taken
 from agentrt.cli.serve import EXIT_PORT_TAKEN, EXIT_USAGE, SERVICES, build_config
 from agentrt.cli.serve_all import build_configs, run_serve_all
+from tests.ports import free_ports
 from tests.unit.cli.serve_process import serve_to_end
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.cli.ports import free_ports, port_taken
+from agentrt.cli.ports import port_taken
 from agentrt.cli.serve import SERVICES
+from tests.ports import free_ports
 from tests.unit.cli.serve_process import serve_to_end
 
 
