@@ -21,8 +21,14 @@ keeps one stream per run and sends each call as a request that opens with a `Cal
   already in flight ends the whole stream INVALID_ARGUMENT/INVALID_ID (a refusal tagged with
   it would be a second final message of the live call; every call in flight is cancelled);
 - the stream ends OK once the caller half-closed and every call has answered; when the
-  stream itself ends (the caller went away, the server stops) every call in flight is
-  cancelled, as each RPC would have been;
+  stream itself ends (the caller went away, the server's drain ran out) every call in
+  flight is cancelled, as each RPC would have been;
+- when the server begins its drain (`agentrt.mesh.context.server_stopping`), the stream
+  reads no further call and ends OK as soon as the calls it took have answered: a call
+  is either answered in full or never begins here, so the caller (who sees the stream end
+  below a call it sent: `StreamBroken`) may send it again to another replica. Without
+  this, a stream left open by its caller would run calls to the end of the drain and
+  have the last ones cancelled mid-way (a tool call whose outcome nobody knows);
 - each call is counted and traced like an RPC of its own method (`mesh.telemetry.rpc`:
   `inner_call`), its span a child of `header.traceparent`.
 
@@ -41,6 +47,7 @@ from typing import Any
 import grpc
 
 from agentrt.core.errors import MeshError, Reason, Status
+from agentrt.mesh.context import server_stopping
 from agentrt.mesh.status import call_error
 from agentrt.mesh.telemetry.rpc import InnerOutcome, inner_call
 from agentrt.mesh.transient import database_unavailable
@@ -145,6 +152,7 @@ async def serve_calls(
     out: asyncio.Queue[Any] = asyncio.Queue()
     running: dict[int, asyncio.Task[None]] = {}
     finished_reading = False
+    draining = False
 
     async def one(call_id: int, request: Any, deadline: float | None, traceparent: str) -> None:
         try:
@@ -197,14 +205,23 @@ async def serve_calls(
                     one(header.call_id, request, deadline, header.traceparent)
                 )
         except BaseException as exc:  # the stream's own failure: end it with that
-            out.put_nowait(exc)
+            if not (draining and isinstance(exc, asyncio.CancelledError)):
+                out.put_nowait(exc)
             raise
         finally:
             finished_reading = True
             if not running:
                 out.put_nowait(_END)
 
+    async def stop_reading(stopping: asyncio.Event) -> None:
+        nonlocal draining
+        await stopping.wait()
+        draining = True
+        reader.cancel()  # a request not read yet is never run here
+
     reader = loop.create_task(read())
+    stopping = server_stopping()
+    drain = loop.create_task(stop_reading(stopping)) if stopping is not None else None
     try:
         while True:
             item = await out.get()
@@ -219,5 +236,7 @@ async def serve_calls(
             yield item
     finally:
         reader.cancel()
+        if drain is not None:
+            drain.cancel()
         for task in list(running.values()):
             task.cancel()

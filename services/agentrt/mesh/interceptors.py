@@ -21,6 +21,7 @@ message as it arrives.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -29,7 +30,14 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
-from agentrt.mesh.context import DEFAULT_TENANT, TENANT_HEADER, reset_tenant, set_tenant, valid_tenant
+from agentrt.mesh.context import (
+    DEFAULT_TENANT,
+    TENANT_HEADER,
+    reset_tenant,
+    set_server_stopping,
+    set_tenant,
+    valid_tenant,
+)
 from agentrt.mesh.security import ANY_TENANT, TokenTable, identify
 from agentrt.mesh.status import to_grpc_status
 from agentrt.mesh.transient import database_unavailable
@@ -73,6 +81,7 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
         auth_token: str = "",
         tokens: TokenTable | None = None,
         max_request_bytes: int = 16 * 1024 * 1024,
+        stopping: asyncio.Event | None = None,
     ) -> None:
         """Create the interceptor.
 
@@ -80,10 +89,13 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
             auth_token: the shared bearer token (any tenant by header); "" = none.
             tokens: tenant-bound bearer tokens; None = none. With neither, auth is off.
             max_request_bytes: largest request accepted, in bytes.
+            stopping: the server's event set when its drain begins, named to every bidi
+                stream (`agentrt.mesh.context.server_stopping`); None = not known.
         """
         self._token = auth_token
         self._tokens = tokens
         self._max = max_request_bytes
+        self._stopping = stopping
 
     async def intercept_service(
         self,
@@ -222,6 +234,7 @@ class MeshInterceptor(grpc.aio.ServerInterceptor):
             if failure is not None:
                 await context.abort_with_status(to_grpc_status(failure))
             set_tenant(tenant)
+            set_server_stopping(self._stopping)
             try:
                 async for item in behavior(self._checked(requests), context):
                     yield item

@@ -36,7 +36,7 @@ import grpc
 
 from agentrt.core.errors import MeshError, Reason, invalid
 from agentrt.mesh.calls import CallsMethod, serve_calls
-from agentrt.mesh.context import TENANT_HEADER, set_tenant
+from agentrt.mesh.context import TENANT_HEADER, set_server_stopping, set_tenant
 from agentrt.mesh.server import MeshServer
 from agentrt.mesh.status import to_grpc_status
 from agentrt.mesh.telemetry.rpc import TelemetryServerInterceptor, serve_inner_calls
@@ -119,6 +119,7 @@ class LocalStream:
         try:
             if self._how is None:
                 raise ConnectionError("the service in this process has stopped")
+            set_server_stopping(None)  # not a gRPC stream: none the caller's task may carry
             async for answer in serve_calls(self._incoming(), context, self._how):  # type: ignore[arg-type]
                 self._answers.put_nowait(answer)
         except BaseException as exc:  # noqa: BLE001 - the stream's own end, told to its reader

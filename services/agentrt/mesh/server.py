@@ -178,6 +178,7 @@ class MeshServer:
             auth_token=self.config.auth_token,
             tokens=tokens,
             max_request_bytes=self.config.max_request_bytes,
+            stopping=self._stopped,
         )
         if self.registry is None:
             self.registry = CollectorRegistry()

@@ -196,6 +196,40 @@ async def test_a_stream_whose_server_stops_breaks_its_calls(tools, start_server,
         calls.close()
 
 
+async def test_a_draining_server_answers_the_calls_it_took_runs_none_after_and_ends_the_stream(
+    tools, start_server, tmp_path
+):
+    # A rolling restart SIGTERMs a replica whose streams its callers keep open. The stream must
+    # not run calls until the drain's grace runs out and then have the last ones cancelled
+    # mid-way (a tool call whose outcome nobody knows): the call it took answers in full, a
+    # call sent after the drain began is never run (its caller sees StreamBroken and may send
+    # it elsewhere), and the stream ends OK at once, not when the grace ends.
+    from tools_helpers import make_config
+
+    server = build_server(make_config(tmp_path / "second"))
+    address = await start_server(server)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.ToolServiceStub(channel)
+        calls = CallStream(lambda: stub.ExecuteToolCalls(), _execute_request, _execute_split)
+        first = tools.request("exec_command", {"cmd": "touch began; sleep 1; echo first"}, call_id="drain_1")
+        taken = asyncio.ensure_future(calls.call((first, False), timeout=60))
+        while not (tools.workspace / "began").exists():
+            await asyncio.sleep(0.02)
+        stream = calls._stream
+        assert stream is not None
+        stopping = asyncio.ensure_future(server.stop(grace=60))
+        while not server.drain_deadline:
+            await asyncio.sleep(0.01)
+        late = tools.request("exec_command", {"cmd": "touch ran_late; echo late"}, call_id="drain_2")
+        with pytest.raises(StreamBroken):
+            await calls.call((late, False), timeout=60)
+        assert (await taken).result.content == "first\n"
+        assert await stream.call.code() == grpc.StatusCode.OK  # ended by the server, not cancelled
+        await stopping
+        assert not (tools.workspace / "ran_late").exists()
+        calls.close()
+
+
 async def test_a_call_its_caller_stops_waiting_for_is_cancelled_at_the_server(start_server, tmp_path):
     # As a cancelled ExecuteTool: the handler is cancelled (counted CANCELLED) and the command
     # runs on to its end, journaled, so a repeat is answered from the journal.
