@@ -14,6 +14,10 @@ interleaved across the modes:
   mesh is woken this way at every hop of a turn (it idles while the others work), and the
   same call then costs more CPU than back to back: the caches it left warm were used by the
   other processes (on 2 CPUs, 6 processes) and its threads are woken from sleep.
+- raw_stream, raw_stream_idle_10ms: the same message, answered the same way, over a plain
+  TCP connection on the same event loops (uvloop), framed by a 4-byte length, without gRPC:
+  what a transport of our own would cost per hop (a measurement for that decision; the mesh
+  has no such transport).
 Reported per call: the client's and the server's CPU time (user + system, from /proc and
 os.times, so other processes' load does not count) and the wall time, medians over rounds.
 
@@ -24,10 +28,13 @@ Usage: python tests/bench/bench_call_streams.py [OUT.json] [--calls N] [--rounds
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import pathlib
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -73,8 +80,22 @@ async def _serve(port_file: str) -> None:
     server.add_generic_rpc_handlers((Handlers(),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    pathlib.Path(port_file).write_text(str(port))
+    raw = await asyncio.start_server(_raw_echo, "127.0.0.1", 0)
+    raw_port = raw.sockets[0].getsockname()[1]
+    pathlib.Path(port_file).write_text(f"{port} {raw_port}")
     await server.wait_for_termination()
+
+
+async def _raw_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer each length-framed BytesValue with itself, parsed and encoded again (raw modes)."""
+    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        while True:
+            (size,) = struct.unpack("!I", await reader.readexactly(4))
+            body = _ser(w.BytesValue.FromString(await reader.readexactly(size)))
+            writer.write(struct.pack("!I", len(body)) + body)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        writer.close()
 
 
 def _cpu_of(pid: int) -> float:
@@ -84,16 +105,30 @@ def _cpu_of(pid: int) -> float:
 
 
 #: The idle modes: how long both processes sit idle before each call, seconds.
-IDLE_S = {"stream_idle_2ms": 0.002, "stream_idle_10ms": 0.010}
+IDLE_S = {"stream_idle_2ms": 0.002, "stream_idle_10ms": 0.010, "raw_stream_idle_10ms": 0.010}
+#: The modes, in the order each round runs them.
+MODES = ("unary", "stream", "stream_idle_2ms", "stream_idle_10ms", "raw_stream", "raw_stream_idle_10ms")
 
 
-async def _round(address: str, mode: str, calls: int, server_pid: int) -> dict[str, float]:
+async def _round(address: str, raw_port: int, mode: str, calls: int, server_pid: int) -> dict[str, float]:
     from agentrt.client.channels import open_channel
 
     channel = open_channel(address, tenant="default", wait_for_ready=True, fenced=True)
     message = w.BytesValue(value=b"x" * 300)
+    writer: asyncio.StreamWriter | None = None
     try:
-        if mode == "unary":
+        if mode.startswith("raw_"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", raw_port)
+            writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            raw_writer = writer
+
+            async def one() -> None:
+                body = _ser(message)
+                raw_writer.write(struct.pack("!I", len(body)) + body)
+                (size,) = struct.unpack("!I", await reader.readexactly(4))
+                w.BytesValue.FromString(await reader.readexactly(size))
+
+        elif mode == "unary":
             call = channel.unary_unary(UNARY, _ser, w.BytesValue.FromString)
 
             async def one() -> None:
@@ -119,6 +154,8 @@ async def _round(address: str, mode: str, calls: int, server_pid: int) -> dict[s
         wall, mine1, server1 = time.perf_counter() - wall0, os.times(), _cpu_of(server_pid)
         wall -= calls * idle
     finally:
+        if writer is not None:
+            writer.close()
         await channel.close()
     client_s = (mine1.user + mine1.system) - (mine0.user + mine0.system)
     return {
@@ -149,13 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while not port_file.exists() or not port_file.read_text():
             time.sleep(0.05)
-        address = f"127.0.0.1:{port_file.read_text()}"
-        samples: dict[str, list[dict[str, float]]] = {"unary": [], "stream": [], **{m: [] for m in IDLE_S}}
+        grpc_port, raw_port = port_file.read_text().split()
+        address = f"127.0.0.1:{grpc_port}"
+        samples: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
         import uvloop
 
         for _ in range(args.rounds):
             for mode in samples:
-                samples[mode].append(uvloop.run(_round(address, mode, args.calls, server.pid)))
+                samples[mode].append(uvloop.run(_round(address, int(raw_port), mode, args.calls, server.pid)))
     finally:
         server.terminate()
         server.wait(10)
