@@ -13,7 +13,9 @@ Contenders:
   bench_turn.py's multi_process), each on its SQLite file (the embedded default); this
   process starts runs and reads their event streams until run_completed;
 - agentrt_postgres: the same mesh with every service that keeps tables (runs, sessions,
-  tools, tasks) on a fresh PostgreSQL database at 127.0.0.1:5432 (created here, dropped after);
+  tools, tasks, and the gateway's model-call journal) on a fresh PostgreSQL database at
+  127.0.0.1:5432 (created here, dropped after); until round 14 of issue 15 the gateway's
+  journal stayed on its SQLite file here, which flattered these contenders;
 - agentrt_one_process_sqlite, agentrt_one_process_postgres: the same five services, databases
   and ports as one process (`agentrt serve all`, `start_mesh(one_process=True)`): the run loop
   calls its gateway, tool service and session store without the wire (decision 0056);
@@ -66,8 +68,10 @@ WARMUP = 5
 ROUNDS = 2
 PG_HOST = "127.0.0.1:5432"
 PG_ADMIN = f"postgresql://postgres@{PG_HOST}/postgres"
-#: The services that keep tables (the gateway keeps none; its limiter stays in memory).
-DB_SERVICES = ("runs", "sessions", "tools", "tasks")
+#: The services that keep tables: on PostgreSQL every one of them, the gateway's model-call
+#: journal (AGENTRT_GATEWAY_DB) too, as a deployment whose gateways share it has it (its
+#: limiter stays in memory: the bench sets no budget).
+DB_SERVICES = ("runs", "sessions", "tools", "tasks", "gateway")
 AGENTRT = ("agentrt_sqlite", "agentrt_postgres", "agentrt_one_process_sqlite", "agentrt_one_process_postgres")
 PEERS = ("langgraph_memory", "langgraph_sqlite", "langgraph_postgres", "openai_agents", "openai_sdk")
 RATIOS = (

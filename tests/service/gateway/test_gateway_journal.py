@@ -258,6 +258,44 @@ async def test_rows_past_retention_are_swept(tmp_path):
         await store.close()
 
 
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_the_store_claims_and_records_alike_on_both_backends(backend, tmp_path):
+    # PostgreSQL claims and records with the driver's own statements (decision 0063), SQLite
+    # through SQLAlchemy: the rows and answers of each step must be the same.
+    if backend == "postgres" and not await pg_reachable():
+        unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
+    store = SqlJournalStore(PG_URL if backend == "postgres" else f"sqlite+aiosqlite:///{tmp_path}/gateway.db")
+    key = f"k-{uuid.uuid4().hex}"
+    try:
+        await store.prepare()
+        first, inserted = await store.claim("t", key, "fp", "holder-a", 1000.0, 1010.0)
+        assert inserted
+        assert (first.fingerprint, first.state, first.holder) == ("fp", State.PENDING, "holder-a")
+        assert (first.lease_until_s, first.takeovers, first.response, first.created_at_s) == (
+            1010.0,
+            0,
+            b"",
+            1000.0,
+        )
+        again, inserted = await store.claim("t", key, "fp2", "holder-b", 1001.0, 1011.0)
+        assert not inserted and again == first  # the first claim's row, unchanged
+        assert await store.finish("t", key, b"answer-a", 1002.0) == b"answer-a"
+        # a second record (a takeover that answered too) gets the answer recorded first
+        assert await store.finish("t", key, b"answer-b", 1003.0) == b"answer-a"
+        done, inserted = await store.claim("t", key, "fp", "holder-c", 1004.0, 1014.0)
+        assert not inserted and (done.state, done.response, done.holder) == (
+            State.DONE,
+            b"answer-a",
+            "holder-a",
+        )
+        other = f"k-{uuid.uuid4().hex}"
+        assert await store.finish("t", other, b"never claimed", 1005.0) == b"never claimed"
+        fresh, inserted = await store.claim("t", other, "fp", "holder-d", 1006.0, 1016.0)
+        assert inserted and fresh.state == State.PENDING  # the unclaimed record wrote nothing
+    finally:
+        await store.close()
+
+
 def test_config_refuses_a_bad_journal_url_or_lease(emu):
     with pytest.raises(ValueError, match="JOURNAL_URL"):
         replace(emulator_config(emu), journal_url="mysql://x")

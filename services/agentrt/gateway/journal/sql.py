@@ -11,6 +11,13 @@ On a SQLite file, `claim` and `finish` (every keyed call's two writes) run first
 event loop's thread over a kept stdlib connection (journal/inline.py, decision 0022), and
 the round-5 way (`write_sync` on the write thread) when another connection holds the lock.
 
+On PostgreSQL `claim` and `finish` are each one statement outside a transaction on the pooled
+driver connection (`Database.driver()`, decision 0059; decision 0063): the claim's INSERT ...
+ON CONFLICT DO NOTHING commits alone, and only a claim that lost (a repeat, another replica's
+call) reads the row in a second statement; the record's conditional UPDATE likewise, with a
+second read only when it did not apply. Four and three round trips (BEGIN, the statements,
+COMMIT) became one each.
+
 On PostgreSQL lease renewals go through a pool of their own (`RENEW_POOL_SIZE`
 connections), so a live holder's renewal never queues behind the other calls' claims,
 polls and records. On PostgreSQL every statement answers within `timeout_s` (asyncpg `command_timeout`), so a
@@ -88,6 +95,23 @@ _FINISH = (
 )
 _FINISHED = sa.select(calls.c.response).where(_BY_KEY, calls.c.state == int(State.DONE))
 
+# The same two operations as the driver's own statements on PostgreSQL (decision 0063).
+_PG_COLUMNS = "fingerprint, state, holder, lease_until_s, takeovers, response, created_at_s"
+_PG_CLAIM = (
+    "INSERT INTO gateway_model_calls (tenant, call_key, fingerprint, state, holder, lease_until_s, "
+    f"takeovers, response, created_at_s, cancel_requested) VALUES ($1, $2, $3, {int(State.PENDING)}, "
+    "$4, $5, 0, NULL, $6, false) ON CONFLICT (tenant, call_key) DO NOTHING"
+)
+_PG_CLAIMED = f"SELECT {_PG_COLUMNS} FROM gateway_model_calls WHERE tenant = $1 AND call_key = $2"
+_PG_FINISH = (
+    f"UPDATE gateway_model_calls SET state = {int(State.DONE)}, response = $3 "
+    f"WHERE tenant = $1 AND call_key = $2 AND state = {int(State.PENDING)}"
+)
+_PG_FINISHED = (
+    "SELECT response FROM gateway_model_calls "
+    f"WHERE tenant = $1 AND call_key = $2 AND state = {int(State.DONE)}"
+)
+
 
 class SqlJournalStore:
     """JournalStore over SQLAlchemy (see the module docstring)."""
@@ -150,6 +174,8 @@ class SqlJournalStore:
             got_inline = self._inline.claim(tenant, key, fingerprint, holder, now_s, lease_until_s)
             if got_inline is not None:
                 return got_inline
+        if not self._db.is_sqlite:
+            return await self._pg_claim(tenant, key, fingerprint, holder, now_s, lease_until_s)
         params = {
             "p_tenant": tenant,
             "p_key": key,
@@ -174,6 +200,29 @@ class SqlJournalStore:
             created_at_s=got.created_at_s,
         )
         return row, inserted
+
+    async def _pg_claim(
+        self, tenant: str, key: str, fingerprint: str, holder: str, now_s: float, lease_until_s: float
+    ) -> tuple[Row, bool]:
+        async with self._db.driver() as conn:
+            status = await conn.execute(_PG_CLAIM, tenant, key, fingerprint, holder, lease_until_s, now_s)
+            if status == "INSERT 0 1":
+                return Row(fingerprint, State.PENDING, holder, lease_until_s, created_at_s=now_s), True
+            got = await conn.fetchrow(_PG_CLAIMED, tenant, key)
+        if got is None:  # swept between the two statements (older than the retention)
+            raise LookupError(f"the journal row of {key!r} vanished while it was claimed")
+        return (
+            Row(
+                fingerprint=got["fingerprint"],
+                state=State(got["state"]),
+                holder=got["holder"],
+                lease_until_s=got["lease_until_s"],
+                takeovers=got["takeovers"],
+                response=bytes(got["response"] or b""),
+                created_at_s=got["created_at_s"],
+            ),
+            False,
+        )
 
     async def take_over(
         self, tenant: str, key: str, old_holder: str, holder: str, now_s: float, lease_until_s: float
@@ -226,6 +275,12 @@ class SqlJournalStore:
             done = self._inline.finish(tenant, key, response)
             if done is not None:
                 return done[0] or response
+        if not self._db.is_sqlite:
+            async with self._db.driver() as conn:
+                if await conn.execute(_PG_FINISH, tenant, key, response) == "UPDATE 1":
+                    return response
+                done = await conn.fetchval(_PG_FINISHED, tenant, key)
+            return bytes(done) if done is not None else response
         params = {"p_tenant": tenant, "p_key": key, "p_response": response}
 
         def transaction(conn: sa.Connection) -> bytes | None:
