@@ -14,6 +14,7 @@ interleaved across the modes:
   mesh is woken this way at every hop of a turn (it idles while the others work), and the
   same call then costs more CPU than back to back: the caches it left warm were used by the
   other processes (on 2 CPUs, 6 processes) and its threads are woken from sleep.
+- uds_stream, uds_stream_idle_10ms: the gRPC stream over a Unix domain socket instead of TCP;
 - raw_stream, raw_stream_idle_10ms: the same message, answered the same way, over a plain
   TCP connection on the same event loops (uvloop), framed by a 4-byte length, without gRPC:
   what a transport of our own would cost per hop (a measurement for that decision; the mesh
@@ -79,6 +80,7 @@ async def _serve(port_file: str) -> None:
     server = grpc.aio.server(interceptors=interceptors)
     server.add_generic_rpc_handlers((Handlers(),))
     port = server.add_insecure_port("127.0.0.1:0")
+    server.add_insecure_port(f"unix:{port_file}.sock")
     await server.start()
     raw = await asyncio.start_server(_raw_echo, "127.0.0.1", 0)
     raw_port = raw.sockets[0].getsockname()[1]
@@ -105,14 +107,32 @@ def _cpu_of(pid: int) -> float:
 
 
 #: The idle modes: how long both processes sit idle before each call, seconds.
-IDLE_S = {"stream_idle_2ms": 0.002, "stream_idle_10ms": 0.010, "raw_stream_idle_10ms": 0.010}
+IDLE_S = {
+    "stream_idle_2ms": 0.002,
+    "stream_idle_10ms": 0.010,
+    "uds_stream_idle_10ms": 0.010,
+    "raw_stream_idle_10ms": 0.010,
+}
 #: The modes, in the order each round runs them.
-MODES = ("unary", "stream", "stream_idle_2ms", "stream_idle_10ms", "raw_stream", "raw_stream_idle_10ms")
+MODES = (
+    "unary",
+    "stream",
+    "stream_idle_2ms",
+    "stream_idle_10ms",
+    "uds_stream",
+    "uds_stream_idle_10ms",
+    "raw_stream",
+    "raw_stream_idle_10ms",
+)
 
 
-async def _round(address: str, raw_port: int, mode: str, calls: int, server_pid: int) -> dict[str, float]:
+async def _round(
+    address: str, raw_port: int, uds: str, mode: str, calls: int, server_pid: int
+) -> dict[str, float]:
     from agentrt.client.channels import open_channel
 
+    if mode.startswith("uds_"):
+        address = f"unix:{uds}"
     channel = open_channel(address, tenant="default", wait_for_ready=True, fenced=True)
     message = w.BytesValue(value=b"x" * 300)
     writer: asyncio.StreamWriter | None = None
@@ -182,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     port_file = args.out.with_suffix(".port")
     port_file.parent.mkdir(parents=True, exist_ok=True)
     port_file.unlink(missing_ok=True)
+    uds = pathlib.Path(f"{port_file}.sock")
+    uds.unlink(missing_ok=True)
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file)])
     try:
         while not port_file.exists() or not port_file.read_text():
@@ -193,11 +215,13 @@ def main(argv: list[str] | None = None) -> int:
 
         for _ in range(args.rounds):
             for mode in samples:
-                samples[mode].append(uvloop.run(_round(address, int(raw_port), mode, args.calls, server.pid)))
+                one = _round(address, int(raw_port), str(uds), mode, args.calls, server.pid)
+                samples[mode].append(uvloop.run(one))
     finally:
         server.terminate()
         server.wait(10)
         port_file.unlink(missing_ok=True)
+        uds.unlink(missing_ok=True)
     result: dict[str, object] = {"calls_per_round": args.calls, "rounds": args.rounds}
     for mode, rounds in samples.items():
         result[mode] = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
