@@ -23,9 +23,11 @@ call, per (tenant, key):
    dead holder.
 5. A key whose fingerprint differs is INVALID_ARGUMENT/IDEMPOTENCY_KEY_REUSED. A store
    that fails at the claim (after quick retries of a transient failure) fails the call
-   UNAVAILABLE/DEPENDENCY_UNAVAILABLE (nothing was asked); a store that fails at the
-   record leaves the answer unrecorded (the callers still get it; a repeat after the lease
-   asks again), logged.
+   UNAVAILABLE/DEPENDENCY_UNAVAILABLE (nothing was asked). The record is retried through
+   transient failures (`RECORD_POLICY`); a store still failing then gets the answer to its
+   callers unrecorded, and the process keeps it and records it in the background, holding
+   the row's lease meanwhile (journal/late.py): a repeat of the key here is answered from the
+   kept copy, one on another replica waits for the record.
 6. Rows older than the retention (`ttl_s`) are swept at most once a minute.
 
 Only the first caller of a flight that asked the provider gets `replayed=False`. `cancel`
@@ -50,6 +52,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.gateway.gateway import ModelGateway
 from agentrt.gateway.journal.flight import Flight, fingerprint, reused
+from agentrt.gateway.journal.late import LateRecords
 from agentrt.gateway.journal.store import JournalStore, State
 from agentrt.mesh.transient import RetryPolicy, retry_transient
 from agentrt.v1 import gateway_service_pb2 as g
@@ -65,6 +68,9 @@ POLL_MAX_SECONDS = 1.0
 SWEEP_INTERVAL_SECONDS = 60.0
 #: Quick retries of a claim through a transient store failure (a dropped connection).
 STORE_POLICY = RetryPolicy(attempts=3, first_delay_s=0.05, max_delay_s=0.5)
+#: Retries of a record through a transient store failure, before the answer is handed over
+#: unrecorded (and recorded later: journal/late.py).
+RECORD_POLICY = RetryPolicy(attempts=5, first_delay_s=0.05, max_delay_s=0.5)
 
 Key = tuple[str, str]
 
@@ -100,6 +106,7 @@ class CallJournal:
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._flights: dict[Key, Flight] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._late = LateRecords(store, self.holder, lease_s, clock, self._tasks)
         self._last_sweep = 0.0
 
     async def prepare(self) -> None:
@@ -250,6 +257,12 @@ class CallJournal:
                 # A PENDING row of this process's holder is this flight's own claim: an earlier
                 # try committed and its answer was lost (flights are one per key and process).
                 if claimed or (row.state == State.PENDING and row.holder == self.holder):
+                    kept = self._late.held(key, flight.fingerprint)
+                    if kept is not None:  # answered here, its record still pending (late.py)
+                        if claimed:  # the row was gone: record the kept answer under the new one
+                            self._late.keep(key, flight.fingerprint, kept)
+                        flight.finish(g.GenerateResponse.FromString(kept), replayed=True)
+                        return
                     await self._ask(key, flight, request, deadline)
                     return
                 if row.fingerprint != flight.fingerprint:
@@ -334,13 +347,18 @@ class CallJournal:
                 await self._store.release(tenant, name, self.holder)
             return
         replayed = False
+        answer = final.SerializeToString()
         try:
-            answer = final.SerializeToString()
-            stored = await self._store.finish(tenant, name, answer, self._clock())
+            stored = await retry_transient(
+                functools.partial(self._store.finish, tenant, name, answer, self._clock()),
+                what=f"journal record of {name!r}",
+                policy=RECORD_POLICY,
+            )
             if stored != answer:
                 final, replayed = g.GenerateResponse.FromString(stored), True  # a takeover answered first
         except Exception as exc:  # noqa: BLE001 - the answer still reaches its callers
-            log.warning("model call %r answered but not journaled: %s", name, exc)
+            log.warning("model call %r answered but not journaled yet (recorded later): %s", name, exc)
+            self._late.keep(key, flight.fingerprint, answer)
         flight.finish(final, replayed=replayed)
 
     async def _renew(self, key: Key) -> bool:
