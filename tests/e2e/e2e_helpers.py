@@ -61,7 +61,20 @@ def read_manifest(state_dir: Path) -> dict[str, dict[str, object]] | None:
 
 
 def agentrt(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, **kw) -> subprocess.Popen:
-    """Start `python -m agentrt.cli.main ARGS` with stdout and stderr to files under cwd."""
+    """Start `python -m agentrt.cli.main ARGS` with stdout and stderr to files under cwd.
+
+    `agentrt up` gives each service a metrics port from tests/ports.py's band unless `env`
+    names one: left to itself it asks the OS for ephemeral ones, which an outgoing connection
+    of the suite may hold by the time its child binds them (exit 98).
+    """
+    if args[:1] == ("up",):
+        named = {**os.environ, **(env or {})}
+        unnamed = [s for s in SERVICES if f"AGENTRT_{s.upper()}_METRICS_PORT" not in named]
+        band = free_ports(len(unnamed)) if unnamed else []
+        env = {
+            **(env or {}),
+            **{f"AGENTRT_{s.upper()}_METRICS_PORT": str(p) for s, p in zip(unnamed, band, strict=True)},
+        }
     out_dir = cwd or Path.cwd()
     stdout = open(out_dir / "stdout.txt", "wb")  # noqa: SIM115 - closed with the process by the caller
     stderr = open(out_dir / "stderr.txt", "wb")  # noqa: SIM115

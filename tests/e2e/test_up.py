@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import urllib.request
+from urllib.parse import urlparse
 
 import grpc
 import pytest
@@ -23,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.cli.serve import SERVICES
 from agentrt.cli.up import MeshStartError, PortTakenError, start_mesh
+from tests import ports
 from tests.ports import free_ports
 
 pytestmark = pytest.mark.slow
@@ -200,3 +202,23 @@ def _serving_quietly(address: str) -> bool:
         return _serving(address)
     except grpc.RpcError:
         return False
+
+
+def test_agentrt_up_started_by_a_test_takes_its_metrics_ports_from_the_tests_band(tmp_path):
+    # e2e_helpers.agentrt names them (tests/ports.py): left to `agentrt up`, they came from the
+    # OS's ephemeral range, where an outgoing connection of the suite may hold one (exit 98).
+    base = free_base_port()
+    state = tmp_path / "state"
+    proc = agentrt("up", "--base-port", str(base), "--state-dir", str(state), cwd=tmp_path)
+    try:
+        manifest = wait_for(
+            lambda: read_manifest(state) or (proc.poll() is not None and {"exited": proc.returncode}),
+            "agentrt up ready",
+        )
+        assert "exited" not in manifest, output_of(tmp_path)
+        metrics = {n: urlparse(str(manifest[n]["metrics"])).port or 0 for n in SERVICES}
+        outside = {n: p for n, p in metrics.items() if not ports.BAND_LOW <= p < ports.BAND_HIGH}
+        assert not outside, f"metrics ports outside the tests' band: {outside}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=STATE_TIMEOUT)
