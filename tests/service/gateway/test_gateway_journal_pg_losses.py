@@ -20,6 +20,7 @@ from gateway_helpers import emulator_config, model_request, user
 
 from agentrt.gateway.journal import State
 from agentrt.gateway.server import build_server
+from agentrt.mesh.status import reason_of
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
 from tests.emulators.providers import Reply
@@ -245,6 +246,12 @@ async def test_an_answer_recorded_late_answers_repeats_here_and_makes_other_repl
         assert answer.response.content[0].text.text == "the one answer" and not answer.replayed
         here = await a.Generate(pb.GenerateRequest(request=request))
         assert here.replayed and here.response == answer.response
+        changed = model_request("openai", user("write another.txt"))
+        changed.idempotency_key = key
+        with pytest.raises(grpc.aio.AioRpcError) as reused:  # not asked, not the kept answer
+            await a.Generate(pb.GenerateRequest(request=changed))
+        assert reused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert reason_of(reused.value) == "IDEMPOTENCY_KEY_REUSED"
         elsewhere = asyncio.ensure_future(b.Generate(pb.GenerateRequest(request=request)))
         await asyncio.sleep(1.0)
         assert not elsewhere.done()  # it waits on the live holder's row

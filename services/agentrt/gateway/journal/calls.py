@@ -254,8 +254,12 @@ class CallJournal:
                         )
                     )
                     return
+                if not claimed and row.fingerprint != flight.fingerprint:
+                    flight.fail(reused(name))
+                    return
                 # A PENDING row of this process's holder is this flight's own claim: an earlier
-                # try committed and its answer was lost (flights are one per key and process).
+                # try committed and its answer was lost (flights are one per key and process),
+                # or an earlier flight's answer is still to be recorded (late.py).
                 if claimed or (row.state == State.PENDING and row.holder == self.holder):
                     kept = self._late.held(key, flight.fingerprint)
                     if kept is not None:  # answered here, its record still pending (late.py)
@@ -264,9 +268,6 @@ class CallJournal:
                         flight.finish(g.GenerateResponse.FromString(kept), replayed=True)
                         return
                     await self._ask(key, flight, request, deadline)
-                    return
-                if row.fingerprint != flight.fingerprint:
-                    flight.fail(reused(name))
                     return
                 if row.state == State.DONE:
                     flight.finish(g.GenerateResponse.FromString(row.response), replayed=True)
