@@ -271,3 +271,48 @@ async def test_an_answer_recorded_late_answers_repeats_here_and_makes_other_repl
         await admin.close()
         for channel in channels:
             await channel.close()
+
+
+async def test_an_answer_whose_record_hangs_reaches_its_caller_before_the_lease_lapses(
+    start_server, emu, journal_db
+):
+    # The record waits on a lock no one releases: its tries (each up to the journal's statement
+    # timeout) must not outlast the holder's lease, which no one renews meanwhile; within a
+    # third of it the answer reaches its caller and is kept (late.py renews the lease).
+    import asyncpg
+
+    url = f"postgresql+asyncpg://postgres@{PG_HOST}/{journal_db}"
+    lease = 6.0
+    address = await start_server(
+        build_server(emulator_config(emu, journal_url=url, journal_lease_seconds=lease))
+    )
+    channel = grpc.aio.insecure_channel(address)
+    gw = pb_grpc.ModelGatewayServiceStub(channel)
+    emu.script([Reply(text="the one answer", reply_delay=0.5), Reply(text="asked twice")])
+    request = model_request("openai", user("write out.txt"))
+    request.idempotency_key = f"run-{uuid.uuid4().hex}/turn-1/ctx-3-e1"
+    locker = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
+    try:
+        first = asyncio.ensure_future(gw.Generate(pb.GenerateRequest(request=request)))
+        count = "SELECT count(*) FROM gateway_model_calls WHERE call_key = $1"
+        await _wait_for(lambda: locker.fetchval(count, request.idempotency_key))
+        tx = locker.transaction()
+        await tx.start()
+        await locker.execute(
+            "SELECT 1 FROM gateway_model_calls WHERE call_key = $1 FOR UPDATE", request.idempotency_key
+        )
+        answer = await asyncio.wait_for(first, lease - 0.5)
+        assert answer.response.content[0].text.text == "the one answer"
+        again = await gw.Generate(pb.GenerateRequest(request=request))
+        assert again.replayed and again.response == answer.response
+        await tx.rollback()
+        done = "SELECT state FROM gateway_model_calls WHERE call_key = $1"
+        await _wait_for(lambda: _is_done(locker, done, request.idempotency_key))
+        assert asked(emu) == 1
+    finally:
+        await locker.close()
+        await channel.close()
+
+
+async def _is_done(conn, query: str, key: str) -> bool:  # type: ignore[no-untyped-def]
+    return await conn.fetchval(query, key) == int(State.DONE)

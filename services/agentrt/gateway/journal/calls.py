@@ -350,11 +350,14 @@ class CallJournal:
         replayed = False
         answer = final.SerializeToString()
         try:
-            stored = await retry_transient(
-                functools.partial(self._store.finish, tenant, name, answer, self._clock()),
-                what=f"journal record of {name!r}",
-                policy=RECORD_POLICY,
-            )
+            # Within a third of the lease, which no one renews meanwhile: past it the answer is
+            # kept and its lease renewed while the record is tried again (late.py).
+            async with asyncio.timeout(self._lease / 3):
+                stored = await retry_transient(
+                    functools.partial(self._store.finish, tenant, name, answer, self._clock()),
+                    what=f"journal record of {name!r}",
+                    policy=RECORD_POLICY,
+                )
             if stored != answer:
                 final, replayed = g.GenerateResponse.FromString(stored), True  # a takeover answered first
         except Exception as exc:  # noqa: BLE001 - the answer still reaches its callers
