@@ -63,6 +63,23 @@ async def _wait_for(predicate, timeout: float = 10.0):  # type: ignore[no-untype
     raise AssertionError("timed out")
 
 
+def _keyed() -> pb.ModelRequest:
+    """A model request under a fresh idempotency key."""
+    request = model_request("openai", user("write out.txt"))
+    request.idempotency_key = f"run-{uuid.uuid4().hex}/turn-1/ctx-3-e1"
+    return request
+
+
+async def _hold_row(conn, key: str):  # type: ignore[no-untyped-def]
+    """Wait until key's journal row exists, then hold it FOR UPDATE; return the transaction."""
+    count = "SELECT count(*) FROM gateway_model_calls WHERE call_key = $1"
+    await _wait_for(lambda: conn.fetchval(count, key))
+    tx = conn.transaction()
+    await tx.start()
+    await conn.execute("SELECT 1 FROM gateway_model_calls WHERE call_key = $1 FOR UPDATE", key)
+    return tx
+
+
 async def test_a_record_whose_connection_is_lost_is_not_asked_again_on_repeat(start_server, emu, journal_db):
     """The record (finish) loses its connection mid-statement: it is tried again, and a repeat
     of the key (the run's resend after a broken stream, a restarted runs replica) is replayed,
@@ -75,24 +92,14 @@ async def test_a_record_whose_connection_is_lost_is_not_asked_again_on_repeat(st
     channel = grpc.aio.insecure_channel(address)
     gw = pb_grpc.ModelGatewayServiceStub(channel)
     emu.script([Reply(text="the one answer", reply_delay=1.0), Reply(text="asked twice")])
-    request = model_request("openai", user("write out.txt"))
-    request.idempotency_key = f"run-{uuid.uuid4().hex}/turn-1/ctx-3-e1"
+    request = _keyed()
 
     locker = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
     admin = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
     try:
         first = asyncio.ensure_future(gw.Generate(pb.GenerateRequest(request=request)))
-        await _wait_for(
-            lambda: locker.fetchval(
-                "SELECT count(*) FROM gateway_model_calls WHERE call_key = $1", request.idempotency_key
-            )
-        )
         # Hold the row, so the gateway's record waits on it; then end that backend.
-        tx = locker.transaction()
-        await tx.start()
-        await locker.execute(
-            "SELECT 1 FROM gateway_model_calls WHERE call_key = $1 FOR UPDATE", request.idempotency_key
-        )
+        tx = await _hold_row(locker, request.idempotency_key)
         pid = await _wait_for(
             lambda: admin.fetchval(
                 "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' "
@@ -216,8 +223,7 @@ async def test_an_answer_recorded_late_answers_repeats_here_and_makes_other_repl
         stubs.append(pb_grpc.ModelGatewayServiceStub(channels[-1]))
     a, b = stubs
     emu.script([Reply(text="the one answer", reply_delay=0.5), Reply(text="asked twice")])
-    request = model_request("openai", user("write out.txt"))
-    request.idempotency_key = f"run-{uuid.uuid4().hex}/turn-1/ctx-3-e1"
+    request = _keyed()
     key = request.idempotency_key
     locker = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
     admin = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
@@ -235,12 +241,7 @@ async def test_an_answer_recorded_late_answers_repeats_here_and_makes_other_repl
     killer = None
     try:
         first = asyncio.ensure_future(a.Generate(pb.GenerateRequest(request=request)))
-        await _wait_for(
-            lambda: locker.fetchval("SELECT count(*) FROM gateway_model_calls WHERE call_key = $1", key)
-        )
-        tx = locker.transaction()
-        await tx.start()
-        await locker.execute("SELECT 1 FROM gateway_model_calls WHERE call_key = $1 FOR UPDATE", key)
+        tx = await _hold_row(locker, key)
         killer = asyncio.ensure_future(end_blocked_writes())
         answer = await asyncio.wait_for(first, 30)  # handed over after the record's retries
         assert answer.response.content[0].text.text == "the one answer" and not answer.replayed
@@ -289,18 +290,11 @@ async def test_an_answer_whose_record_hangs_reaches_its_caller_before_the_lease_
     channel = grpc.aio.insecure_channel(address)
     gw = pb_grpc.ModelGatewayServiceStub(channel)
     emu.script([Reply(text="the one answer", reply_delay=0.5), Reply(text="asked twice")])
-    request = model_request("openai", user("write out.txt"))
-    request.idempotency_key = f"run-{uuid.uuid4().hex}/turn-1/ctx-3-e1"
+    request = _keyed()
     locker = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
     try:
         first = asyncio.ensure_future(gw.Generate(pb.GenerateRequest(request=request)))
-        count = "SELECT count(*) FROM gateway_model_calls WHERE call_key = $1"
-        await _wait_for(lambda: locker.fetchval(count, request.idempotency_key))
-        tx = locker.transaction()
-        await tx.start()
-        await locker.execute(
-            "SELECT 1 FROM gateway_model_calls WHERE call_key = $1 FOR UPDATE", request.idempotency_key
-        )
+        tx = await _hold_row(locker, request.idempotency_key)
         answer = await asyncio.wait_for(first, lease - 0.5)
         assert answer.response.content[0].text.text == "the one answer"
         again = await gw.Generate(pb.GenerateRequest(request=request))
