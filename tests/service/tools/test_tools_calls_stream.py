@@ -10,14 +10,17 @@ calls with the refusal. Commands run in the real local sandbox.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 
 from agentrt.client.calls import CallStream, CallsUnsupported, StreamBroken
 from agentrt.core.errors import MeshError, Reason, Status
+from agentrt.mesh.server import MeshServer
 from agentrt.runs.peers.streams import _execute_request, _execute_split
 from agentrt.tools.server import build_server
 from agentrt.v1 import common_pb2
@@ -179,14 +182,20 @@ async def test_a_service_without_the_stream_says_so(start_server):
         await server.stop(0)
 
 
-async def test_a_stream_whose_server_stops_breaks_its_calls(tools, start_server, tmp_path):
+@contextlib.asynccontextmanager
+async def _second_server(start_server, tmp_path) -> AsyncIterator[tuple[MeshServer, CallStream]]:
+    """A tool service of its own (to stop) and a stream of calls to it."""
     from tools_helpers import make_config
 
     server = build_server(make_config(tmp_path / "second"))
     address = await start_server(server)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.ToolServiceStub(channel)
-        calls = CallStream(lambda: stub.ExecuteToolCalls(), _execute_request, _execute_split)
+        yield server, CallStream(lambda: stub.ExecuteToolCalls(), _execute_request, _execute_split)
+
+
+async def test_a_stream_whose_server_stops_breaks_its_calls(tools, start_server, tmp_path):
+    async with _second_server(start_server, tmp_path) as (server, calls):
         request = tools.request("exec_command", {"cmd": "sleep 5; echo late"}, call_id="brk_1")
         pending = asyncio.ensure_future(calls.call((request, False), timeout=30))
         await asyncio.sleep(0.5)
@@ -204,13 +213,7 @@ async def test_a_draining_server_answers_the_calls_it_took_runs_none_after_and_e
     # mid-way (a tool call whose outcome nobody knows): the call it took answers in full, a
     # call sent after the drain began is never run (its caller sees StreamBroken and may send
     # it elsewhere), and the stream ends OK at once, not when the grace ends.
-    from tools_helpers import make_config
-
-    server = build_server(make_config(tmp_path / "second"))
-    address = await start_server(server)
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = pb_grpc.ToolServiceStub(channel)
-        calls = CallStream(lambda: stub.ExecuteToolCalls(), _execute_request, _execute_split)
+    async with _second_server(start_server, tmp_path) as (server, calls):
         first = tools.request("exec_command", {"cmd": "touch began; sleep 1; echo first"}, call_id="drain_1")
         taken = asyncio.ensure_future(calls.call((first, False), timeout=60))
         while not (tools.workspace / "began").exists():
