@@ -29,7 +29,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from agentrt.gateway.journal.store import Row, State
+from agentrt.gateway.journal.store import CLAIMED_COLUMNS, Row, State
 
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
@@ -50,10 +50,7 @@ _CLAIM = (
     " takeovers, response, created_at_s) VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?)"
     " ON CONFLICT (tenant, call_key) DO NOTHING"
 )
-_CLAIMED = (
-    "SELECT fingerprint, state, holder, lease_until_s, takeovers, response, created_at_s"
-    " FROM gateway_model_calls WHERE tenant = ? AND call_key = ?"
-)
+_CLAIMED = f"SELECT {', '.join(CLAIMED_COLUMNS)} FROM gateway_model_calls WHERE tenant = ? AND call_key = ?"
 _FINISH = (
     "UPDATE gateway_model_calls SET state = ?, response = ? WHERE tenant = ? AND call_key = ? AND state = ?"
 )
@@ -109,16 +106,7 @@ class InlineSqlite:
         except BaseException:
             self._rollback(conn)
             raise
-        row = Row(
-            fingerprint=got[0],
-            state=State(got[1]),
-            holder=got[2],
-            lease_until_s=got[3],
-            takeovers=got[4],
-            response=got[5] or b"",
-            created_at_s=got[6],
-        )
-        return row, False
+        return Row.read(got), False
 
     def finish(self, tenant: str, key: str, response: bytes) -> tuple[bytes | None] | None:
         """JournalStore.finish as one transaction; None when the write lock is taken (ask again).

@@ -36,7 +36,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 
 from agentrt.gateway.journal.inline import InlineSqlite
-from agentrt.gateway.journal.store import Row, State
+from agentrt.gateway.journal.store import CLAIMED_COLUMNS, Row, State
 from agentrt.mesh import migrate
 from agentrt.mesh.db import Database
 
@@ -87,7 +87,7 @@ _CLAIM_VALUES = {
     "created_at_s": sa.bindparam("p_now_s"),
     "cancel_requested": False,
 }
-_CLAIMED = sa.select(calls).where(_BY_KEY)
+_CLAIMED = sa.select(*(calls.c[name] for name in CLAIMED_COLUMNS)).where(_BY_KEY)
 _FINISH = (
     sa.update(calls)
     .where(_BY_KEY, calls.c.state == int(State.PENDING))
@@ -96,13 +96,14 @@ _FINISH = (
 _FINISHED = sa.select(calls.c.response).where(_BY_KEY, calls.c.state == int(State.DONE))
 
 # The same two operations as the driver's own statements on PostgreSQL (decision 0063).
-_PG_COLUMNS = "fingerprint, state, holder, lease_until_s, takeovers, response, created_at_s"
 _PG_CLAIM = (
     "INSERT INTO gateway_model_calls (tenant, call_key, fingerprint, state, holder, lease_until_s, "
     f"takeovers, response, created_at_s, cancel_requested) VALUES ($1, $2, $3, {int(State.PENDING)}, "
     "$4, $5, 0, NULL, $6, false) ON CONFLICT (tenant, call_key) DO NOTHING"
 )
-_PG_CLAIMED = f"SELECT {_PG_COLUMNS} FROM gateway_model_calls WHERE tenant = $1 AND call_key = $2"
+_PG_CLAIMED = (
+    f"SELECT {', '.join(CLAIMED_COLUMNS)} FROM gateway_model_calls WHERE tenant = $1 AND call_key = $2"
+)
 _PG_FINISH = (
     f"UPDATE gateway_model_calls SET state = {int(State.DONE)}, response = $3 "
     f"WHERE tenant = $1 AND call_key = $2 AND state = {int(State.PENDING)}"
@@ -190,16 +191,7 @@ class SqlJournalStore:
             return inserted, conn.execute(_CLAIMED, params).one()
 
         inserted, got = await self._db.write_sync(transaction)
-        row = Row(
-            fingerprint=got.fingerprint,
-            state=State(got.state),
-            holder=got.holder,
-            lease_until_s=got.lease_until_s,
-            takeovers=got.takeovers,
-            response=got.response or b"",
-            created_at_s=got.created_at_s,
-        )
-        return row, inserted
+        return Row.read(got), inserted
 
     async def _pg_claim(
         self, tenant: str, key: str, fingerprint: str, holder: str, now_s: float, lease_until_s: float
@@ -211,18 +203,7 @@ class SqlJournalStore:
             got = await conn.fetchrow(_PG_CLAIMED, tenant, key)
         if got is None:  # swept between the two statements (older than the retention)
             raise LookupError(f"the journal row of {key!r} vanished while it was claimed")
-        return (
-            Row(
-                fingerprint=got["fingerprint"],
-                state=State(got["state"]),
-                holder=got["holder"],
-                lease_until_s=got["lease_until_s"],
-                takeovers=got["takeovers"],
-                response=bytes(got["response"] or b""),
-                created_at_s=got["created_at_s"],
-            ),
-            False,
-        )
+        return Row.read(got), False
 
     async def take_over(
         self, tenant: str, key: str, old_holder: str, holder: str, now_s: float, lease_until_s: float

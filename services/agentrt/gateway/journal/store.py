@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class State(enum.IntEnum):
@@ -59,6 +60,18 @@ class Row:
     response: bytes = b""
     created_at_s: float = 0.0
     cancel_requested: bool = False
+
+    @classmethod
+    def read(cls, values: Sequence[Any]) -> Row:
+        """The row a claim read back: the values of CLAIMED_COLUMNS, in that order."""
+        fingerprint, state, holder, lease_until_s, takeovers, response, created_at_s = values
+        return cls(
+            fingerprint, State(state), holder, lease_until_s, takeovers, bytes(response or b""), created_at_s
+        )
+
+
+#: The columns a SQL store reads a claimed row back with (`Row.read`).
+CLAIMED_COLUMNS = ("fingerprint", "state", "holder", "lease_until_s", "takeovers", "response", "created_at_s")
 
 
 class JournalStore(Protocol):
