@@ -253,6 +253,10 @@ async def test_an_answer_recorded_late_answers_repeats_here_and_makes_other_repl
             await a.Generate(pb.GenerateRequest(request=changed))
         assert reused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert reason_of(reused.value) == "IDEMPOTENCY_KEY_REUSED"
+        # The call answered: nothing is left to stop (not "canceled", and not UNAVAILABLE
+        # from a store asked to mark a row it cannot write now).
+        stopped = await a.CancelGenerate(pb.CancelGenerateRequest(idempotency_key=key))
+        assert not stopped.canceled
         elsewhere = asyncio.ensure_future(b.Generate(pb.GenerateRequest(request=request)))
         await asyncio.sleep(1.0)
         assert not elsewhere.done()  # it waits on the live holder's row

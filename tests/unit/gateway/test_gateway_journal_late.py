@@ -22,10 +22,11 @@ async def test_a_kept_answer_is_recorded_in_the_background_then_no_longer_held(m
     records.keep(("t", "k"), "fp", b"answer")
     assert records.held(("t", "k"), "fp") == b"answer"
     assert records.held(("t", "k"), "another request") is None
+    assert ("t", "k") in records and ("t", "other") not in records
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
     row, _ = await store.claim("t", "k", "fp", "other", now, now + 10)
     assert (row.state, row.response) == (State.DONE, b"answer")
-    assert records.held(("t", "k"), "fp") is None and len(records) == 0
+    assert records.held(("t", "k"), "fp") is None and len(records) == 0 and ("t", "k") not in records
 
 
 async def test_the_oldest_kept_answer_is_dropped_beyond_the_bound(monkeypatch):

@@ -44,14 +44,14 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.gateway.gateway import ModelGateway
-from agentrt.gateway.journal.flight import Flight, fingerprint, reused
+from agentrt.gateway.journal.flight import Flight, Renewal, fingerprint, reused
 from agentrt.gateway.journal.late import LateRecords
 from agentrt.gateway.journal.store import JournalStore, State
 from agentrt.mesh.transient import RetryPolicy, retry_transient
@@ -180,11 +180,15 @@ class CallJournal:
         When it runs in this process: its provider call is cancelled and its claim released
         (a repeat asks again); its callers fail CANCELLED. When another replica holds it:
         the row is marked cancel-requested and the holder stops it at its next lease
-        renewal (within a third of the lease). False: no call of the key is pending.
+        renewal (within a third of the lease). False: no call of the key is pending, or
+        its call already answered and only its record is still being written here (late.py:
+        nothing is left to stop; the store is not asked).
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError, OSError: the store failed to mark the row.
         """
+        if (tenant, key) in self._late:
+            return False
         flight = self._flights.get((tenant, key))
         if flight is not None and not flight.done and flight.task is not None:
             flight.task.cancel()
@@ -310,7 +314,7 @@ class CallJournal:
         """Ask the provider as the key's holder; record the answer, then hand it over."""
         tenant, name = key
         flight.asking = True
-        renewer = _Renewal(self._lease / 3, functools.partial(self._renew, key))
+        renewer = Renewal(self._lease / 3, functools.partial(self._renew, key))
         left = None if deadline is None else max(0.001, deadline - time.monotonic())
         final: g.GenerateResponse | None = None
         try:
@@ -399,34 +403,3 @@ class CallJournal:
         task = asyncio.create_task(sweep())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-class _Renewal:
-    """A held key's lease renewed every `period` seconds while its call runs.
-
-    One timer per call, and a task only when a renewal is due: an instant model's call ends
-    long before its first renewal, so it costs a timer set and cancelled, not a task started
-    and cancelled. `stop` ends it, a renewal in flight included.
-    """
-
-    def __init__(self, period: float, renew: Callable[[], Awaitable[bool]]) -> None:
-        self._period = period
-        self._renew = renew
-        self._task: asyncio.Task[None] | None = None
-        self._stopped = False
-        self._timer = asyncio.get_running_loop().call_later(period, self._due)
-
-    def _due(self) -> None:
-        if not self._stopped:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        if await self._renew() and not self._stopped:
-            self._timer = asyncio.get_running_loop().call_later(self._period, self._due)
-
-    def stop(self) -> None:
-        """Renew no more (a renewal in flight is cancelled)."""
-        self._stopped = True
-        self._timer.cancel()
-        if self._task is not None:
-            self._task.cancel()

@@ -7,6 +7,7 @@
 - `joined`: deltas that are ready together as fewer messages (what a follower sends).
 - `Flight`: one key's work in one gateway process. Its callers follow it: the deltas so
   far, then the final (or the error). A caller that leaves does not end it.
+- `Renewal`: the lease of the flight's key renewed while its provider call runs.
 
 A follower sends, each time it wakes, every delta the flight has gathered since, joined:
 a provider's events that arrived in one read are one message instead of one each, and a
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from agentrt.core.errors import MeshError, Reason, invalid, quote
 from agentrt.v1 import common_pb2 as c
@@ -205,3 +206,34 @@ class Flight:
                 yield g.StreamGenerateResponse(final=self.answer(origin))
                 return
             await wake.wait()
+
+
+class Renewal:
+    """A held key's lease renewed every `period` seconds while its call runs.
+
+    One timer per call, and a task only when a renewal is due: an instant model's call ends
+    long before its first renewal, so it costs a timer set and cancelled, not a task started
+    and cancelled. `stop` ends it, a renewal in flight included.
+    """
+
+    def __init__(self, period: float, renew: Callable[[], Awaitable[bool]]) -> None:
+        self._period = period
+        self._renew = renew
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._timer = asyncio.get_running_loop().call_later(period, self._due)
+
+    def _due(self) -> None:
+        if not self._stopped:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        if await self._renew() and not self._stopped:
+            self._timer = asyncio.get_running_loop().call_later(self._period, self._due)
+
+    def stop(self) -> None:
+        """Renew no more (a renewal in flight is cancelled)."""
+        self._stopped = True
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()

@@ -75,6 +75,10 @@ class LateRecords:
         """How many answers are kept."""
         return len(self._kept)
 
+    def __contains__(self, key: Key) -> bool:
+        """Whether key's answer is kept (the call answered; its record is still being written)."""
+        return key in self._kept
+
     def keep(self, key: Key, fingerprint: str, answer: bytes) -> None:
         """Keep key's answer and record it in the background (once: a second keep is ignored)."""
         if key in self._kept:
