@@ -1,4 +1,4 @@
-"""ToolService servicer: proto <-> domain and nothing else.
+"""ToolService servicer: proto <-> domain (tools/convert.py) and nothing else.
 
 Every method reads the tenant from the call context, hands domain objects to the
 executor or the sandbox manager, and maps the answer back. Domain MeshErrors become gRPC
@@ -10,142 +10,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import sys
 from collections.abc import AsyncIterator
 
 import grpc
-from google.protobuf import duration_pb2
 
 from agentrt.core.errors import Reason, invalid, missing
-from agentrt.core.policy import AGENT, SERVICE, CommandPolicy, PatternError, compile_policy, validate_patterns
+from agentrt.core.policy import SERVICE, compile_policy
 from agentrt.mesh.calls import CallContext, CallsMethod, serve_calls
 from agentrt.mesh.context import current_tenant
-from agentrt.mesh.durations import MAX_TOOL_TIMEOUT_SECONDS, seconds_of
-from agentrt.tools.archive.transfer import Target, WorkspaceArchives
-from agentrt.tools.calls.args import CallInput
-from agentrt.tools.calls.catalog import ToolDef, builtin
-from agentrt.tools.calls.results import Outcome, ResultStatus
+from agentrt.tools.archive.transfer import WorkspaceArchives
+from agentrt.tools.calls.catalog import builtin
+from agentrt.tools.convert import (
+    BACKEND_IN,
+    EXECUTION_STATE,
+    execute_input,
+    sandbox_message,
+    tool_result,
+    tool_spec,
+    workspace_target,
+)
 from agentrt.tools.execution.executor import ToolExecutor
-from agentrt.tools.execution.request import ExecuteInput
 from agentrt.tools.sandbox.manager import SandboxManager
-from agentrt.tools.sandbox.spec import DOCKER, LOCAL, SandboxInfo, SandboxSpec
-from agentrt.v1 import common_pb2
+from agentrt.tools.sandbox.spec import SandboxSpec
 from agentrt.v1 import tool_service_pb2 as pb
 from agentrt.v1 import tool_service_pb2_grpc as pb_grpc
 
 log = logging.getLogger("agentrt.tools")
-
-_STATUS = {
-    ResultStatus.OK: common_pb2.TOOL_RESULT_STATUS_OK,
-    ResultStatus.ERROR: common_pb2.TOOL_RESULT_STATUS_ERROR,
-    ResultStatus.NOT_EXECUTED: common_pb2.TOOL_RESULT_STATUS_NOT_EXECUTED,
-    ResultStatus.INTERRUPTED: common_pb2.TOOL_RESULT_STATUS_INTERRUPTED,
-    ResultStatus.DENIED: common_pb2.TOOL_RESULT_STATUS_DENIED,
-    ResultStatus.TIMED_OUT: common_pb2.TOOL_RESULT_STATUS_TIMED_OUT,
-}
-_BACKEND_IN: dict[int, str] = {
-    pb.SANDBOX_BACKEND_UNSPECIFIED: "",
-    pb.SANDBOX_BACKEND_LOCAL: LOCAL,
-    pb.SANDBOX_BACKEND_DOCKER: DOCKER,
-}
-_BACKEND_OUT = {LOCAL: pb.SANDBOX_BACKEND_LOCAL, DOCKER: pb.SANDBOX_BACKEND_DOCKER}
-_STATE_OUT = {
-    "absent": pb.SANDBOX_STATE_ABSENT,
-    "stopped": pb.SANDBOX_STATE_STOPPED,
-    "running": pb.SANDBOX_STATE_RUNNING,
-}
-_EXEC_STATE = {
-    "absent": pb.EXECUTION_STATE_ABSENT,
-    "started": pb.EXECUTION_STATE_STARTED,
-    "finished": pb.EXECUTION_STATE_FINISHED,
-}
-
-
-def _duration(seconds: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(int(seconds * 1e9))
-    return d
-
-
-def tool_spec(tool: ToolDef) -> common_pb2.ToolSpec:
-    """Map a catalog entry to its proto ToolSpec."""
-    spec = common_pb2.ToolSpec(
-        name=tool.name,
-        description=tool.description,
-        parameters_json_schema=json.dumps(tool.parameters),
-        read_only=tool.read_only,
-        retry_safe=tool.retry_safe,
-        needs_approval=tool.needs_approval,
-        sequential=tool.sequential,
-        deferred=tool.deferred,
-    )
-    if tool.timeout_seconds:
-        spec.timeout.CopyFrom(_duration(tool.timeout_seconds))
-    return spec
-
-
-def tool_result(call_id: str, name: str, outcome: Outcome) -> common_pb2.ToolResult:
-    """Map a domain outcome to the proto ToolResult."""
-    return common_pb2.ToolResult(
-        call_id=call_id,
-        name=name,
-        content=outcome.content,
-        is_error=outcome.is_error,
-        status=_STATUS[outcome.status],
-        summary=outcome.summary,
-        details_json=json.dumps(outcome.details, ensure_ascii=False) if outcome.details else "",
-        exit_code=outcome.exit_code,
-        output_truncated=outcome.output_truncated,
-        duration=_duration(outcome.duration_seconds),
-    )
-
-
-def _request_policy(policy: common_pb2.CommandPolicy) -> CommandPolicy | None:
-    """Compile a request's command policy; None when it has no patterns.
-
-    Raises:
-        MeshError: INVALID_ARGUMENT/INVALID_VALUE naming the pattern that does not compile
-            (bad caller input: nothing runs and nothing is recorded).
-    """
-    if not policy.allow and not policy.deny:
-        return None
-    try:
-        validate_patterns(policy.allow, policy.deny)
-    except PatternError as exc:
-        raise invalid(
-            Reason.INVALID_VALUE,
-            f"command_policy.{exc}",
-            field=f"command_policy.{exc.rule}",
-            pattern=exc.pattern,
-        ) from None
-    return compile_policy(policy.allow, policy.deny, origin=AGENT)
-
-
-def _input(request: pb.ExecuteToolRequest, service_policy: CommandPolicy) -> ExecuteInput:
-    call = request.call
-    policies = [p for p in (service_policy, _request_policy(request.command_policy)) if p and not p.empty]
-    return ExecuteInput(
-        run_id=request.run_id,
-        call=CallInput(
-            call.call_id, call.name, call.arguments, call.invalid_arguments, call.invalid_arguments_base64
-        ),
-        sandbox_id=request.sandbox_id,
-        workspace=request.workspace,
-        timeout_seconds=(
-            seconds_of(request.timeout, "timeout", max_seconds=MAX_TOOL_TIMEOUT_SECONDS)
-            if request.HasField("timeout")
-            else 0.0
-        ),
-        max_output_bytes=request.max_output_bytes,
-        command_policies=tuple(policies),
-        attempt=request.attempt,
-    )
-
-
-def _target(target: pb.WorkspaceTarget) -> Target:
-    return Target(target.sandbox_id, target.workspace, target.run_id, target.path)
 
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:
@@ -153,15 +45,6 @@ def _deadline(context: grpc.aio.ServicerContext) -> float | None:
     if remaining is None:
         return None
     return asyncio.get_running_loop().time() + remaining
-
-
-def _sandbox(info: SandboxInfo) -> pb.Sandbox:
-    return pb.Sandbox(
-        sandbox_id=info.sandbox_id,
-        backend=_BACKEND_OUT.get(info.backend, pb.SANDBOX_BACKEND_UNSPECIFIED),
-        state=_STATE_OUT[info.state],
-        workspace=info.workspace,
-    )
 
 
 class ToolServicer(pb_grpc.ToolServiceServicer):
@@ -214,7 +97,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
             ABORTED: EXECUTION_IN_PROGRESS (running in another process; RetryInfo set).
             DEADLINE_EXCEEDED / CANCELLED: the caller's own ending (recorded INTERRUPTED).
         """
-        inp = _input(request, self._policy)
+        inp = execute_input(request, self._policy)
         outcome, replayed = await self._exec.execute(current_tenant(), inp, deadline=_deadline(context))
         return pb.ExecuteToolResponse(
             result=tool_result(inp.call.call_id, inp.call.name, outcome), replayed=replayed
@@ -228,7 +111,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         The stream is: zero or more `progress` messages in arrival order, then exactly one
         `result`, then the end. A replayed call streams only its result.
         """
-        inp = _input(request.request, self._policy)
+        inp = execute_input(request.request, self._policy)
         # Chunks, then None once the call has an answer: the handler awaits the queue itself,
         # so no helper task is left pending when the caller goes away (a per-chunk getter
         # task was, and was later garbage-collected: "Task was destroyed but it is pending!").
@@ -299,7 +182,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         state, outcome = await self._exec.get_execution(
             current_tenant(), request.run_id, request.call_id, request.attempt
         )
-        resp = pb.GetExecutionResponse(state=_EXEC_STATE[state])
+        resp = pb.GetExecutionResponse(state=EXECUTION_STATE[state])
         if outcome is not None:
             resp.result.CopyFrom(tool_result(request.call_id, "", outcome))
         return resp
@@ -316,7 +199,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         state, outcome = await self._exec.cancel_execution(
             current_tenant(), request.run_id, request.call_id, request.attempt, request.reason
         )
-        resp = pb.CancelExecutionResponse(state=_EXEC_STATE[state])
+        resp = pb.CancelExecutionResponse(state=EXECUTION_STATE[state])
         if outcome is not None:
             resp.result.CopyFrom(tool_result(request.call_id, "", outcome))
         return resp
@@ -334,7 +217,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         limits = request.limits
         spec = SandboxSpec(
             sandbox_id=request.sandbox_id,
-            backend=_BACKEND_IN.get(int(request.backend), "?"),
+            backend=BACKEND_IN.get(int(request.backend), "?"),
             workspace=request.workspace,
             image=request.image,
             env=dict(request.env),
@@ -346,7 +229,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
             open_files=limits.open_files,
         )
         info = await self._sandboxes.create(current_tenant(), spec)
-        return pb.CreateSandboxResponse(sandbox=_sandbox(info))
+        return pb.CreateSandboxResponse(sandbox=sandbox_message(info))
 
     async def GetSandbox(
         self, request: pb.GetSandboxRequest, context: grpc.aio.ServicerContext
@@ -359,7 +242,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         if not request.sandbox_id:
             raise missing("sandbox_id")
         return pb.GetSandboxResponse(
-            sandbox=_sandbox(await self._sandboxes.get(current_tenant(), request.sandbox_id))
+            sandbox=sandbox_message(await self._sandboxes.get(current_tenant(), request.sandbox_id))
         )
 
     async def StopSandbox(
@@ -373,7 +256,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         if not request.sandbox_id:
             raise missing("sandbox_id")
         return pb.StopSandboxResponse(
-            sandbox=_sandbox(await self._sandboxes.stop(current_tenant(), request.sandbox_id))
+            sandbox=sandbox_message(await self._sandboxes.stop(current_tenant(), request.sandbox_id))
         )
 
     async def DestroySandbox(
@@ -420,7 +303,7 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
                     )
                 yield message.data
 
-        done = await self._archives.upload(current_tenant(), _target(first.target), chunks())
+        done = await self._archives.upload(current_tenant(), workspace_target(first.target), chunks())
         return pb.UploadWorkspaceResponse(files=done.files, bytes=done.bytes)
 
     async def DownloadWorkspace(
@@ -440,6 +323,6 @@ class ToolServicer(pb_grpc.ToolServiceServicer):
         if not request.HasField("target"):
             raise missing("target")
         async for chunk in self._archives.download(
-            current_tenant(), _target(request.target), gzip=request.gzip
+            current_tenant(), workspace_target(request.target), gzip=request.gzip
         ):
             yield pb.DownloadWorkspaceResponse(data=chunk)

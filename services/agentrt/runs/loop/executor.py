@@ -63,7 +63,7 @@ from agentrt.runs.loop.phases import handoff as handoff_phase
 from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.loop.phases import stopping as stopping_phase
 from agentrt.runs.loop.phases import structured as structured_phase
-from agentrt.runs.loop.phases.batch import BatchResult
+from agentrt.runs.loop.phases.results import BatchResult
 from agentrt.runs.loop.phases.savepoint import AT_FINAL, AT_SAVE_POINT
 from agentrt.runs.loop.phases.structured import Verdict
 from agentrt.runs.loop.turns import CANCELLED, TurnSteps

@@ -35,9 +35,10 @@ from agentrt.runs.loop.phases import child as child_phase
 from agentrt.runs.loop.phases import disclosure as disclosure_phase
 from agentrt.runs.loop.phases import model as turnmod
 from agentrt.runs.loop.phases import structured as structured_phase
-from agentrt.runs.loop.phases.batch import Abandoned, BatchResult, BatchStop, execute_calls
+from agentrt.runs.loop.phases.batch import Abandoned, BatchStop, execute_calls
 from agentrt.runs.loop.phases.guardrails import checks as guardrail_checks
 from agentrt.runs.loop.phases.guardrails.steps import GuardrailSteps
+from agentrt.runs.loop.phases.results import BatchResult
 from agentrt.runs.loop.phases.sandbox import SandboxSteps
 from agentrt.runs.loop.phases.savepoint import SavePointSteps
 from agentrt.runs.loop.phases.tools import pending_calls, plan_calls

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from agentrt.core.decide import Call
@@ -33,7 +32,14 @@ from agentrt.core.truncate import byte_len, text_prefix
 from agentrt.mesh import telemetry
 from agentrt.runs.convert.model import call_out
 from agentrt.runs.loop.failures import RunFailed, ToolCallRefused, failure_of, tool_refusal
-from agentrt.runs.loop.phases.tools import Planned, runtime_result
+from agentrt.runs.loop.phases.results import (
+    BatchResult,
+    cancelled_result,
+    not_executed_result,
+    refused_result,
+    unknown_outcome_result,
+)
+from agentrt.runs.loop.phases.tools import Planned
 from agentrt.runs.observe import record_tool_result
 from agentrt.runs.peers.client import Peers
 from agentrt.v1 import common_pb2 as cpb
@@ -200,76 +206,8 @@ class Abandoned(Exception):
     """The batch was abandoned (BatchStop.abandon): nothing more is known here."""
 
 
-@dataclass
-class BatchResult:
-    """The outcome of a batch: one result per planned call, in call order.
-
-    Attributes:
-        results: every call's result (the runtime's where a call could not report one).
-        failure: the error that ends the run after the batch is recorded (lowest call
-            index wins), or None.
-        killed: why the batch was killed ("" when it was not).
-    """
-
-    results: list[cpb.ToolResult]
-    failure: BaseException | None = None
-    killed: str = ""
-
-
 #: How long a killed call may take to report its ending before the runtime answers it, seconds.
 KILL_WAIT_S = 10.0
-
-
-def cancelled_result(call: Call, why: str, journaled: cpb.ToolResult | None = None) -> cpb.ToolResult:
-    """The result of a call killed while it ran (its side effects may have happened)."""
-    text = f"Cancelled while running: partial effects possible ({why})."
-    if journaled is not None and journaled.status == cpb.TOOL_RESULT_STATUS_OK:
-        return journaled  # it finished before the cancel reached it
-    result = runtime_result(call, text, cpb.TOOL_RESULT_STATUS_INTERRUPTED)
-    if journaled is not None and journaled.content:
-        result.content += "\n" + journaled.content
-    return result
-
-
-def not_executed_result(call: Call, why: str) -> cpb.ToolResult:
-    """The result of a committed call that never started because the batch was stopped."""
-    return runtime_result(call, f"Not executed: {why}.", cpb.TOOL_RESULT_STATUS_NOT_EXECUTED)
-
-
-def not_run(
-    planned: Sequence[Planned], failure: BaseException, why: str, on_result: Callable[[cpb.ToolResult], None]
-) -> BatchResult:
-    """Answer a batch none of whose calls could start (the run's sandbox could not be had).
-
-    Every runnable call gets a "Not executed: <why>." result, the others their planned
-    result, in call order, each passed to on_result; `failure` ends the run once the turn
-    is recorded, as a tool service failing mid-batch does.
-    """
-    out = []
-    for p in planned:
-        result = not_executed_result(p.call, why) if p.runs or p.result is None else p.result
-        on_result(result)
-        out.append(result)
-    return BatchResult(out, failure)
-
-
-def refused_result(call: Call, refused: ToolCallRefused) -> cpb.ToolResult:
-    """The result of a call the tool service refused before running it (it did not run; decision 0046)."""
-    return runtime_result(
-        call, f"The tool service refused this call: {refused.message}", cpb.TOOL_RESULT_STATUS_NOT_EXECUTED
-    )
-
-
-def unknown_outcome_result(call: Call, err: BaseException) -> cpb.ToolResult:
-    """The result of a call whose execution failed in the infrastructure (outcome unknown)."""
-    message = err.message if isinstance(err, MeshError) else str(err)
-    if isinstance(err, RunFailed):
-        message = err.failure.message
-    return runtime_result(
-        call,
-        f"The tool service could not report this call's result, so its outcome is unknown: {message}",
-        cpb.TOOL_RESULT_STATUS_INTERRUPTED,
-    )
 
 
 async def execute_calls(

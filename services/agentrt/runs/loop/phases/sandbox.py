@@ -21,7 +21,7 @@ from agentrt.runs.lifecycle import sandboxes
 from agentrt.runs.loop import failures
 from agentrt.runs.loop.core import ExecutorCore, b64
 from agentrt.runs.loop.failures import RunFailed
-from agentrt.runs.loop.phases.batch import BatchResult, not_run
+from agentrt.runs.loop.phases.results import BatchResult, not_run
 from agentrt.runs.loop.phases.tools import Planned
 from agentrt.v1 import common_pb2 as cpb
 
