@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from agentrt.mesh.db import Database, sqlite_url  # noqa: E402
+from agentrt.mesh.storage.db import Database, sqlite_url  # noqa: E402
 from agentrt.runs.domain import RunRecord, StoredEvent  # noqa: E402
 from agentrt.runs.storage.store import RunStore  # noqa: E402
 from agentrt.v1 import run_service_pb2 as pb  # noqa: E402

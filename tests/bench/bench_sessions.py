@@ -25,7 +25,7 @@ import asyncpg
 
 from agentrt.client.channels import open_channel
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import sqlite_url
+from agentrt.mesh.storage.db import sqlite_url
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.v1 import common_pb2 as cpb

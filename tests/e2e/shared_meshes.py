@@ -78,7 +78,7 @@ async def unfinished_runs(db_url: str) -> list[tuple[str, str]]:
     """
     from sqlalchemy import text
 
-    from agentrt.mesh.db import Database
+    from agentrt.mesh.storage.db import Database
 
     db = Database(db_url)
     try:
@@ -187,6 +187,6 @@ def reset_chaos(
 
 def runs_db_of(state_dir: Path) -> str:
     """The embedded runs database of a mesh started on `state_dir` (SQLite)."""
-    from agentrt.mesh.db import sqlite_url
+    from agentrt.mesh.storage.db import sqlite_url
 
     return sqlite_url(str(state_dir), "runs")

@@ -239,7 +239,7 @@ async def test_a_gateway_killed_mid_call_has_the_call_asked_again_once(chaos: Ch
 async def _journal_takeovers(chaos: ChaosMesh, run_id: str) -> list[int]:
     from sqlalchemy import text
 
-    from agentrt.mesh.db import Database
+    from agentrt.mesh.storage.db import Database
 
     db = Database(chaos.env["AGENTRT_GATEWAY_DB"])
     try:
@@ -361,7 +361,7 @@ async def test_a_replica_stopped_mid_model_call_renews_by_its_fencing_token(
 
 
 async def _lease_log(chaos: ChaosMesh, run_id: str) -> list[tuple[int, str, int, str]]:
-    from agentrt.mesh.db import Database
+    from agentrt.mesh.storage.db import Database
     from agentrt.runs.storage.store import RunStore
 
     db = Database(chaos.env["AGENTRT_RUNS_DB"])

@@ -23,7 +23,7 @@ from chaos_helpers import ChaosMesh, Follower, new_port
 from e2e_helpers import STATE_TIMEOUT
 from shared_meshes import reset_chaos
 
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.v1 import common_pb2 as cpb
 from tests.emulators.providers import Reply
 

@@ -20,7 +20,7 @@ from chaos_helpers import ChaosMesh, Replica, new_port
 from e2e_helpers import STATE_TIMEOUT
 from shared_meshes import reset_chaos
 
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import run_service_pb2_grpc as pb_grpc

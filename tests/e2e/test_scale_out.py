@@ -41,7 +41,7 @@ from e2e_helpers import STATE_TIMEOUT
 from scale_helpers import LIMITER_WINDOW_SECONDS, Replica, Responder, ScaledMesh, tag_of, turn_of
 
 from agentrt.client.channels import open_channel
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.runs.storage.store import RunStore, lease_overlaps
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb

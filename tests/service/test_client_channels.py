@@ -12,8 +12,8 @@ import pytest
 
 from agentrt.client.channels import open_channel
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import sqlite_url
 from agentrt.mesh.status import reason_code_of, reason_of
+from agentrt.mesh.storage.db import sqlite_url
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.tools.config import ToolsConfig

@@ -13,7 +13,7 @@ from typing import BinaryIO
 #: The highest base port of `agentrt up`: the fifth service listens on base + 4 <= 65535.
 MAX_BASE_PORT = 65535 - 4
 
-#: Database drivers the services run on (mesh/db.py): embedded SQLite or PostgreSQL.
+#: Database drivers the services run on (mesh/storage/db.py): embedded SQLite or PostgreSQL.
 DB_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
 
 

@@ -199,7 +199,7 @@ def with_metrics_port(config: Any, port: int | None) -> Any:
 def run_serve(args: argparse.Namespace) -> int:
     """Serve `args.service` until drained; return the exit status (see the module docstring)."""
     from agentrt.mesh.server import PortInUseError, StartupError
-    from agentrt.mesh.sqlite_file import DatabasePathError
+    from agentrt.mesh.storage.sqlite_file import DatabasePathError
 
     _die_with_supervisor(env("SUPERVISOR_PID", ""))
     try:

@@ -105,7 +105,7 @@ async def serve_all(configs: dict[str, Any]) -> None:
             name); those started are stopped.
     """
     from agentrt.mesh.server import PortInUseError, StartupError
-    from agentrt.mesh.sqlite_file import DatabasePathError
+    from agentrt.mesh.storage.sqlite_file import DatabasePathError
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -45,7 +45,7 @@ FINAL_OUTPUT_TOOL = "final_output"
 #: The property holding a non-object output inside the tool's arguments.
 WRAP_KEY = "output"
 #: Providers (ModelRef.provider) that cannot combine tools with a response format: the
-#: OpenAI Responses adapter refuses the pair (gateway/openai_responses.py; 002 "Provider
+#: OpenAI Responses adapter refuses the pair (gateway/providers/openai_responses.py; 002 "Provider
 #: Capability Differences": "Tools and structured output cannot be combined").
 PROVIDERS_WITHOUT_TOOLS_AND_FORMAT = frozenset({"openai"})
 #: Failure kind of a final output that never matched its schema.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from agentrt.gateway.limiter.rules import BACKENDS, LimiterSettings, parse_families
 from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
-from agentrt.mesh.db import sqlite_url
+from agentrt.mesh.storage.db import sqlite_url
 
 #: Sent when a base URL is configured without a key (emulators, local compatible servers).
 PLACEHOLDER_API_KEY = "agentrt-no-key"

@@ -33,7 +33,7 @@ from agentrt.core.errors import MeshError, Reason, Status, invalid, precondition
 from agentrt.gateway.errors import GATEWAY_ORIGIN, ProviderError
 from agentrt.gateway.limiter import LimiterKey, OverBudget, Reservation, TokenLimiter
 from agentrt.gateway.limiter.count import input_token_bound
-from agentrt.gateway.provider import Call, Provider
+from agentrt.gateway.providers.provider import Call, Provider
 from agentrt.gateway.retry import RetryContext, RetryPolicy, log_retry, next_delay, with_retries
 from agentrt.gateway.validation import validate_request
 from agentrt.mesh import telemetry

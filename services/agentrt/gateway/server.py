@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import logging
 
-from agentrt.gateway.anthropic_messages import AnthropicMessagesProvider
 from agentrt.gateway.config import GatewayConfig
 from agentrt.gateway.gateway import ModelGateway, parse_model_ref
 from agentrt.gateway.journal import CallJournal, build_store
 from agentrt.gateway.limiter import AdaptiveTokenLimiter, TokenLimiter, build_limiter
 from agentrt.gateway.metrics import GatewayMetrics, limiter_gauges
-from agentrt.gateway.openai_chat import OpenAIChatProvider
-from agentrt.gateway.openai_responses import OpenAIResponsesProvider
-from agentrt.gateway.provider import Provider
+from agentrt.gateway.providers.anthropic_messages import AnthropicMessagesProvider
+from agentrt.gateway.providers.openai_chat import OpenAIChatProvider
+from agentrt.gateway.providers.openai_responses import OpenAIResponsesProvider
+from agentrt.gateway.providers.provider import Provider
 from agentrt.gateway.retry import RetryPolicy
 from agentrt.gateway.servicer import GatewayServicer
 from agentrt.mesh.server import MeshServer, MetricsPortInUseError, ServiceBinding, StartupError
@@ -48,7 +48,7 @@ def build_providers(config: GatewayConfig) -> dict[str, Provider]:
     """Return an adapter for each configured provider, by provider key."""
     providers: dict[str, Provider] = {}
     if config.local.enabled:
-        from agentrt.gateway.local import LocalProvider
+        from agentrt.gateway.providers.local import LocalProvider
 
         providers["local"] = LocalProvider(config.local)
     if config.openai.enabled:

@@ -49,8 +49,8 @@ import grpc
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.context import server_stopping
 from agentrt.mesh.status import call_error
+from agentrt.mesh.storage.transient import database_unavailable
 from agentrt.mesh.telemetry.rpc import InnerOutcome, inner_call
-from agentrt.mesh.transient import database_unavailable
 from agentrt.v1 import common_pb2 as cpb
 
 log = logging.getLogger("agentrt.mesh")

@@ -40,7 +40,7 @@ from agentrt.mesh.context import (
 )
 from agentrt.mesh.security import ANY_TENANT, TokenTable, identify
 from agentrt.mesh.status import to_grpc_status
-from agentrt.mesh.transient import database_unavailable
+from agentrt.mesh.storage.transient import database_unavailable
 
 log = logging.getLogger("agentrt.mesh")
 
@@ -278,7 +278,7 @@ def _failure_of(exc: Exception, method: str) -> MeshError:
     """Return the status a handler's exception ends its call with.
 
     A MeshError as raised; a method the servicer does not implement UNIMPLEMENTED; a transient
-    database failure UNAVAILABLE (mesh/transient.py `database_unavailable`); anything else
+    database failure UNAVAILABLE (mesh/storage/transient.py `database_unavailable`); anything else
     INTERNAL (logged, with the traceback of the exception being handled).
     """
     if isinstance(exc, MeshError):

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from agentrt.client.channels import MeshClient
 from agentrt.core.ids import new_id
-from agentrt.mesh.db import Database
 from agentrt.mesh.local_calls import LocalCalls
 from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.storage.db import Database
 from agentrt.mesh.telemetry.metrics import RunMetrics
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.events.hub import EventHub

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
-from agentrt.mesh.db import sqlite_url
+from agentrt.mesh.storage.db import sqlite_url
 
 
 @dataclass(frozen=True)

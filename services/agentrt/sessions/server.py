@@ -7,13 +7,13 @@ health turns SERVING; the `close` hook disposes of the engines. The servicer's s
 
 from __future__ import annotations
 
-from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.storage.db import Database
 from agentrt.mesh.telemetry.metrics import SessionMetrics
 from agentrt.sessions.config import SessionsConfig
-from agentrt.sessions.migrate import upgrade
 from agentrt.sessions.servicer import SessionServicer
-from agentrt.sessions.store import SessionStore
+from agentrt.sessions.storage.migrate import upgrade
+from agentrt.sessions.storage.store import SessionStore
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "agentrt.v1.SessionService"

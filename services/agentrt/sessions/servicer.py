@@ -25,7 +25,7 @@ from agentrt.mesh.calls import CallContext, CallsMethod, serve_calls
 from agentrt.mesh.context import current_tenant
 from agentrt.mesh.telemetry.metrics import SessionMetrics
 from agentrt.sessions import codec
-from agentrt.sessions.store import SessionStore
+from agentrt.sessions.storage.store import SessionStore
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
 

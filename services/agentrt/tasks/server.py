@@ -17,8 +17,8 @@ import uuid
 from dataclasses import dataclass
 
 from agentrt.client.channels import MeshClient
-from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.storage.db import Database
 from agentrt.mesh.telemetry.metrics import TaskMetrics
 from agentrt.tasks.config import TasksConfig
 from agentrt.tasks.delivery.notify import Deliverer

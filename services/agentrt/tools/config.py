@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from agentrt.mesh.config import DEFAULT_PORTS, ServerConfig, edge_from_env, env
-from agentrt.mesh.db import sqlite_url
+from agentrt.mesh.storage.db import sqlite_url
 
 SANDBOX_BWRAP = "bwrap"
 SANDBOX_UNCONFINED = "unconfined"

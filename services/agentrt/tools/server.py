@@ -21,8 +21,8 @@ import shutil
 import sys
 
 from agentrt.client.channels import MeshClient
-from agentrt.mesh.db import Database
 from agentrt.mesh.server import MeshServer, ServiceBinding
+from agentrt.mesh.storage.db import Database
 from agentrt.mesh.telemetry.metrics import ToolMetrics
 from agentrt.tools.config import SANDBOX_UNCONFINED, ToolsConfig
 from agentrt.tools.execution.executor import ToolExecutor

@@ -17,12 +17,12 @@ import grpc
 import pytest
 from gateway_helpers import REMOTE, calls, emulator_config, model_request, user
 
-from agentrt.gateway.anthropic_messages import AnthropicMessagesProvider
 from agentrt.gateway.errors import ProviderError
 from agentrt.gateway.metrics import error_origin
-from agentrt.gateway.openai_chat import OpenAIChatProvider
-from agentrt.gateway.openai_responses import OpenAIResponsesProvider
-from agentrt.gateway.provider import Call
+from agentrt.gateway.providers.anthropic_messages import AnthropicMessagesProvider
+from agentrt.gateway.providers.openai_chat import OpenAIChatProvider
+from agentrt.gateway.providers.openai_responses import OpenAIResponsesProvider
+from agentrt.gateway.providers.provider import Call
 from agentrt.gateway.server import build_server
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as pb

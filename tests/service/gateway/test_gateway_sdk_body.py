@@ -16,8 +16,8 @@ import anthropic
 import openai
 import pytest
 
-from agentrt.gateway import anthropic_messages, openai_chat, openai_responses
-from agentrt.gateway.provider import Call
+from agentrt.gateway.providers import anthropic_messages, openai_chat, openai_responses
+from agentrt.gateway.providers.provider import Call
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as pb
 from tests.emulators.providers import Reply, ToolCallReply

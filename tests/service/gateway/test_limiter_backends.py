@@ -245,7 +245,7 @@ async def test_a_store_that_answers_late_is_a_wait_not_a_failure():
     # admission wait, and is admitted once the store answers, not failed UNAVAILABLE.
     if not await pg_reachable():
         unavailable("PostgreSQL is not reachable on 127.0.0.1:5432")
-    from agentrt.mesh.db import Database
+    from agentrt.mesh.storage.db import Database
 
     settings = LimiterSettings(
         initial_tokens=1000,

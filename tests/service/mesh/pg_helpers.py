@@ -7,7 +7,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from agentrt.mesh import db as dbmod
+from agentrt.mesh.storage import db as dbmod
 from tests.stores import PG_DSN
 
 

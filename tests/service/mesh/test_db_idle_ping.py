@@ -1,6 +1,6 @@
 """PostgreSQL pool: a connection that sat idle is pinged at checkout and replaced when dead.
 
-mesh/pg_pool.py pings a pooled connection only when it was idle past PING_IDLE_S (a ping at
+mesh/storage/pg_pool.py pings a pooled connection only when it was idle past PING_IDLE_S (a ping at
 every checkout cost three round trips per transaction, decision 0025). A real PostgreSQL
 backend is terminated (`pg_terminate_backend`, what a server restart or a proxy's drop
 does) while its connection sits in the pool: past the idle bound the next transaction is
@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from agentrt.mesh import db as dbmod
-from agentrt.mesh import pg_pool
+from agentrt.mesh.storage import db as dbmod
+from agentrt.mesh.storage import pg_pool
 from tests.needs import unavailable
 from tests.service.mesh.pg_helpers import count_pings, terminate_backend
 from tests.stores import PG_URL, pg_reachable

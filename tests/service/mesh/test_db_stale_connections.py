@@ -24,8 +24,8 @@ import asyncpg
 import pytest
 import sqlalchemy as sa
 
-from agentrt.mesh import db as dbmod
-from agentrt.mesh import pg_pool
+from agentrt.mesh.storage import db as dbmod
+from agentrt.mesh.storage import pg_pool
 from tests.needs import unavailable
 from tests.service.mesh.pg_helpers import count_pings, terminate_backend
 from tests.stores import PG_DSN, PG_URL, pg_reachable

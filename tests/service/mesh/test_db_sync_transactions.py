@@ -15,7 +15,7 @@ import threading
 
 import sqlalchemy as sa
 
-from agentrt.mesh.db import Database, sqlite_url
+from agentrt.mesh.storage.db import Database, sqlite_url
 
 META = sa.MetaData()
 T = sa.Table("t", META, sa.Column("k", sa.Integer, primary_key=True), sa.Column("v", sa.Integer))

@@ -22,8 +22,8 @@ from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh.calls import CallsMethod
 from agentrt.mesh.config import ServerConfig
 from agentrt.mesh.context import current_tenant
-from agentrt.mesh.db import sqlite_url
 from agentrt.mesh.local_calls import LocalCalls
+from agentrt.mesh.storage.db import sqlite_url
 from agentrt.runs.peers.streams import _append_request, _append_split, _execute_request, _execute_split
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server

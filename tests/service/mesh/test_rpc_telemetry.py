@@ -26,8 +26,8 @@ from agentrt.client.channels import open_channel
 from agentrt.core.errors import MeshError, Reason, Status
 from agentrt.mesh import telemetry
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import sqlite_url
 from agentrt.mesh.server import MeshServer, MetricsPortInUseError, ServiceBinding
+from agentrt.mesh.storage.db import sqlite_url
 from agentrt.mesh.telemetry import tracing
 from agentrt.mesh.telemetry.metrics import DURATION_BUCKETS
 from agentrt.sessions.config import SessionsConfig

@@ -14,9 +14,9 @@ from tls_certs import CertificateAuthority
 
 from agentrt.client.channels import MeshClient, open_channel
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import sqlite_url
 from agentrt.mesh.security import TlsConfig, TokenTable
 from agentrt.mesh.status import reason_of
+from agentrt.mesh.storage.db import sqlite_url
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.v1 import session_service_pb2 as pb

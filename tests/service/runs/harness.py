@@ -23,8 +23,8 @@ import pytest
 from agentrt.gateway.config import GatewayConfig, ProviderSettings
 from agentrt.gateway.server import build_server as build_gateway
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.local_calls import LocalCalls
+from agentrt.mesh.storage.db import Database, sqlite_url
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.server import build_server as build_runs
 from agentrt.runs.storage.store import RunStore

@@ -7,7 +7,7 @@ import json
 from agentrt.runs.peers.client import Peers
 from agentrt.sessions import codec
 from agentrt.sessions.servicer import SessionServicer
-from agentrt.sessions.store import SessionStore
+from agentrt.sessions.storage.store import SessionStore
 from agentrt.v1 import common_pb2 as cpb
 from agentrt.v1 import run_service_pb2 as pb
 from agentrt.v1 import session_service_pb2 as spb

@@ -19,8 +19,8 @@ import asyncpg
 import grpc
 import pytest
 
-from agentrt.mesh.db import Database
-from agentrt.mesh.transient import is_transient
+from agentrt.mesh.storage.db import Database
+from agentrt.mesh.storage.transient import is_transient
 from agentrt.runs.domain import RunRecord
 from agentrt.runs.storage import pg as store_pg
 from agentrt.runs.storage.store import RunStore

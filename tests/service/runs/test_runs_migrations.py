@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from agentrt.mesh.db import Database, sqlite_url
+from agentrt.mesh.storage.db import Database, sqlite_url
 from agentrt.runs.storage import migrate
 from agentrt.runs.storage.store import RunStore
 from tests.service.runs.harness import fresh_pg_database, pg_server, require_pg

@@ -29,7 +29,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.core.decide import mint_call_id
-from agentrt.mesh.db import Database, sqlite_url
+from agentrt.mesh.storage.db import Database, sqlite_url
 from agentrt.runs.storage.leases import lease_overlaps
 from agentrt.runs.storage.store import RunStore
 from agentrt.v1 import common_pb2 as cpb

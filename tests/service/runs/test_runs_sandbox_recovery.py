@@ -151,7 +151,7 @@ async def test_a_release_the_tool_service_missed_is_retried_once_it_is_back(star
     # The run ends while the tool service is down: the end is stored all the same, the
     # release is remembered, and the lease loop's retry destroys the sandbox once it serves.
     from agentrt.mesh.config import ServerConfig
-    from agentrt.mesh.db import sqlite_url
+    from agentrt.mesh.storage.db import sqlite_url
     from agentrt.tools.config import ToolsConfig
     from agentrt.tools.server import build_server as build_tools
 

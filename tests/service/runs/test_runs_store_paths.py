@@ -6,7 +6,7 @@ of a server-side function (runs migration 0004, runs/storage/pg.py) and the read
 statement each. Each test runs on a real database of each backend and asserts what is
 stored: every column a save can change, the refusals that write nothing, the conflicts of
 an insert, the numbering of events, a replay longer than the inline bound, and (SQLite)
-that a lock held elsewhere still leaves as the error mesh/db.py falls back on.
+that a lock held elsewhere still leaves as the error mesh/storage/db.py falls back on.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from agentrt.mesh.db import Database, lock_taken
+from agentrt.mesh.storage.db import Database, lock_taken
 from agentrt.runs.domain import Answers, RunRecord, StoredEvent
 from agentrt.runs.storage import lite as store_lite
 from agentrt.runs.storage.models import RunRow

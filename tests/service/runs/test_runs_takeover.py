@@ -10,7 +10,7 @@ import grpc
 
 from agentrt.core.decide import mint_call_id
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import sqlite_url
+from agentrt.mesh.storage.db import sqlite_url
 from agentrt.tools.config import ToolsConfig
 from agentrt.tools.server import build_server as build_tools
 from agentrt.v1 import common_pb2 as cpb

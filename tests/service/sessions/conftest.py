@@ -16,7 +16,7 @@ from sessions_helpers import BACKENDS, PG_URL, Env, pg_reachable
 
 from agentrt.client.channels import open_channel
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import sqlite_url
+from agentrt.mesh.storage.db import sqlite_url
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc

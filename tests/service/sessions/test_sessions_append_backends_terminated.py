@@ -18,7 +18,7 @@ from sessions_helpers import new_session, pg_reachable, user
 
 from agentrt.client.channels import open_channel
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.v1 import session_service_pb2 as pb

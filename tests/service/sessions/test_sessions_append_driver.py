@@ -20,13 +20,13 @@ from sessions_helpers import append, assistant, new_session, pg_reachable, ref, 
 from agentrt.client.channels import open_channel
 from agentrt.core.errors import MeshError, Status
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import Database
 from agentrt.mesh.status import reason_of
+from agentrt.mesh.storage.db import Database
 from agentrt.sessions.codec import entries_in
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.domain import Ref
 from agentrt.sessions.server import build_server
-from agentrt.sessions.store import SessionStore
+from agentrt.sessions.storage.store import SessionStore
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
 from tests.needs import unavailable

@@ -19,7 +19,7 @@ from sessions_helpers import BACKENDS, assistant, new_session, ref, text_of, use
 
 from agentrt.sessions import codec
 from agentrt.sessions.domain import Ref
-from agentrt.sessions.store import SessionStore
+from agentrt.sessions.storage.store import SessionStore
 from agentrt.v1 import session_service_pb2 as pb
 
 MARK = "batch-under-test"
@@ -142,7 +142,7 @@ async def test_an_append_between_the_reads_statements_is_in_the_entries_or_not_i
     # log (every entry up to the reported seq is in it), or a reader that takes the seq as
     # its cursor skips that entry for good (seen with 20 racing include_tail appends).
     assert env.db_url.startswith("postgresql")
-    from agentrt.sessions import queries
+    from agentrt.sessions.storage import queries
 
     state: dict = {"store": None, "fired": False}
     original_list = SessionStore.list_entries

@@ -13,8 +13,8 @@ from sessions_helpers import BACKENDS, PG_URL, Env, call, new_session, pg_reacha
 
 from agentrt.client.channels import open_channel
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import sqlite_url
 from agentrt.mesh.status import details_of, reason_of
+from agentrt.mesh.storage.db import sqlite_url
 from agentrt.sessions.config import SessionsConfig
 from agentrt.sessions.server import build_server
 from agentrt.v1 import common_pb2 as cpb

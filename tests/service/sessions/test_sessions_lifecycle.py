@@ -173,9 +173,9 @@ async def test_another_tenants_session_is_not_found(env):
 
 async def test_an_unreachable_database_is_unavailable_not_absent():
     from agentrt.core.errors import MeshError, Status
-    from agentrt.mesh.db import Database
+    from agentrt.mesh.storage.db import Database
     from agentrt.sessions.domain import Ref
-    from agentrt.sessions.store import SessionStore
+    from agentrt.sessions.storage.store import SessionStore
 
     db = Database("postgresql+asyncpg://postgres@127.0.0.1:1/nowhere")
     try:

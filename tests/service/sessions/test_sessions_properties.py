@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from sessions_helpers import PG_URL, call, pg_reachable, result, user
 
 from agentrt.core.errors import MeshError, Status
-from agentrt.mesh.db import Database, sqlite_url
+from agentrt.mesh.storage.db import Database, sqlite_url
 from agentrt.sessions import tree
 from agentrt.sessions.codec import entry_in, interrupted_output
 from agentrt.sessions.domain import Entry, Ref
-from agentrt.sessions.migrate import upgrade
-from agentrt.sessions.store import SessionStore
+from agentrt.sessions.storage.migrate import upgrade
+from agentrt.sessions.storage.store import SessionStore
 from agentrt.v1 import session_service_pb2 as pb
 from tests.needs import unavailable
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from agentrt.mesh.db import Database
-from agentrt.sessions.migrate import upgrade
-from agentrt.sessions.models import metadata
+from agentrt.mesh.storage.db import Database
+from agentrt.sessions.storage.migrate import upgrade
+from agentrt.sessions.storage.models import metadata
 
 
 def schema_diff(sync_conn) -> list:

@@ -21,8 +21,8 @@ import pytest
 
 from agentrt.core.ids import new_id
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.server import PortInUseError
+from agentrt.mesh.storage.db import Database, sqlite_url
 from agentrt.runs.config import RunsConfig
 from agentrt.runs.server import build_server as build_runs
 from agentrt.tasks.config import TasksConfig

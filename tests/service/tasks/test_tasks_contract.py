@@ -11,8 +11,8 @@ from google.protobuf import duration_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.mesh.config import ServerConfig
-from agentrt.mesh.db import sqlite_url
 from agentrt.mesh.status import reason_of
+from agentrt.mesh.storage.db import sqlite_url
 from agentrt.tasks.config import TasksConfig
 from agentrt.tasks.server import build_server
 from agentrt.v1 import task_service_pb2 as pb

@@ -10,8 +10,8 @@ import pytest
 from google.protobuf import duration_pb2
 
 from agentrt.core.errors import MeshError
-from agentrt.mesh.db import Database
 from agentrt.mesh.status import reason_of
+from agentrt.mesh.storage.db import Database
 from agentrt.tasks.domain import Limits
 from agentrt.tasks.manager import TaskManager
 from agentrt.tasks.storage.store import TaskStore

@@ -81,7 +81,7 @@ async def test_two_servers_racing_to_finalize_one_wins(tm):
 
 async def test_racing_finalizers_on_the_store_one_wins(tm, backend):
     """Many concurrent finalizers of one launch, each on its own database connection."""
-    from agentrt.mesh.db import Database
+    from agentrt.mesh.storage.db import Database
     from agentrt.tasks.storage.store import TaskStore
 
     parent = await tm.parent()

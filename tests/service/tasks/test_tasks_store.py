@@ -16,7 +16,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from agentrt.core.errors import MeshError
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.tasks.domain import Failure, Outcome, Task, TaskStatus, new_launch_id
 from agentrt.tasks.storage.migrate import upgrade
 from agentrt.tasks.storage.models import metadata

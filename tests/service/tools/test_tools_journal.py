@@ -17,8 +17,8 @@ import pytest
 from tools_helpers import PG_URL, ToolsEnv, make_config, pg_reachable
 
 from agentrt.client.channels import open_channel
-from agentrt.mesh.db import Database, sqlite_url
 from agentrt.mesh.status import reason_of
+from agentrt.mesh.storage.db import Database, sqlite_url
 from agentrt.tools.calls.args import CallInput
 from agentrt.tools.execution.request import fingerprint
 from agentrt.tools.server import build_server

@@ -2,7 +2,7 @@
 
 `agentrt serve <svc>` and `agentrt serve all`, run as `python -m agentrt.cli.main` in a
 session of their own, exit 1 with "cannot start: ..." naming the service and the database
-file, no traceback, and leave no process or port behind (mesh/sqlite_file.py).
+file, no traceback, and leave no process or port behind (mesh/storage/sqlite_file.py).
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from agentrt.core.structured import (
     split_output_calls,
     wraps,
 )
-from agentrt.gateway import anthropic_messages, openai_chat, openai_responses
 from agentrt.gateway.errors import ProviderError
-from agentrt.gateway.provider import Call as ProviderCall
+from agentrt.gateway.providers import anthropic_messages, openai_chat, openai_responses
+from agentrt.gateway.providers.provider import Call as ProviderCall
 from agentrt.runs.spec.schemas import validator
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g

@@ -6,7 +6,7 @@ import pytest
 
 from agentrt.core.errors import MeshError, Status
 from agentrt.gateway.config import LocalSettings
-from agentrt.gateway.local import LocalProvider
+from agentrt.gateway.providers.local import LocalProvider
 
 GGUF = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from agentrt.core.errors import MeshError
-from agentrt.gateway import canonical as cn
-from agentrt.gateway import local_prompt
-from agentrt.gateway.anthropic_messages import _EventAccumulator, map_body
 from agentrt.gateway.errors import ProviderError
-from agentrt.gateway.jsonspans import content_sources, member_spans
-from agentrt.gateway.local import parse_reply
-from agentrt.gateway.openai_responses import map_response
+from agentrt.gateway.providers import canonical as cn
+from agentrt.gateway.providers import local_prompt
+from agentrt.gateway.providers.anthropic_messages import _EventAccumulator, map_body
+from agentrt.gateway.providers.jsonspans import content_sources, member_spans
+from agentrt.gateway.providers.local import parse_reply
+from agentrt.gateway.providers.openai_responses import map_response
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 

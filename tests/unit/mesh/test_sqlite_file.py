@@ -11,8 +11,8 @@ import tempfile
 
 import pytest
 
-from agentrt.mesh.db import Database
-from agentrt.mesh.sqlite_file import DatabasePathError, prepare_directory
+from agentrt.mesh.storage.db import Database
+from agentrt.mesh.storage.sqlite_file import DatabasePathError, prepare_directory
 
 
 def test_a_missing_directory_is_created(tmp_path):
@@ -44,7 +44,7 @@ def test_a_path_that_is_a_directory_is_refused_naming_it(tmp_path):
 
 _UNWRITABLE_CHECK = """
 import sys
-from agentrt.mesh.sqlite_file import DatabasePathError, prepare_directory
+from agentrt.mesh.storage.sqlite_file import DatabasePathError, prepare_directory
 locked = sys.argv[1]
 for path, expected in ((locked + "/sub/x.db", "cannot be created (Permission denied)"),
                        (locked + "/x.db", f"its directory {locked} is not writable")):

@@ -54,7 +54,7 @@ from agentrt.gateway.gateway import ModelGateway
 from agentrt.gateway.journal.flight import Flight, Renewal, fingerprint, reused
 from agentrt.gateway.journal.late import LateRecords
 from agentrt.gateway.journal.store import JournalStore, State
-from agentrt.mesh.transient import RetryPolicy, retry_transient
+from agentrt.mesh.storage.transient import RetryPolicy, retry_transient
 from agentrt.v1 import gateway_service_pb2 as g
 
 log = logging.getLogger("agentrt.gateway.journal")

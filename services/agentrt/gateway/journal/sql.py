@@ -37,8 +37,8 @@ from sqlalchemy.engine import make_url
 
 from agentrt.gateway.journal.inline import InlineSqlite
 from agentrt.gateway.journal.store import CLAIMED_COLUMNS, Row, State
-from agentrt.mesh import migrate
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage import migrate
+from agentrt.mesh.storage.db import Database
 
 MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent.parent / "migrations"
 #: PostgreSQL connections reserved for lease renewals (one short UPDATE each), per replica.

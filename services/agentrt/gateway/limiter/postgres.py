@@ -36,8 +36,8 @@ import pathlib
 import sqlalchemy as sa
 
 from agentrt.gateway.limiter.rules import Attempt, LimiterSettings
-from agentrt.mesh import migrate
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage import migrate
+from agentrt.mesh.storage.db import Database
 
 MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent.parent / "migrations"
 #: The longest one migration statement (the advisory lock included) may take, in seconds.

@@ -4,7 +4,7 @@ The replica's leases (one per run it executes, `RunStore.renew_leases`, guarded 
 fencing token) are renewed every third of the lease by `LeaseKeeper.run`, a task that does
 nothing else: the takeover scan, the suspended-run budget check and the store gauges run in
 the manager's housekeeping loop, so a slow scan never delays a renewal. A renewal that meets
-a transient database failure is retried at once (mesh/transient.py, three tries within about
+a transient database failure is retried at once (mesh/storage/transient.py, three tries within about
 a second) instead of waiting for the next period.
 
 A late renewal (the event loop or the whole process was starved, or stopped) is not taken on
@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from agentrt.mesh.transient import RetryPolicy, retry_transient
+from agentrt.mesh.storage.transient import RetryPolicy, retry_transient
 from agentrt.runs.storage.store import RunStore
 
 log = logging.getLogger("agentrt.runs")

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from sqlalchemy import Integer, String, Update, bindparam, func, or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.runs.storage.models import RunLogRow, RunRow
 from agentrt.v1 import common_pb2 as cpb
 

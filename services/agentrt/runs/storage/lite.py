@@ -5,7 +5,7 @@ a new run) and the reads a turn or a stream's replay makes (the run row, its inp
 its events, its log), written against the stdlib sqlite3 connection under the SQLAlchemy
 `Connection` that `Database.write_sync`/`read_sync` hand out. The transaction is still
 theirs (BEGIN IMMEDIATE ... COMMIT, inline on the loop's thread or on the write thread,
-mesh/db.py); only the statements skip SQLAlchemy's execution machinery (compile cache
+mesh/storage/db.py); only the statements skip SQLAlchemy's execution machinery (compile cache
 lookup, parameter processing, event dispatch, result setup), which cost more than the
 statements themselves.
 
@@ -14,7 +14,7 @@ Invariants (the same as runs/storage/store.py's SQLAlchemy statements, which the
   scalar subquery): writers of a file are serialized by SQLite's write lock, so it is the
   seq the log's inserts continue from, read in the statement that takes the row;
 - every SQLite error leaves as SQLAlchemy's wrapper of it (`DBAPIError.instance`), so a
-  taken lock still sends an inline transaction to its thread (mesh/db.py `lock_taken`) and
+  taken lock still sends an inline transaction to its thread (mesh/storage/db.py `lock_taken`) and
   a constraint is still an `IntegrityError`;
 - values are stored as SQLAlchemy stored them (bytes as BLOB, booleans as 0/1, floats as REAL).
 

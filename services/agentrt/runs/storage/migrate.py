@@ -1,9 +1,9 @@
-"""Bring the run loop's schema to the newest Alembic revision (agentrt.mesh.migrate).
+"""Bring the run loop's schema to the newest Alembic revision (agentrt.mesh.storage.migrate).
 
 A database the run loop made before it had migrations (tables from `create_all`, no
 `alembic_version_runs`) is adopted: stamped at 0001_initial, which is that schema, then
 upgraded like any other. Everything happens in one write transaction (under an advisory
-lock on PostgreSQL, as `agentrt.mesh.migrate.upgrade` does), so replicas starting together
+lock on PostgreSQL, as `agentrt.mesh.storage.migrate.upgrade` does), so replicas starting together
 migrate once.
 """
 
@@ -16,7 +16,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Connection
 
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 
 MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "alembic_version_runs"

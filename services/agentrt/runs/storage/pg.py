@@ -13,7 +13,7 @@ numbers events itself (`new_events`), consumes injected input (`drop_inputs`), c
 events of another run, or a value JSON cannot carry (a float that is not finite).
 
 Reads are retried through transient failures as `Database.read_sync` retries them
-(mesh/transient.py); writes are not retried here (runs/storage/save_retry.py decides for a save).
+(mesh/storage/transient.py); writes are not retried here (runs/storage/save_retry.py decides for a save).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from agentrt.mesh.db import Database
-from agentrt.mesh.transient import retry_transient
+from agentrt.mesh.storage.db import Database
+from agentrt.mesh.storage.transient import retry_transient
 from agentrt.runs.domain import StoredEvent
 from agentrt.runs.storage.lite import RUN_COLUMNS
 from agentrt.v1 import run_service_pb2 as pb

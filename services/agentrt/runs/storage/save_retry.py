@@ -1,7 +1,7 @@
 """The save point through transient database failures: retried, and in effect once (issue 13).
 
 A save point is one transaction (runs/storage/store.py `RunStore.save`). When it fails transiently
-(mesh/transient.py: the connection was terminated or reset, a serialization failure, a
+(mesh/storage/transient.py: the connection was terminated or reset, a serialization failure, a
 deadlock) it is run again, with bounded backoff, instead of failing the run:
 
 - a failure before COMMIT was sent rolled everything back: the transaction runs again, its
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from agentrt.mesh.transient import RetryPolicy, retry_transient
+from agentrt.mesh.storage.transient import RetryPolicy, retry_transient
 from agentrt.runs.domain import StoredEvent
 from agentrt.runs.storage.models import RunRow
 

@@ -37,7 +37,7 @@ import asyncpg
 from sqlalchemy import Connection, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.runs.domain import TERMINAL, RunRecord, StoredEvent
 from agentrt.runs.storage import lite, migrate, pg, sql
 from agentrt.runs.storage.input_watch import InputWatch

@@ -15,14 +15,14 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, func, select
 
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.runs.domain import StoredEvent
 from agentrt.runs.storage import lite, pg, sql
 from agentrt.runs.storage.models import RunEventRow, RunRow
 
 T = TypeVar("T")
 #: Rows a SQLite read returns inline on the loop's thread; a longer answer is read again on
-#: the read thread (mesh/db.py `offload`), so a long run's replay never stalls the loop.
+#: the read thread (mesh/storage/db.py `offload`), so a long run's replay never stalls the loop.
 INLINE_ROWS = 256
 
 

@@ -1,11 +1,11 @@
-"""Bring the task manager's schema to the newest Alembic revision (agentrt.mesh.migrate)."""
+"""Bring the task manager's schema to the newest Alembic revision (agentrt.mesh.storage.migrate)."""
 
 from __future__ import annotations
 
 import pathlib
 
-from agentrt.mesh import migrate
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage import migrate
+from agentrt.mesh.storage.db import Database
 
 MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent / "migrations"
 

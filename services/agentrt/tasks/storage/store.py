@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.core.ids import new_id
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.tasks.domain import (
     LIVE,
     Failure,

@@ -28,7 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from agentrt.core.ids import new_id
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.tasks.domain import LIVE, Failure, Task, TaskStatus
 from agentrt.tasks.storage.rows import (
     Lost,

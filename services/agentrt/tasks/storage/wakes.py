@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.tasks.domain import Task
 from agentrt.tasks.storage.rows import T, key_of, to_task, us
 

@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Table
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.tools.storage.models import Execution
 
 _COLUMNS = (

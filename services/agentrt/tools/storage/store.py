@@ -20,7 +20,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.tools.calls.results import Outcome
 from agentrt.tools.storage.finished import insert_finished
 from agentrt.tools.storage.models import Execution, SandboxRow

@@ -4,7 +4,7 @@ A reservation attempt used to be a client-driven transaction (lock the bucket's 
 prune-sum-insert, maybe the wait query, COMMIT): four round trips with the bucket's row
 lock held, so on a loaded machine every attempt on the bucket queued behind a holder
 that was waiting for CPU to send its next statement. The function does the same steps
-server-side; called outside a transaction (agentrt.mesh.db.Database.autocommit), the lock
+server-side; called outside a transaction (agentrt.mesh.storage.db.Database.autocommit), the lock
 is held only while the function runs. Each statement of a VOLATILE PL/pgSQL function
 takes a new snapshot in READ COMMITTED, so the sums after the lock see every entry
 committed before it was granted (as the separate statement did before).

@@ -1,9 +1,9 @@
-"""Alembic environment of the tool service (see agentrt.mesh.migrate.run_env).
+"""Alembic environment of the tool service (see agentrt.mesh.storage.migrate.run_env).
 
 The version table is the service's own (`alembic_version_tools`).
 """
 
-from agentrt.mesh.migrate import run_env
+from agentrt.mesh.storage.migrate import run_env
 from agentrt.tools.storage.models import Base
 
 run_env(Base.metadata, "alembic_version_tools")

@@ -4,7 +4,7 @@ A save point on PostgreSQL was a client-driven transaction: BEGIN, the fenced UP
 RETURNING, the run log's max(seq), the log's INSERT, the events' INSERT, pg_notify, COMMIT,
 each a round trip with the run's row locked, and each statement a pass through SQLAlchemy's
 execution machinery in the runs process. `runs_save` does the same steps on the server;
-called outside a transaction (agentrt.mesh.db.Database.autocommit, as the gateway's
+called outside a transaction (agentrt.mesh.storage.db.Database.autocommit, as the gateway's
 limiter does, decision 0021) a save point is one round trip and one statement, its own
 transaction: all of it commits, or none of it (decision 0026).
 

@@ -10,7 +10,7 @@ What it owns, for `mesh.db.Database` on PostgreSQL (asyncpg under SQLAlchemy's p
   connection that broke under its raw-driver statements instead of returning it to the pool
   (SQLAlchemy invalidates a connection only when the error passed through its own execution).
 - `once_more(begin, body)`: the transaction forms of `Database` run a body whose
-  connection was lost (mesh/transient.py `connection_lost`: the server closed it, a reset,
+  connection was lost (mesh/storage/transient.py `connection_lost`: the server closed it, a reset,
   a failover) before COMMIT was sent once more on a fresh connection: nothing of it
   committed, so running it again is safe.
 
@@ -30,7 +30,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agentrt.mesh.transient import connection_lost
+from agentrt.mesh.storage.transient import connection_lost
 
 log = logging.getLogger("agentrt.mesh.db")
 T = TypeVar("T")

@@ -25,11 +25,11 @@ from typing import Any
 
 import openai
 
-from agentrt.gateway import canonical as cn
 from agentrt.gateway import capabilities as caps
 from agentrt.gateway.config import ProviderSettings
 from agentrt.gateway.errors import classify, from_error_body, unavailable
-from agentrt.gateway.provider import (
+from agentrt.gateway.providers import canonical as cn
+from agentrt.gateway.providers.provider import (
     Call,
     StreamItem,
     TokenCount,

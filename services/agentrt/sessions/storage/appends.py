@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid, not_found, quote
 from agentrt.core.ids import new_id
-from agentrt.sessions import queries as q
 from agentrt.sessions.domain import LEAF, Entry, Ref
+from agentrt.sessions.storage import queries as q
 
 #: Answers of the step besides "ok" (sessions migration 0002 returns the same words).
 NO_SESSION = "no_session"

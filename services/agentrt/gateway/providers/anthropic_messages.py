@@ -33,12 +33,12 @@ from typing import Any
 
 import anthropic
 
-from agentrt.gateway import canonical as cn
 from agentrt.gateway import capabilities as caps
 from agentrt.gateway.config import ProviderSettings
 from agentrt.gateway.errors import classify, context_overflow, unavailable
-from agentrt.gateway.jsonspans import content_sources
-from agentrt.gateway.provider import (
+from agentrt.gateway.providers import canonical as cn
+from agentrt.gateway.providers.jsonspans import content_sources
+from agentrt.gateway.providers.provider import (
     Call,
     StreamItem,
     TokenCount,

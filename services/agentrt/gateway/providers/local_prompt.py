@@ -19,7 +19,7 @@ import copy
 import json
 from typing import Any
 
-from agentrt.gateway import canonical as cn
+from agentrt.gateway.providers import canonical as cn
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 

@@ -34,12 +34,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentrt.core.errors import Reason, Status, invalid, precondition, quote
-from agentrt.gateway import canonical as cn
-from agentrt.gateway import local_prompt
 from agentrt.gateway.config import LocalSettings
 from agentrt.gateway.errors import ProviderError
-from agentrt.gateway.jsonspans import member_spans
-from agentrt.gateway.provider import Call, StreamItem, TokenCount, text_delta, tool_delta
+from agentrt.gateway.providers import canonical as cn
+from agentrt.gateway.providers import local_prompt
+from agentrt.gateway.providers.jsonspans import member_spans
+from agentrt.gateway.providers.provider import Call, StreamItem, TokenCount, text_delta, tool_delta
 from agentrt.v1 import common_pb2 as c
 from agentrt.v1 import gateway_service_pb2 as g
 

@@ -23,12 +23,12 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 from agentrt.mesh.waits import wait_event
-from agentrt.sessions import queries as q
 from agentrt.sessions import tree
 from agentrt.sessions.domain import Entry, Ref, SessionInfo, check_ref
-from agentrt.sessions.rows import session_from_row
+from agentrt.sessions.storage import queries as q
+from agentrt.sessions.storage.rows import session_from_row
 from agentrt.sessions.watch import Notifier
 
 T = TypeVar("T")

@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.core.errors import MeshError, Reason, not_found, quote
 from agentrt.sessions.domain import Entry, Ref, SessionInfo
-from agentrt.sessions.models import EntryRow, MarkRow, SessionRow
-from agentrt.sessions.rows import entry_from_row, entry_values, session_from_row
+from agentrt.sessions.storage.models import EntryRow, MarkRow, SessionRow
+from agentrt.sessions.storage.rows import entry_from_row, entry_values, session_from_row
 
 S = cast(sa.Table, SessionRow.__table__)
 E = cast(sa.Table, EntryRow.__table__)

@@ -32,9 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid, not_found, quote
 from agentrt.core.ids import new_id, valid_id
-from agentrt.sessions import appends, sql_postgres, sql_sqlite, tree
-from agentrt.sessions import queries as q
-from agentrt.sessions.appends import usage_key
+from agentrt.sessions import tree
 from agentrt.sessions.domain import (
     LEAF,
     Entry,
@@ -44,8 +42,11 @@ from agentrt.sessions.domain import (
     check_session_fields,
     validate_entries,
 )
-from agentrt.sessions.reads import SessionReads, _unavailable
-from agentrt.sessions.rows import session_from_row
+from agentrt.sessions.storage import appends, sql_postgres, sql_sqlite
+from agentrt.sessions.storage import queries as q
+from agentrt.sessions.storage.appends import usage_key
+from agentrt.sessions.storage.reads import SessionReads, _unavailable
+from agentrt.sessions.storage.rows import session_from_row
 
 #: Builds the synthesized output of a dangling tool call entry (004 §2.5h); the servicer
 #: passes the codec's, since only the codec knows how an item is encoded.

@@ -1,11 +1,11 @@
-"""Bring the session store's schema to the newest Alembic revision (agentrt.mesh.migrate)."""
+"""Bring the session store's schema to the newest Alembic revision (agentrt.mesh.storage.migrate)."""
 
 from __future__ import annotations
 
 import pathlib
 
-from agentrt.mesh import migrate
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage import migrate
+from agentrt.mesh.storage.db import Database
 
 MIGRATIONS_DIR = pathlib.Path(__file__).resolve().parent / "migrations"
 
@@ -16,4 +16,4 @@ async def upgrade(db: Database, revision: str = "head") -> None:
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the database refused a migration step.
     """
-    await migrate.upgrade(db, MIGRATIONS_DIR, "agentrt.sessions.migrations", revision)
+    await migrate.upgrade(db, MIGRATIONS_DIR, "agentrt.sessions.storage.migrations", revision)

@@ -27,11 +27,11 @@ from typing import Any
 import openai
 
 from agentrt.core.errors import Reason, precondition
-from agentrt.gateway import canonical as cn
 from agentrt.gateway import capabilities as caps
 from agentrt.gateway.config import ProviderSettings
 from agentrt.gateway.errors import classify, unavailable
-from agentrt.gateway.provider import (
+from agentrt.gateway.providers import canonical as cn
+from agentrt.gateway.providers.provider import (
     Call,
     StreamItem,
     TokenCount,

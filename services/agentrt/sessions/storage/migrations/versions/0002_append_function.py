@@ -4,9 +4,9 @@ AppendEntries was a client-driven transaction (BEGIN, the claim of the session r
 log's last entry, the usage check, the seq mint, the insert, COMMIT): seven or more round
 trips with the session row's lock held across them. The function does the same steps in
 the same order server-side; the store calls it outside a transaction, so the statement is
-the transaction and commits when it ends (decision 0025, `sessions/sql_postgres.py`).
+the transaction and commits when it ends (decision 0025, `sessions/storage/sql_postgres.py`).
 
-Steps, as the Python path runs them on SQLite (`sessions/sql_sqlite.py`):
+Steps, as the Python path runs them on SQLite (`sessions/storage/sql_sqlite.py`):
 1. Lock the session row (`FOR UPDATE`): it proves the session exists at the generation
    named and serializes every writer of the session, as the claim did. A delete that
    took the lock first leaves no row: 'no_session'.

@@ -13,7 +13,7 @@ The append's steps and their order are the PostgreSQL function's (sessions migra
 to now, never backwards), read the last entry, check the fence, the leaf-move targets and
 the usage keys, mint seqs from `session_marks`, insert. A refusal raises inside the
 transaction, so the claim is rolled back with it and nothing changes. The write
-transaction is BEGIN IMMEDIATE (mesh/db.py), so no other writer runs between the steps.
+transaction is BEGIN IMMEDIATE (mesh/storage/db.py), so no other writer runs between the steps.
 
 A driver error is raised as SQLAlchemy's wrapper of it (`sqlalchemy.exc.OperationalError`
 and kin), the form `Database` (a taken lock sends the inline attempt to its thread) and the
@@ -30,9 +30,9 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from agentrt.sessions import appends as A
 from agentrt.sessions.domain import LEAF, Entry, Ref
-from agentrt.sessions.rows import entry_values
+from agentrt.sessions.storage import appends as A
+from agentrt.sessions.storage.rows import entry_values
 
 _CLAIM = (
     "UPDATE sessions SET update_time_us = max(update_time_us, :now) "

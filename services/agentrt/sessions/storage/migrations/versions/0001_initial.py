@@ -17,7 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    """Create the three tables and their indexes (see agentrt.sessions.models)."""
+    """Create the three tables and their indexes (see agentrt.sessions.storage.models)."""
     op.create_table(
         "sessions",
         sa.Column("tenant", sa.String(64), nullable=False),

@@ -5,7 +5,7 @@
   in `BEGIN IMMEDIATE` transactions serialized by an asyncio lock, so two writers never
   interleave (seq minting stays atomic) and never fail on a lock upgrade; reads use a
   separate pool and see the last committed state.
-- PostgreSQL: one pool, which never hands out a connection the server closed (mesh/pg_pool.py,
+- PostgreSQL: one pool, which never hands out a connection the server closed (mesh/storage/pg_pool.py,
   decision 0044: the driver's own flag at checkout, a ping only after sitting idle); `write()`
   is an ordinary transaction (services add advisory locks where they mint sequence numbers).
 `write()` and `read()` yield an AsyncConnection inside a transaction that commits on exit
@@ -59,9 +59,9 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.util import greenlet_spawn
 
-from agentrt.mesh import pg_pool
-from agentrt.mesh.sqlite_file import prepare_directory
-from agentrt.mesh.transient import retry_transient
+from agentrt.mesh.storage import pg_pool
+from agentrt.mesh.storage.sqlite_file import prepare_directory
+from agentrt.mesh.storage.transient import retry_transient
 
 
 def sqlite_url(state_dir: str, name: str) -> str:
@@ -128,7 +128,7 @@ class Database:
         Raises:
             ValueError: the URL's driver is neither sqlite+aiosqlite nor postgresql+asyncpg.
             DatabasePathError: a SQLite file whose directory cannot be created or written
-                (mesh/sqlite_file.py; an OSError naming the file).
+                (mesh/storage/sqlite_file.py; an OSError naming the file).
         """
         parsed = make_url(url)
         self.url = url
@@ -237,7 +237,7 @@ class Database:
         connection wrapper and its isolation-level switch on the way in and out (about 70 µs
         of CPU per statement against 145, decision 0059). Outside any transaction, as asyncpg
         runs a statement it is given: each commits alone. The same pool and the same
-        checkout guard (mesh/pg_pool.py); a connection the driver found closed on the way,
+        checkout guard (mesh/storage/pg_pool.py); a connection the driver found closed on the way,
         or one whose statement failed for any reason but the server's answer (a cut, the
         driver's own state error, a cancellation), is dropped, not returned (decision 0044).
 
@@ -277,7 +277,7 @@ class Database:
         on `:memory:`, only on the write thread. Serialized with `write()`.
 
         On PostgreSQL a run of fn that failed because its connection was lost (the server
-        closed it: mesh/transient.py `connection_lost`) before COMMIT was sent runs once more on
+        closed it: mesh/storage/transient.py `connection_lost`) before COMMIT was sent runs once more on
         a fresh connection: nothing of it committed (decision 0044). A failure at COMMIT,
         or a second loss, is raised.
 
@@ -305,7 +305,7 @@ class Database:
         """Run fn(connection) in one read transaction and return its result (see write_sync).
 
         On a SQLite file it runs inline unless `offload` (see the module docstring). On
-        PostgreSQL a transient failure (a terminated or reset connection, mesh/transient.py)
+        PostgreSQL a transient failure (a terminated or reset connection, mesh/storage/transient.py)
         runs the read again, with bounded backoff: a read changes nothing, so it is safe to repeat.
         """
         if self._sync_read is None or self._read_pool is None:

@@ -20,10 +20,10 @@ from typing import Any
 
 import asyncpg
 
-from agentrt.mesh.db import Database
-from agentrt.sessions import appends as A
+from agentrt.mesh.storage.db import Database
 from agentrt.sessions.domain import Entry, Ref
-from agentrt.sessions.rows import entry_values
+from agentrt.sessions.storage import appends as A
+from agentrt.sessions.storage.rows import entry_values
 
 #: The batch's columns, in the function's parameter order (after the nine leading ones).
 _BATCH_COLUMNS = (

@@ -10,7 +10,7 @@ constraint, a bad statement, a fencing guard) is not transient.
 
 `connection_lost(exc)` is the narrower question: is the connection itself gone (not a
 statement's or a transaction's failure), so that a body that failed before COMMIT can run
-once more on another connection (mesh/pg_pool.py `once_more`, decision 0044).
+once more on another connection (mesh/storage/pg_pool.py `once_more`, decision 0044).
 
 `retry_transient(attempt, committed=...)` runs `attempt` until it returns, retrying a transient
 failure with exponential backoff (`RetryPolicy`: attempts, first delay doubled up to a cap,
@@ -115,7 +115,7 @@ def connection_lost(exc: BaseException) -> bool:
     of class 08 or 57P01..57P03 (the server ended the session), or in the cause chain a
     socket error, asyncpg's ConnectionDoesNotExistError, or a driver's "connection is
     closed", or asyncpg's InternalClientError (its protocol's state error when the server ends
-    the session mid-statement). A serialization failure or a deadlock is not (mesh/transient.py
+    the session mid-statement). A serialization failure or a deadlock is not (mesh/storage/transient.py
     retries those).
     """
     if getattr(exc, "connection_invalidated", False):

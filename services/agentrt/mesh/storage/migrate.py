@@ -21,7 +21,7 @@ from alembic.config import Config
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentrt.mesh.db import Database
+from agentrt.mesh.storage.db import Database
 
 # Alembic narrates every plugin and step at INFO; a service start is not the place for it.
 logging.getLogger("alembic").setLevel(logging.WARNING)

@@ -1,1 +1,0 @@
-"""Alembic migrations of the session store's tables (run by `agentrt.sessions.migrate`)."""

@@ -1,0 +1,1 @@
+"""Alembic migrations of the session store's tables (run by `agentrt.sessions.storage.migrate`)."""
