@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterator
 
 import grpc
@@ -38,6 +39,8 @@ from agentrt.mesh.calls import CallContext, CallsMethod, serve_calls
 from agentrt.mesh.context import current_tenant
 from agentrt.v1 import gateway_service_pb2 as pb
 from agentrt.v1 import gateway_service_pb2_grpc as pb_grpc
+
+log = logging.getLogger("agentrt.gateway")
 
 #: How an unexpected exception is counted (the interceptor answers INTERNAL for it).
 _INTERNAL = MeshError(Status.INTERNAL, Reason.INTERNAL, "internal error")
@@ -244,10 +247,14 @@ class GatewayServicer(pb_grpc.ModelGatewayServiceServicer):
         try:
             canceled = await self._journal.cancel(tenant, request.idempotency_key)
         except (SQLAlchemyError, OSError) as exc:
+            # The driver's text (statements, parameters) stays in the log, not in the answer.
+            log.warning("CancelGenerate: the journal could not mark the call: %s", exc)
             raise MeshError(
                 Status.UNAVAILABLE,
                 Reason.DEPENDENCY_UNAVAILABLE,
-                f"the gateway's model-call journal is unavailable; the call was not cancelled: {exc}"[:500],
+                "the gateway's model-call journal is unavailable; the call was not cancelled "
+                f"({type(exc).__name__}); retry",
+                retry_after_seconds=1.0,
             ) from exc
         return pb.CancelGenerateResponse(canceled=canceled)
 

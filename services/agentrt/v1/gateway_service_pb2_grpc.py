@@ -117,8 +117,12 @@ class ModelGatewayServiceServicer:
     def CancelGenerate(self, request, context):
         """CancelGenerate stops a keyed call on purpose (a keyed call outlives its caller
         otherwise): its provider call is cancelled when it runs on this replica, and nothing is
-        journaled for the key (a repeat asks again). Errors: INVALID_ARGUMENT/MISSING_FIELD (no
-        key), INVALID_VALUE (a malformed key).
+        journaled for the key (a repeat asks again); when another replica holds it, its journal
+        row is marked and that replica stops it at its next lease renewal. A call whose provider
+        has already answered is not stopped: it is paid for, so its answer is recorded and
+        answers the key's repeats. Errors: INVALID_ARGUMENT/MISSING_FIELD (no key),
+        INVALID_VALUE (a malformed key); UNAVAILABLE/DEPENDENCY_UNAVAILABLE (the journal could
+        not mark the row).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

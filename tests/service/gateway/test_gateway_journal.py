@@ -348,6 +348,11 @@ async def test_a_journal_that_is_gone_refuses_keyed_calls_and_asks_nothing(start
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert reason_of(err.value) == "DEPENDENCY_UNAVAILABLE"
         assert asked(emu) == 0
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # nothing marked, and said plainly
+            await gw.CancelGenerate(pb.CancelGenerateRequest(idempotency_key="some-key"))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert reason_of(err.value) == "DEPENDENCY_UNAVAILABLE"
+        assert "not cancelled" in err.value.details() and "asyncpg" not in err.value.details()
         emu.script([Reply(text="unkeyed calls still go")])
         request = keyed()
         request.idempotency_key = ""

@@ -314,3 +314,81 @@ async def test_an_answer_whose_record_hangs_reaches_its_caller_before_the_lease_
 
 async def _is_done(conn, query: str, key: str) -> bool:  # type: ignore[no-untyped-def]
     return await conn.fetchval(query, key) == int(State.DONE)
+
+
+@pytest.mark.parametrize("rpc", ["Generate", "StreamGenerate"])
+async def test_a_cancel_after_the_provider_answered_keeps_the_answer_and_asks_nothing_again(
+    start_server, emu, journal_db, rpc
+):
+    # The provider answered and the record waits on a locked row: the call is paid for, so a
+    # CancelGenerate then has nothing left to stop. It answers canceled=false, the caller gets
+    # the answer, and the key's repeats (here and on another replica) replay it; the provider
+    # is asked once. Before: the cancel threw the answer away, left the row PENDING under
+    # this holder, and the repeat here asked the provider again at once.
+    import asyncpg
+
+    url = f"postgresql+asyncpg://postgres@{PG_HOST}/{journal_db}"
+    lease = 6.0
+    stubs, channels = [], []
+    for _ in range(2):
+        address = await start_server(
+            build_server(emulator_config(emu, journal_url=url, journal_lease_seconds=lease))
+        )
+        channels.append(grpc.aio.insecure_channel(address))
+        stubs.append(pb_grpc.ModelGatewayServiceStub(channels[-1]))
+    a, b = stubs
+    # Slow enough either way (a reply's delay, a stream's events) for the row to be locked first.
+    emu.script(
+        [
+            Reply(text="the one answer", reply_delay=0.5, chunk_chars=2, event_delay=0.05),
+            Reply(text="asked twice"),
+        ]
+    )
+    request = _keyed()
+    key = request.idempotency_key
+    locker = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
+    watcher = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
+    try:
+        if rpc == "Generate":
+            first = asyncio.ensure_future(a.Generate(pb.GenerateRequest(request=request)))
+        else:
+
+            async def streamed() -> pb.GenerateResponse:
+                final = None
+                async for item in a.StreamGenerate(pb.StreamGenerateRequest(request=request)):
+                    if item.WhichOneof("event") == "final":
+                        final = item.final
+                assert final is not None
+                return final
+
+            first = asyncio.ensure_future(streamed())
+        tx = await _hold_row(locker, key)
+        await _wait_for(lambda: _record_waits(watcher, journal_db))  # answered; its record waits
+        stopped = await a.CancelGenerate(pb.CancelGenerateRequest(idempotency_key=key))
+        assert not stopped.canceled
+        answer = await asyncio.wait_for(first, lease)
+        assert answer.response.content[0].text.text == "the one answer"
+        again = await a.Generate(pb.GenerateRequest(request=request))
+        assert again.replayed and again.response == answer.response
+        await tx.rollback()
+        other = await asyncio.wait_for(b.Generate(pb.GenerateRequest(request=request)), 30)
+        assert other.replayed and other.response == answer.response
+        done = "SELECT state FROM gateway_model_calls WHERE call_key = $1"
+        await _wait_for(lambda: _is_done(locker, done, key))
+        assert asked(emu) == 1
+    finally:
+        await locker.close()
+        await watcher.close()
+        for channel in channels:
+            await channel.close()
+
+
+async def _record_waits(conn, database: str) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a journal record (its UPDATE) waits on a lock in `database`."""
+    return bool(
+        await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' "
+            "AND query LIKE 'UPDATE gateway_model_calls%'",
+            database,
+        )
+    )

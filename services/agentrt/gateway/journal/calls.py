@@ -180,9 +180,10 @@ class CallJournal:
         When it runs in this process: its provider call is cancelled and its claim released
         (a repeat asks again); its callers fail CANCELLED. When another replica holds it:
         the row is marked cancel-requested and the holder stops it at its next lease
-        renewal (within a third of the lease). False: no call of the key is pending, or
-        its call already answered and only its record is still being written here (late.py:
-        nothing is left to stop; the store is not asked).
+        renewal (within a third of the lease), unless it has already answered there. False:
+        no call of the key is pending, or its provider already answered here and only its
+        record is left (being written, or kept and written later: late.py): nothing is left
+        to stop, the answer is recorded and handed over, and the store is not asked.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError, OSError: the store failed to mark the row.
@@ -191,6 +192,8 @@ class CallJournal:
             return False
         flight = self._flights.get((tenant, key))
         if flight is not None and not flight.done and flight.task is not None:
+            if flight.answered:  # paid for: its answer is recorded and handed over, not dropped
+                return False
             flight.task.cancel()
             if flight.asking:
                 return True
@@ -325,10 +328,12 @@ class CallJournal:
                 async for item in self._gateway.stream(request, left, checked=True):
                     if item.WhichOneof("event") == "final":
                         final = item.final
+                        flight.answered = True  # paid for: a cancel no longer stops it
                     else:
                         flight.push(item)
             else:
                 final = await self._gateway.generate(request, left, checked=True)
+                flight.answered = True
         except BaseException as exc:
             renewer.stop()
             # Nothing answered: the next call with the key asks again (now, not after the lease).

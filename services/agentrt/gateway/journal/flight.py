@@ -139,6 +139,8 @@ class Flight:
         self.error: BaseException | None = None
         self.replayed = False
         self.asking = False
+        #: The provider answered (its final is here); only the record is left: nothing to stop.
+        self.answered = False
         self.subscribers = 0
         self.task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()

@@ -496,7 +496,9 @@ export const CancelGenerateRequestSchema: GenMessage<CancelGenerateRequest> = /*
  */
 export type CancelGenerateResponse = Message<"agentrt.v1.CancelGenerateResponse"> & {
   /**
-   * True when the call was running on this replica and was stopped.
+   * True when the call was stopped on this replica, or marked for the replica holding it
+   * (which stops it unless its provider has answered by then). False when no call of the
+   * key is pending, or its provider already answered on this replica.
    *
    * @generated from field: bool canceled = 1;
    */
@@ -611,8 +613,12 @@ export const ModelGatewayService: GenService<{
   /**
    * CancelGenerate stops a keyed call on purpose (a keyed call outlives its caller
    * otherwise): its provider call is cancelled when it runs on this replica, and nothing is
-   * journaled for the key (a repeat asks again). Errors: INVALID_ARGUMENT/MISSING_FIELD (no
-   * key), INVALID_VALUE (a malformed key).
+   * journaled for the key (a repeat asks again); when another replica holds it, its journal
+   * row is marked and that replica stops it at its next lease renewal. A call whose provider
+   * has already answered is not stopped: it is paid for, so its answer is recorded and
+   * answers the key's repeats. Errors: INVALID_ARGUMENT/MISSING_FIELD (no key),
+   * INVALID_VALUE (a malformed key); UNAVAILABLE/DEPENDENCY_UNAVAILABLE (the journal could
+   * not mark the row).
    *
    * @generated from rpc agentrt.v1.ModelGatewayService.CancelGenerate
    */
