@@ -67,6 +67,39 @@ async def test_repeat_answers_from_the_record_and_never_runs_twice(jt):
     assert not fourth.replayed and _lines(tools) == 3
 
 
+@pytest.mark.parametrize("tool", ["read_file", "exec_command"])
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        ({"sandbox_id": "../bad"}, "INVALID_ID"),
+        ({"sandbox_id": "sbx_1", "workspace": "/nonexistent/x"}, "INVALID_VALUE"),
+    ],
+)
+async def test_a_repeat_with_a_malformed_target_is_refused_not_replayed(jt, tool, target, reason):
+    # Bad input is refused whatever is on record under its key: a finished call's repeat
+    # sent with a malformed sandbox_id (or with both a sandbox and a workspace) is
+    # INVALID_ARGUMENT, as the same request under a fresh key is; the record is untouched
+    # and a well-formed repeat still replays it.
+    tools = jt
+    args = {"path": "count.txt"} if tool == "read_file" else APPEND
+    first = await tools.run(tool, args, run_id="run_t", call_id="call_t")
+    for call_id in ("call_t", "call_fresh"):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await tools.stub.ExecuteTool(
+                _retargeted(tools.request(tool, args, run_id="run_t", call_id=call_id), target)
+            )
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert reason_of(err.value) == reason
+    again = await tools.run(tool, args, run_id="run_t", call_id="call_t")
+    assert again.replayed and again.result == first.result
+
+
+def _retargeted(request: pb.ExecuteToolRequest, target: dict[str, str]) -> pb.ExecuteToolRequest:
+    request.sandbox_id = target.get("sandbox_id", "")
+    request.workspace = target.get("workspace", "")
+    return request
+
+
 async def test_concurrent_repeats_share_one_run(jt):
     tools = jt
     args = {"cmd": "sleep 0.3; echo ran >> count.txt; echo done"}

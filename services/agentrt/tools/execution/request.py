@@ -97,6 +97,12 @@ def validate(inp: ExecuteInput) -> ToolDef:
             f"unknown tool {inp.call.name[:64]!r}; ListTools names the catalog",
             tool=inp.call.name[:64],
         )
+    # The target's shape, before any journal answers a repeat (a malformed request is refused
+    # whatever is on record under its key; the sandbox manager checks the same again).
+    if inp.sandbox_id and inp.workspace:
+        raise invalid(Reason.INVALID_VALUE, "set sandbox_id or workspace, not both", field="workspace")
+    if inp.sandbox_id and not valid_id(inp.sandbox_id):
+        raise invalid(Reason.INVALID_ID, f"malformed sandbox_id {quote(inp.sandbox_id)}", field="sandbox_id")
     if inp.timeout_seconds < 0:
         raise invalid(Reason.INVALID_VALUE, "timeout must not be negative", field="timeout")
     if inp.max_output_bytes < 0:
