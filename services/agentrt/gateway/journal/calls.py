@@ -383,7 +383,8 @@ class CallJournal:
                 return False
             if await self._store.cancel_requested(tenant, name, self.holder):
                 flight = self._flights.get(key)
-                if flight is not None and flight.task is not None:
+                # Not once its provider answered (a stream read on past its final): paid for.
+                if flight is not None and flight.task is not None and not flight.answered:
                     log.info("model call %r: cancelled through another gateway replica", name)
                     flight.task.cancel()
                 return False
