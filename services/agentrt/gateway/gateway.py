@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import suppress
 
 from agentrt.core.errors import MeshError, Reason, Status, invalid, precondition, quote
@@ -198,7 +198,12 @@ class ModelGateway:
             await self._limiter.record_outcome(key, rate_limited=True)
 
     async def generate(
-        self, request: g.ModelRequest, time_remaining: float | None = None, *, checked: bool = False
+        self,
+        request: g.ModelRequest,
+        time_remaining: float | None = None,
+        *,
+        checked: bool = False,
+        answered: Callable[[], None] | None = None,
     ) -> g.GenerateResponse:
         """Make one model call and return the canonical response (004 §2.1).
 
@@ -207,6 +212,8 @@ class ModelGateway:
             time_remaining: seconds until the caller's deadline; None for none.
             checked: the request already passed `check` unchanged (the model-call journal
                 checks before it claims), so it is not validated again.
+            answered: called once the provider has answered, before the limiter settles
+                (the journal's flight: from then on the call is paid for; a cancel stops nothing).
 
         Raises:
             MeshError: from resolve and validation (see there); RESOURCE_EXHAUSTED/RATE_LIMITED
@@ -236,19 +243,27 @@ class ModelGateway:
                 _abandon(self._limiter, reservation)
                 raise
             _record_response(span, response, retries)
+        if answered is not None:
+            answered()
         await self._settle(reservation, response)
         out = g.GenerateResponse(response=response, retries=retries)
         out.queue_wait.FromNanoseconds(int(reservation.waited_seconds * 1e9))
         return out
 
     async def stream(
-        self, request: g.ModelRequest, time_remaining: float | None = None, *, checked: bool = False
+        self,
+        request: g.ModelRequest,
+        time_remaining: float | None = None,
+        *,
+        checked: bool = False,
+        answered: Callable[[], None] | None = None,
     ) -> AsyncIterator[g.StreamGenerateResponse]:
         """Stream deltas, then exactly one `final` (the accepted response), then end.
 
         Closing the iterator (the caller went away) closes the provider stream; closing it
-        after the final changes nothing (the reservation is settled by then). `checked`: as
-        in `generate`.
+        after the final changes nothing (the reservation is settled by then). `checked`,
+        `answered` (called when the provider's final response arrived, before settling): as in
+        `generate`.
 
         Raises:
             MeshError: as generate; a provider stream that ends without its terminal event
@@ -270,6 +285,8 @@ class ModelGateway:
                         async for item in items:
                             if isinstance(item, c.ModelResponse):
                                 _record_response(span, item, retries)
+                                if answered is not None:
+                                    answered()
                                 await self._settle(reservation, item)
                                 settled = True
                                 final = g.GenerateResponse(response=item, retries=retries)

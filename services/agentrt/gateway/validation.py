@@ -50,7 +50,7 @@ MAX_KEY_CHARS = 256
 #: Passed JSON texts remembered (see the module docstring): how many, and the longest.
 JSON_CACHE_ENTRIES = 1024
 JSON_CACHE_MAX_CHARS = 16 * 1024
-_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}\Z")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _ROLES = frozenset(v for v in c.Role.values() if v != c.ROLE_UNSPECIFIED)
 #: Inline image types every remote provider accepts (OpenAI and Anthropic alike).

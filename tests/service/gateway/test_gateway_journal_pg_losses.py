@@ -392,3 +392,78 @@ async def _record_waits(conn, database: str) -> bool:  # type: ignore[no-untyped
             database,
         )
     )
+
+
+@pytest.mark.parametrize("rpc", ["Generate", "StreamGenerate"])
+async def test_a_cancel_while_the_limiter_settles_an_answered_call_stops_nothing(
+    start_server, emu, journal_db, rpc
+):
+    # Between the provider's answer and the journal's record the gateway settles the call's
+    # reservation in the limiter's store (PostgreSQL here): the call is paid for by then, so a
+    # CancelGenerate in that gap stops nothing either. Before: it cancelled the flight there,
+    # the caller got CANCELLED and the key's repeat asked the provider again (breaker finding).
+    import asyncpg
+
+    url = f"postgresql+asyncpg://postgres@{PG_HOST}/{journal_db}"
+    config = emulator_config(
+        emu, journal_url=url, journal_lease_seconds=6.0, limiter_backend="postgres", limiter_url=url
+    )
+    channel = grpc.aio.insecure_channel(await start_server(build_server(config)))
+    gw = pb_grpc.ModelGatewayServiceStub(channel)
+    emu.script(
+        [
+            Reply(text="the one answer", reply_delay=1.0, chunk_chars=2, event_delay=0.1),
+            Reply(text="asked twice"),
+        ]
+    )
+    request = _keyed()
+    key = request.idempotency_key
+    locker = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
+    watcher = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
+    try:
+        if rpc == "Generate":
+            first = asyncio.ensure_future(gw.Generate(pb.GenerateRequest(request=request)))
+        else:
+
+            async def streamed() -> pb.GenerateResponse:
+                final = None
+                async for item in gw.StreamGenerate(pb.StreamGenerateRequest(request=request)):
+                    if item.WhichOneof("event") == "final":
+                        final = item.final
+                assert final is not None
+                return final
+
+            first = asyncio.ensure_future(streamed())
+        await _wait_for(lambda: _provider_asked(emu))  # reserved, then asked: hold the limiter
+        tx = locker.transaction()
+        await tx.start()
+        await locker.execute("LOCK TABLE gateway_limiter_entries IN EXCLUSIVE MODE")
+        await asyncio.sleep(2.0)  # the reply (1.0 s, or 7 events 0.1 s apart) is in by now
+        assert await _limiter_waits(watcher, journal_db)  # its settle waits on the lock
+        stopped = await gw.CancelGenerate(pb.CancelGenerateRequest(idempotency_key=key))
+        assert not stopped.canceled
+        await tx.rollback()
+        answer = await asyncio.wait_for(first, 10)
+        assert answer.response.content[0].text.text == "the one answer"
+        again = await gw.Generate(pb.GenerateRequest(request=request))
+        assert again.replayed and again.response == answer.response
+        assert asked(emu) == 1
+    finally:
+        await locker.close()
+        await watcher.close()
+        await channel.close()
+
+
+async def _provider_asked(emu) -> bool:  # type: ignore[no-untyped-def]
+    return asked(emu) == 1
+
+
+async def _limiter_waits(conn, database: str) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a statement on the limiter's table waits on a lock in `database`."""
+    return bool(
+        await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' "
+            "AND query ILIKE '%gateway_limiter%'",
+            database,
+        )
+    )

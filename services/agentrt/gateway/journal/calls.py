@@ -325,15 +325,13 @@ class CallJournal:
             if flight.streamed:
                 # Read to its end (the final is last): a stream left open at its final would
                 # be closed later by the event loop's finalizer, for nothing.
-                async for item in self._gateway.stream(request, left, checked=True):
+                async for item in self._gateway.stream(request, left, checked=True, answered=flight.paid):
                     if item.WhichOneof("event") == "final":
                         final = item.final
-                        flight.answered = True  # paid for: a cancel no longer stops it
                     else:
                         flight.push(item)
             else:
-                final = await self._gateway.generate(request, left, checked=True)
-                flight.answered = True
+                final = await self._gateway.generate(request, left, checked=True, answered=flight.paid)
         except BaseException as exc:
             renewer.stop()
             # Nothing answered: the next call with the key asks again (now, not after the lease).

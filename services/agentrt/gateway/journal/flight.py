@@ -145,6 +145,10 @@ class Flight:
         self.task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
 
+    def paid(self) -> None:
+        """Mark the provider's answer here (before the limiter settles): a cancel stops nothing now."""
+        self.answered = True
+
     @property
     def done(self) -> bool:
         """True once the flight has its final or its error."""
