@@ -12,7 +12,8 @@ import re
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+#: \Z, not $: a $ also matches before a final "\n" (re.match would admit "id\n").
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z")
 
 
 def _b32(value: int, length: int) -> str:

@@ -14,7 +14,7 @@ import re
 
 DEFAULT_TENANT = "default"
 TENANT_HEADER = "x-agentrt-tenant"
-_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 _tenant: contextvars.ContextVar[str] = contextvars.ContextVar("agentrt_tenant", default=DEFAULT_TENANT)
 _stopping: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar(

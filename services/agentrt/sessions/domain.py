@@ -44,7 +44,7 @@ ITEM_TOOL_RESULT = "tool_result"
 MAX_ENTRIES_PER_APPEND = 1000
 MAX_TITLE_CHARS = 1000
 MAX_METADATA_BYTES = 64 * 1024
-_KIND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$")
+_KIND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}\Z")
 _MAX_RESPONSE_ID_CHARS = 256
 
 

@@ -29,7 +29,7 @@ from agentrt.sessions.storage.store import SessionStore
 from agentrt.v1 import session_service_pb2 as pb
 from agentrt.v1 import session_service_pb2_grpc as pb_grpc
 
-_TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}\Z")
 
 
 class SessionServicer(pb_grpc.SessionServiceServicer):

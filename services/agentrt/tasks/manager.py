@@ -38,9 +38,9 @@ from agentrt.tasks.lifecycle.tree import Trees
 from agentrt.tasks.storage.store import Replay
 from agentrt.v1 import task_service_pb2 as pb
 
-_KIND_RE = re.compile(r"^[A-Za-z0-9_.:-]{0,64}$")
-_AGENT_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_TOKEN_RE = re.compile(r"^(\d{1,20})\.([A-Za-z0-9][A-Za-z0-9_.:-]{0,127})$")
+_KIND_RE = re.compile(r"^[A-Za-z0-9_.:-]{0,64}\Z")
+_AGENT_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
+_TOKEN_RE = re.compile(r"^(\d{1,20})\.([A-Za-z0-9][A-Za-z0-9_.:-]{0,127})\Z")
 MAX_LABEL = 200
 MAX_STATE_BYTES = 64 * 1024
 MAX_KEY = 256

@@ -72,6 +72,7 @@ async def test_repeat_answers_from_the_record_and_never_runs_twice(jt):
     ("target", "reason"),
     [
         ({"sandbox_id": "../bad"}, "INVALID_ID"),
+        ({"sandbox_id": "sbx_1\n"}, "INVALID_ID"),
         ({"sandbox_id": "sbx_1", "workspace": "/nonexistent/x"}, "INVALID_VALUE"),
     ],
 )

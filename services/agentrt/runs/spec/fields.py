@@ -11,9 +11,9 @@ import re
 from agentrt.core.errors import MeshError, Reason, invalid
 
 #: An agent's name (also a guardrail's): letters, digits, "_", "." and "-", 1 to 64.
-AGENT_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+AGENT_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}\Z")
 #: A tool's name (also a handoff's tool name): letters, digits, "_" and "-", 1 to 64.
-TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}\Z")
 
 
 def bad(message: str, field: str, reason: Reason = Reason.INVALID_VALUE, **meta: str) -> MeshError:

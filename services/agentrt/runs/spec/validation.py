@@ -35,11 +35,11 @@ from agentrt.v1 import tool_service_pb2 as tpb
 
 #: The tool service's rules for a sandbox's environment names and docker fields
 #: (tools/sandbox/manager.py; a unit test keeps the two equal without runs importing tools).
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 DOCKER_FIELDS = {
-    "image": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$"),
-    "user": re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$"),
-    "network": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
+    "image": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}\Z"),
+    "user": re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?\Z"),
+    "network": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z"),
 }
 MAX_HANDOFFS = 32
 MAX_DESCRIPTION = 4096

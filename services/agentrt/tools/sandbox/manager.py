@@ -50,11 +50,11 @@ from agentrt.tools.sandbox.spec import (
 from agentrt.tools.sandbox.workspaces import WorkspaceRules
 from agentrt.tools.storage.store import SandboxRecord, ToolStore
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _DOCKER_FIELDS = {
-    "image": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$"),
-    "user": re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$"),
-    "network": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
+    "image": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}\Z"),
+    "user": re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?\Z"),
+    "network": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z"),
 }
 
 
