@@ -349,21 +349,11 @@ async def test_a_cancel_after_the_provider_answered_keeps_the_answer_and_asks_no
     locker = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
     watcher = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
     try:
-        if rpc == "Generate":
-            first = asyncio.ensure_future(a.Generate(pb.GenerateRequest(request=request)))
-        else:
-
-            async def streamed() -> pb.GenerateResponse:
-                final = None
-                async for item in a.StreamGenerate(pb.StreamGenerateRequest(request=request)):
-                    if item.WhichOneof("event") == "final":
-                        final = item.final
-                assert final is not None
-                return final
-
-            first = asyncio.ensure_future(streamed())
+        first = asyncio.ensure_future(_answer(a, request, rpc))
         tx = await _hold_row(locker, key)
-        await _wait_for(lambda: _record_waits(watcher, journal_db))  # answered; its record waits
+        await _wait_for(
+            lambda: _waits_on_lock(watcher, journal_db, "UPDATE gateway_model_calls%")
+        )  # answered; its record waits
         stopped = await a.CancelGenerate(pb.CancelGenerateRequest(idempotency_key=key))
         assert not stopped.canceled
         answer = await asyncio.wait_for(first, lease)
@@ -383,13 +373,26 @@ async def test_a_cancel_after_the_provider_answered_keeps_the_answer_and_asks_no
             await channel.close()
 
 
-async def _record_waits(conn, database: str) -> bool:  # type: ignore[no-untyped-def]
-    """Whether a journal record (its UPDATE) waits on a lock in `database`."""
+async def _answer(stub, request: pb.ModelRequest, rpc: str) -> pb.GenerateResponse:  # type: ignore[no-untyped-def]
+    """The call's response through Generate, or the final of a StreamGenerate read to its end."""
+    if rpc == "Generate":
+        return await stub.Generate(pb.GenerateRequest(request=request))
+    final = None
+    async for item in stub.StreamGenerate(pb.StreamGenerateRequest(request=request)):
+        if item.WhichOneof("event") == "final":
+            final = item.final
+    assert final is not None
+    return final
+
+
+async def _waits_on_lock(conn, database: str, query: str) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a statement LIKE `query` waits on a lock in `database` (ILIKE)."""
     return bool(
         await conn.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' "
-            "AND query LIKE 'UPDATE gateway_model_calls%'",
+            "AND query ILIKE $2",
             database,
+            query,
         )
     )
 
@@ -421,25 +424,13 @@ async def test_a_cancel_while_the_limiter_settles_an_answered_call_stops_nothing
     locker = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
     watcher = await asyncpg.connect(f"postgresql://postgres@{PG_HOST}/{journal_db}")
     try:
-        if rpc == "Generate":
-            first = asyncio.ensure_future(gw.Generate(pb.GenerateRequest(request=request)))
-        else:
-
-            async def streamed() -> pb.GenerateResponse:
-                final = None
-                async for item in gw.StreamGenerate(pb.StreamGenerateRequest(request=request)):
-                    if item.WhichOneof("event") == "final":
-                        final = item.final
-                assert final is not None
-                return final
-
-            first = asyncio.ensure_future(streamed())
+        first = asyncio.ensure_future(_answer(gw, request, rpc))
         await _wait_for(lambda: _provider_asked(emu))  # reserved, then asked: hold the limiter
         tx = locker.transaction()
         await tx.start()
         await locker.execute("LOCK TABLE gateway_limiter_entries IN EXCLUSIVE MODE")
         await asyncio.sleep(2.0)  # the reply (1.0 s, or 7 events 0.1 s apart) is in by now
-        assert await _limiter_waits(watcher, journal_db)  # its settle waits on the lock
+        assert await _waits_on_lock(watcher, journal_db, "%gateway_limiter%")  # its settle waits on the lock
         stopped = await gw.CancelGenerate(pb.CancelGenerateRequest(idempotency_key=key))
         assert not stopped.canceled
         await tx.rollback()
@@ -456,14 +447,3 @@ async def test_a_cancel_while_the_limiter_settles_an_answered_call_stops_nothing
 
 async def _provider_asked(emu) -> bool:  # type: ignore[no-untyped-def]
     return asked(emu) == 1
-
-
-async def _limiter_waits(conn, database: str) -> bool:  # type: ignore[no-untyped-def]
-    """Whether a statement on the limiter's table waits on a lock in `database`."""
-    return bool(
-        await conn.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' "
-            "AND query ILIKE '%gateway_limiter%'",
-            database,
-        )
-    )
